@@ -1,0 +1,22 @@
+"""op_builder: build C++/CUDA ops ahead of time or just in time, with per-op arch flags.
+
+Importing this package probes nothing; probes run when a plan, report or load
+needs them.
+"""
+
+from op_builder.builder import BuildContext, CPUOpBuilder, CUDAOpBuilder, OpBuilder, OpFlags
+from op_builder.errors import OpBuilderError, OpLoadError, UnknownOpError
+from op_builder.registry import ALL_OPS, get_builder
+
+__all__ = [
+    "ALL_OPS",
+    "BuildContext",
+    "CPUOpBuilder",
+    "CUDAOpBuilder",
+    "OpBuilder",
+    "OpBuilderError",
+    "OpFlags",
+    "OpLoadError",
+    "UnknownOpError",
+    "get_builder",
+]

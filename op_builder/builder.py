@@ -1,0 +1,294 @@
+"""Base classes for op builders: declarative data in, compile flags and extensions out.
+
+An op is a small subclass that only sets class attributes (name, sources, limits,
+system libraries). Flag assembly lives here, once, as pure methods of a
+``BuildContext``; probing lives in ``toolchain``, selection in ``plan``, loading
+in ``loader``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from op_builder import archs as arch_lib
+from op_builder.archs import ArchLimits, CudaArch
+from op_builder.toolchain import Toolchain
+
+if TYPE_CHECKING:
+    from setuptools import Extension
+
+Accelerator = Literal["cpu", "cuda", "rocm"]
+Target = Literal["cpu", "gpu"]
+
+# The distribution root: op sources live under kernels/csrc beside op_builder/,
+# both in a checkout and in an installed wheel (sources ship as package data).
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+CSRC = PACKAGE_ROOT / "kernels" / "csrc"
+
+
+@dataclass(frozen=True)
+class SystemLibrary:
+    """A C library an op links against, and the Debian packages that provide it."""
+
+    name: str  # linker name: "aio" for -laio
+    header: str
+    symbol: str  # a function the probe program takes the address of
+    build_packages: tuple[str, ...]
+    runtime_packages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Resolved build settings shared by every op of one build (see ``plan.resolve_context``)."""
+
+    accelerator: Accelerator
+    toolchain: Toolchain
+    cuda_archs: tuple[CudaArch, ...] = ()
+    rocm_archs: tuple[str, ...] = ()
+    cpu_native: bool = False
+    nvcc_threads: int = 1
+    warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class OpFlags:
+    """Exactly what one op is compiled with. Paths are absolute."""
+
+    name: str
+    module: str
+    sources: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    cxx: tuple[str, ...]
+    device_compiler: Literal["nvcc", "hipcc"] | None
+    device: tuple[str, ...]
+    archs: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    libraries: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "module": self.module,
+            "sources": list(self.sources),
+            "include_dirs": list(self.include_dirs),
+            "cxx": list(self.cxx),
+            "device_compiler": self.device_compiler,
+            "device": list(self.device),
+            "archs": list(self.archs),
+            "ldflags": list(self.ldflags),
+            "libraries": list(self.libraries),
+        }
+
+
+_COMMON_CXX = ("-O3", "-std=c++17", "-g0")
+
+
+class OpBuilder:
+    """Declarative description of one op. Subclasses set the class attributes."""
+
+    name: ClassVar[str]
+    target: ClassVar[Target]
+    description: ClassVar[str] = ""
+    sources: ClassVar[tuple[str, ...]] = ()  # relative to kernels/csrc
+    include_dirs: ClassVar[tuple[str, ...]] = ("includes",)
+    system_libraries: ClassVar[tuple[SystemLibrary, ...]] = ()
+    runtime_packages: ClassVar[tuple[str, ...]] = ()  # Debian packages needed to run
+    defines: ClassVar[tuple[str, ...]] = ()
+
+    # ---- identity
+    @property
+    def module_name(self) -> str:
+        """Where the ahead-of-time build puts the compiled module."""
+        return f"kernels._ops.{self.name}"
+
+    @property
+    def build_variable(self) -> str:
+        return f"DS_BUILD_{self.name.upper()}"
+
+    def source_paths(self) -> tuple[str, ...]:
+        return tuple(str(CSRC / s) for s in self.sources)
+
+    def include_paths(self) -> tuple[str, ...]:
+        return tuple(str(CSRC / d) for d in self.include_dirs)
+
+    def build_packages(self) -> tuple[str, ...]:
+        return tuple(p for lib in self.system_libraries for p in lib.build_packages)
+
+    def all_runtime_packages(self) -> tuple[str, ...]:
+        libs = tuple(p for lib in self.system_libraries for p in lib.runtime_packages)
+        return tuple(dict.fromkeys(self.runtime_packages + libs))
+
+    # ---- decisions (pure functions of the context)
+    def incompatibility(self, ctx: BuildContext) -> str | None:
+        """Why this op cannot be built in ``ctx``, or None when it can."""
+        if ctx.toolchain.cxx is None:
+            return "no C++ compiler found (set CXX or install g++)"
+        for lib in self.system_libraries:
+            found = ctx.toolchain.libraries.get(lib.name)
+            if found is None or not found.ok:
+                why = found.reason if found is not None else "not probed"
+                return (
+                    f"lib{lib.name} is missing ({why}); install "
+                    + " ".join(lib.build_packages)
+                    + " (Debian/Ubuntu)"
+                )
+        return None
+
+    def archs_for(self, ctx: BuildContext) -> tuple[str, ...]:
+        """The arch names this op is compiled for (empty for CPU ops)."""
+        return ()
+
+    def flags(self, ctx: BuildContext) -> OpFlags:
+        raise NotImplementedError
+
+    # ---- artifacts
+    def extension(self, ctx: BuildContext) -> Extension:
+        """A setuptools extension for the ahead-of-time build (imports torch)."""
+        from torch.utils.cpp_extension import CppExtension, CUDAExtension
+
+        flags = self.flags(ctx)
+        rel = [os.path.relpath(s, PACKAGE_ROOT) for s in flags.sources]
+        incs = [os.path.relpath(i, PACKAGE_ROOT) for i in flags.include_dirs]
+        common: dict[str, Any] = {
+            "name": flags.module,
+            "sources": rel,
+            "include_dirs": incs,
+            "extra_link_args": list(flags.ldflags),
+            "libraries": list(flags.libraries),
+        }
+        if flags.device_compiler is None:
+            return CppExtension(extra_compile_args={"cxx": list(flags.cxx)}, **common)
+        # torch's BuildExtension hands the "nvcc" flags to hipcc on ROCm, and adds
+        # no -gencode of its own when the flags already name an arch.
+        return CUDAExtension(
+            extra_compile_args={"cxx": list(flags.cxx), "nvcc": list(flags.device)}, **common
+        )
+
+    def load(self, env: Mapping[str, str] | None = None) -> ModuleType:
+        """The compiled module: installed if built for this torch, else JIT-built."""
+        from op_builder.loader import load_op
+
+        return load_op(self, os.environ if env is None else env).module
+
+
+class CPUOpBuilder(OpBuilder):
+    """An op compiled by the host C++ compiler with OpenMP; runs on any target."""
+
+    target: ClassVar[Target] = "cpu"
+
+    def flags(self, ctx: BuildContext) -> OpFlags:
+        # Portable by default: kernels pick AVX-512/AVX2/scalar at run time, so an
+        # image built on one CPU runs on another. -march=native only on request.
+        cxx = [*_COMMON_CXX, "-fopenmp", *self.defines]
+        if ctx.cpu_native:
+            cxx.append("-march=native")
+        return OpFlags(
+            name=self.name,
+            module=self.module_name,
+            sources=self.source_paths(),
+            include_dirs=self.include_paths(),
+            cxx=tuple(cxx),
+            device_compiler=None,
+            device=(),
+            archs=(),
+            ldflags=("-fopenmp",),
+            libraries=tuple(lib.name for lib in self.system_libraries),
+        )
+
+
+class CUDAOpBuilder(OpBuilder):
+    """An op with device code: nvcc for CUDA, hipcc (after hipify) for ROCm."""
+
+    target: ClassVar[Target] = "gpu"
+    arch_limits: ClassVar[ArchLimits] = ArchLimits()
+
+    def cuda_archs(self, ctx: BuildContext) -> tuple[CudaArch, ...]:
+        kept, _dropped = arch_lib.filter_for_op(ctx.cuda_archs, self.arch_limits)
+        return kept
+
+    def archs_for(self, ctx: BuildContext) -> tuple[str, ...]:
+        if ctx.accelerator == "rocm":
+            return ctx.rocm_archs
+        if ctx.accelerator == "cuda":
+            return tuple(str(a) for a in self.cuda_archs(ctx))
+        return ()
+
+    def incompatibility(self, ctx: BuildContext) -> str | None:
+        if ctx.accelerator == "cpu":
+            return "needs a CUDA or ROCm target, and the build targets the CPU (DS_ACCELERATOR=cpu)"
+        if ctx.accelerator == "cuda":
+            if ctx.toolchain.cuda is None:
+                return "no CUDA toolkit found (nvcc not on PATH and CUDA_HOME unset)"
+            if not self.cuda_archs(ctx):
+                listed = ";".join(str(a) for a in ctx.cuda_archs)
+                return (
+                    f"none of the archs {listed} is within this op's range "
+                    f"({self.arch_limits.describe()})"
+                )
+        if ctx.accelerator == "rocm" and ctx.toolchain.rocm is None:
+            return "no ROCm toolkit found (hipcc not on PATH and ROCM_HOME unset)"
+        return super().incompatibility(ctx)
+
+    def arch_defines(self, archs: tuple[CudaArch, ...]) -> tuple[str, ...]:
+        """Per-op switches derived from this op's own arch list (never from globals)."""
+        return ("-DBF16_AVAILABLE",) if arch_lib.bf16_supported(archs) else ()
+
+    def flags(self, ctx: BuildContext) -> OpFlags:
+        if ctx.accelerator == "rocm":
+            return self._rocm_flags(ctx)
+        archs = self.cuda_archs(ctx)
+        defines = (*self.defines, *self.arch_defines(archs))
+        nvcc = [
+            "-O3",
+            "-std=c++17",
+            "--use_fast_math",
+            # torch's headers disable the half operators by default; our kernels use them.
+            "-U__CUDA_NO_HALF_OPERATORS__",
+            "-U__CUDA_NO_HALF_CONVERSIONS__",
+            "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+            f"--threads={ctx.nvcc_threads}",
+            *arch_lib.nvcc_gencode_flags(archs),
+            *defines,
+        ]
+        return OpFlags(
+            name=self.name,
+            module=self.module_name,
+            sources=self.source_paths(),
+            include_dirs=self.include_paths(),
+            cxx=(*_COMMON_CXX, *defines),
+            device_compiler="nvcc",
+            device=tuple(nvcc),
+            archs=tuple(str(a) for a in archs),
+            ldflags=(),
+            libraries=tuple(lib.name for lib in self.system_libraries),
+        )
+
+    def _rocm_flags(self, ctx: BuildContext) -> OpFlags:
+        sizes = arch_lib.wavefront_sizes(ctx.rocm_archs)
+        defines = (*self.defines, "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1")
+        hipcc = [
+            "-O3",
+            "-std=c++17",
+            *arch_lib.hip_offload_flags(ctx.rocm_archs),
+            # Kernels read the wavefront size at compile time per target; this tells
+            # host code which sizes the fat binary contains.
+            f"-DOP_WAVEFRONT_SIZES={'|'.join(map(str, sizes))}",
+            *defines,
+        ]
+        return OpFlags(
+            name=self.name,
+            module=self.module_name,
+            sources=self.source_paths(),
+            include_dirs=self.include_paths(),
+            cxx=(*_COMMON_CXX, *defines),
+            device_compiler="hipcc",
+            device=tuple(hipcc),
+            archs=ctx.rocm_archs,
+            ldflags=(),
+            libraries=tuple(lib.name for lib in self.system_libraries),
+        )

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from op_builder import archs as arch_lib
+from op_builder.archs import ArchLimits, CudaArch
+from op_builder.builder import CUDAOpBuilder
+
+
+class FPQuantizerBuilder(CUDAOpBuilder):
+    name = "fp_quantizer"
+    description = "Grouped FP8 (e4m3, e5m2) quantize and dequantize of fp16 / bf16"
+    sources = ("fp_quantizer/fp_quantizer.cu", "fp_quantizer/bindings.cpp")
+    # The kernels use bf16 arithmetic and FP8 types throughout: sm_80 and newer only.
+    arch_limits = ArchLimits(min_capability=(8, 0))
+
+    def arch_defines(self, archs: tuple[CudaArch, ...]) -> tuple[str, ...]:
+        native = ("-DFP8_NATIVE",) if arch_lib.fp8_native(archs) else ()
+        return (*super().arch_defines(archs), *native)
