@@ -1,0 +1,1 @@
+"""Compiled op modules land here in an ahead-of-time build, beside ``manifest.json``."""

@@ -1,0 +1,247 @@
+"""Loading ops: the installed (ahead-of-time) module when it fits, else a cached JIT build.
+
+The JIT path keeps torch's compiler driver (``torch.utils.cpp_extension.load``)
+but owns two things torch gets wrong for shared clusters:
+
+* **Locking.** torch guards a build directory with a plain ``lock`` file that
+  has no owner: a build killed midway leaves it behind and every later load
+  waits forever. We take an ``fcntl.flock`` on a sibling file first. The kernel
+  releases it when its holder dies, so a stale torch ``lock`` seen while we hold
+  ours can only be debris, and we remove it.
+* **Fast cached loads.** The build directory is named after a hash of the
+  sources, headers, flags and torch version; when its module exists we import it
+  directly, without re-running ninja or any probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Literal
+
+from op_builder.builder import BuildContext, OpBuilder, OpFlags
+from op_builder.errors import OpBuilderError, OpLoadError
+from op_builder.manifest import read_installed
+from op_builder.toolchain import Toolchain
+
+Source = Literal["aot", "jit"]
+
+
+@dataclass(frozen=True)
+class LoadedOp:
+    name: str
+    module: ModuleType
+    source: Source
+    seconds: float
+    compiled: bool = False  # True when this call ran the compiler
+
+
+_LOADED: dict[str, LoadedOp] = {}
+
+
+def load_op(builder: OpBuilder, env: Mapping[str, str]) -> LoadedOp:
+    """Load ``builder``'s op once per process; raise OpLoadError with the reason."""
+    cached = _LOADED.get(builder.name)
+    if cached is not None:
+        return cached
+    start = time.perf_counter()
+    module, reason = _load_installed(builder)
+    if module is not None:
+        loaded = LoadedOp(builder.name, module, "aot", time.perf_counter() - start)
+    else:
+        if env.get("DS_DISABLE_JIT") == "1":
+            raise OpLoadError(
+                f"{builder.name}: {reason}, and JIT builds are disabled (DS_DISABLE_JIT=1)",
+                hint=f"build it into the image/wheel with {builder.build_variable}=1, or unset DS_DISABLE_JIT",
+            )
+        module, compiled = _jit_load(builder, env)
+        loaded = LoadedOp(builder.name, module, "jit", time.perf_counter() - start, compiled)
+    _LOADED[builder.name] = loaded
+    return loaded
+
+
+def _load_installed(builder: OpBuilder) -> tuple[ModuleType | None, str]:
+    """(module, "") when the installed build fits this torch, else (None, why not)."""
+    manifest = read_installed()
+    entry = manifest.ops.get(builder.name) if manifest is not None else None
+    if manifest is None or entry is None:
+        return None, "not installed ahead of time"
+    import torch
+
+    if manifest.torch != torch.__version__:
+        return None, f"installed for torch {manifest.torch}, but this is torch {torch.__version__}"
+    try:
+        return importlib.import_module(entry.module), ""
+    except ImportError as exc:  # e.g. a runtime library (libaio.so.1) missing from the image
+        raise OpLoadError(
+            f"{builder.name}: the installed module {entry.module} does not import: {exc}",
+            hint="install the op's runtime packages: " + (" ".join(builder.all_runtime_packages()) or "none"),
+        ) from None
+
+
+# ------------------------------------------------------------------ JIT
+
+
+def _flags_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
+    """The context that decides the flags. CPU ops need no probe for that."""
+    if builder.target == "cpu":
+        from op_builder.plan import _flag
+
+        nothing = Toolchain(torch=None, cuda=None, rocm=None, cxx=None, ninja=None, libraries={})
+        return BuildContext(accelerator="cpu", toolchain=nothing, cpu_native=bool(_flag(env, "DS_CPU_NATIVE")))
+    return _probed_context(builder, env)
+
+
+def _probed_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
+    from op_builder.plan import resolve_context, visible_gpu_capabilities
+    from op_builder.toolchain import probe
+
+    libraries = tuple((lib.name, lib.header, lib.symbol) for lib in builder.system_libraries)
+    toolchain = probe(env, libraries)
+    ctx = resolve_context(env, toolchain, visible_gpu_capabilities)
+    if builder.target == "cpu":  # CPU ops build the same on every target
+        ctx = BuildContext(accelerator="cpu", toolchain=toolchain, cpu_native=ctx.cpu_native)
+    return ctx
+
+
+def build_key(flags: OpFlags) -> str:
+    """Hash of everything that changes the binary: sources, headers, flags, torch, Python."""
+    import torch
+
+    digest = hashlib.sha256()
+    digest.update(json.dumps(flags.to_json(), sort_keys=True).encode())
+    digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{sys.platform}".encode())
+    files = [Path(s) for s in flags.sources]
+    for include in flags.include_dirs:
+        files.extend(sorted(p for p in Path(include).rglob("*") if p.is_file()))
+    for path in files:
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def extensions_root(env: Mapping[str, str]) -> Path:
+    """TORCH_EXTENSIONS_DIR, or torch's per-user default, split by Python and torch build."""
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = env.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    flavour = (
+        f"rocm{torch.version.hip}"
+        if torch.version.hip
+        else f"cu{torch.version.cuda}" if torch.version.cuda else "cpu"
+    ).replace(".", "")
+    return Path(root, f"py{sys.version_info[0]}{sys.version_info[1]}_{flavour}")
+
+
+def _import_from(path: Path, module_name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise OpLoadError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, waiting_message: str) -> Iterator[None]:
+    """An flock the kernel drops if this process dies, so no lock outlives its holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(waiting_message, file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _jit_load(builder: OpBuilder, env: Mapping[str, str]) -> tuple[ModuleType, bool]:
+    try:
+        flags = builder.flags(_flags_context(builder, env))
+        key = build_key(flags)
+        root = extensions_root(env)
+    except OpBuilderError as exc:
+        raise OpLoadError(f"{builder.name}: {exc.message}", hint=exc.hint) from None
+    module_name = f"{builder.name}_{key}"
+    build_dir = root / module_name
+    library = build_dir / f"{module_name}.so"
+    if library.exists():
+        return _import_from(library, module_name), False
+    try:
+        with exclusive_lock(
+            root / f"{module_name}.flock",
+            f"op_builder: waiting for another process that is building {builder.name} in {build_dir}",
+        ):
+            if library.exists():  # built by the process we waited for
+                return _import_from(library, module_name), False
+            _compile(builder, env, module_name, build_dir)
+    except PermissionError as exc:
+        raise OpLoadError(
+            f"{builder.name}: cannot write the JIT cache ({exc})",
+            hint="set TORCH_EXTENSIONS_DIR to a writable directory, or install the op ahead of time",
+        ) from None
+    return _import_from(library, module_name), True
+
+
+def _compile(builder: OpBuilder, env: Mapping[str, str], module_name: str, build_dir: Path) -> None:
+    try:
+        ctx = _probed_context(builder, env)
+    except OpBuilderError as exc:
+        raise OpLoadError(f"{builder.name}: {exc.message}", hint=exc.hint) from None
+    reason = builder.incompatibility(ctx)
+    if reason is not None:
+        raise OpLoadError(f"{builder.name} cannot be built here: {reason}")
+    if ctx.toolchain.ninja is None:
+        raise OpLoadError(
+            f"{builder.name}: JIT builds need ninja, which is not installed",
+            hint="pip install ninja",
+        )
+    flags = builder.flags(ctx)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    # We hold the flock: a torch baton here was left by a build that died.
+    (build_dir / "lock").unlink(missing_ok=True)
+    print(
+        f"op_builder: compiling {builder.name} just in time (first use; cached in {build_dir})",
+        file=sys.stderr,
+        flush=True,
+    )
+    start = time.perf_counter()
+    from torch.utils.cpp_extension import load
+
+    try:
+        load(
+            name=module_name,
+            sources=list(flags.sources),
+            extra_cflags=list(flags.cxx),
+            extra_cuda_cflags=list(flags.device) or None,
+            extra_ldflags=[*flags.ldflags, *(f"-l{lib}" for lib in flags.libraries)],
+            extra_include_paths=list(flags.include_dirs),
+            build_directory=str(build_dir),
+            verbose=env.get("DS_JIT_VERBOSE") == "1",
+        )
+    except (RuntimeError, OSError, ImportError) as exc:
+        tail = "\n".join(str(exc).strip().splitlines()[-15:])
+        raise OpLoadError(
+            f"{builder.name}: the JIT build failed:\n{tail}",
+            hint=f"rerun with DS_JIT_VERBOSE=1 for the full compiler output (build dir {build_dir})",
+        ) from None
+    print(
+        f"op_builder: compiled {builder.name} in {time.perf_counter() - start:.1f}s",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -1,0 +1,107 @@
+"""The installed-ops manifest: what an ahead-of-time build put in the wheel.
+
+``setup.py`` writes ``kernels/_ops/manifest.json`` beside the compiled modules;
+``load()`` and ``verify`` read it to know which ops are installed, for which torch
+and toolkit, with which archs. Reading it is one small JSON parse (no probes), so
+loading an installed op stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from op_builder.builder import PACKAGE_ROOT
+
+FORMAT = 1
+MANIFEST_RELPATH = Path("kernels", "_ops", "manifest.json")
+
+
+@dataclass(frozen=True)
+class InstalledOp:
+    name: str
+    module: str
+    target: str
+    archs: tuple[str, ...]
+    flags: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    torch: str
+    cuda: str | None  # toolkit version the ops were compiled with
+    hip: str | None
+    accelerator: str
+    python: str
+    ops: Mapping[str, InstalledOp]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "hip": self.hip,
+            "accelerator": self.accelerator,
+            "python": self.python,
+            "ops": {
+                op.name: {"module": op.module, "target": op.target, "archs": list(op.archs), "flags": op.flags}
+                for op in self.ops.values()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"unsupported manifest format {data.get('format')!r}")
+        ops = {
+            name: InstalledOp(name, entry["module"], entry["target"], tuple(entry["archs"]), entry.get("flags", {}))
+            for name, entry in data["ops"].items()
+        }
+        return cls(data["torch"], data["cuda"], data["hip"], data["accelerator"], data["python"], ops)
+
+
+def manifest_path(root: Path = PACKAGE_ROOT) -> Path:
+    return root / MANIFEST_RELPATH
+
+
+@functools.cache
+def read_installed(root: Path = PACKAGE_ROOT) -> Manifest | None:
+    """The manifest of this installation, or None when no op was built ahead of time.
+
+    A manifest that exists but cannot be read is an error: silently treating it
+    as "nothing installed" would send every load to a JIT build.
+    """
+    path = manifest_path(root)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return Manifest.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        from op_builder.errors import OpLoadError
+
+        raise OpLoadError(
+            f"the installed-ops manifest {path} is unreadable: {exc}",
+            hint="reinstall the package (the wheel may be damaged)",
+        ) from None
+
+
+def write(manifest: Manifest, path: Path) -> None:
+    """Write atomically, so a killed build never leaves half a manifest."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".manifest-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

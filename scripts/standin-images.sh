@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Build the local stand-in base images that replace registry images (python:3.11-slim,
+# nvidia/cuda:*) where no container registry can be reached.
+#
+#   scripts/standin-images.sh            # build what is missing (a no-op when all exist)
+#   scripts/standin-images.sh --force    # rebuild all of them
+#   scripts/standin-images.sh --cuda     # also the CUDA devel stand-in (copies the host toolkit)
+#
+# Images (cached by tag):
+#   imagegen-standin/debian:bookworm        debootstrap --variant=minbase + docker import
+#   imagegen-standin/python:3.11-devel      + python3 python3-venv python3-pip g++ make ninja-build ca-certificates
+#   imagegen-standin/python:3.11-runtime    + python3 python3-venv ca-certificates (no compiler)
+#   imagegen-standin/cuda:13.0-devel        devel + the host's CUDA toolkit at /usr/local/cuda (--cuda)
+#
+# The derived images are made with `docker run` + `docker commit` rather than a Dockerfile so
+# the host CA bundle can be bind-mounted for apt (HTTPS mirrors behind an intercepting proxy)
+# without ending up in any layer: tests check that a proxy CA never reaches a runtime image.
+#
+# Environment:
+#   STANDIN_MIRROR   Debian mirror (default http://deb.debian.org/debian)
+#   STANDIN_CA       CA bundle apt uses for an HTTPS mirror (default /etc/ssl/certs/ca-certificates.crt)
+#   CUDA_HOME        toolkit copied by --cuda (default /usr/local/cuda)
+set -euo pipefail
+
+SUITE=bookworm
+MIRROR="${STANDIN_MIRROR:-http://deb.debian.org/debian}"
+SECURITY_MIRROR="${STANDIN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+CA_BUNDLE="${STANDIN_CA:-/etc/ssl/certs/ca-certificates.crt}"
+CUDA_DIR="${CUDA_HOME:-/usr/local/cuda}"
+
+BASE_TAG=imagegen-standin/debian:bookworm
+DEVEL_TAG=imagegen-standin/python:3.11-devel
+RUNTIME_TAG=imagegen-standin/python:3.11-runtime
+CUDA_TAG=imagegen-standin/cuda:13.0-devel
+LABEL_KEY=io.imagegen.standin
+
+force=0
+want_cuda=0
+for arg in "$@"; do
+    case "$arg" in
+        --force) force=1 ;;
+        --cuda) want_cuda=1 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        *) echo "standin-images: unknown argument: $arg" >&2; exit 2 ;;
+    esac
+done
+
+# Debian's client matches Debian's dockerd; any client works for these plain commands.
+if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER="$(command -v docker)"; fi
+if ! "$DOCKER" info >/dev/null 2>&1; then
+    echo "standin-images: no Docker daemon answers; run scripts/ensure-docker.sh first" >&2
+    exit 3
+fi
+
+say() { echo "standin-images: $*" >&2; }
+have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
+need() { [ "$force" -eq 1 ] || ! have_image "$1"; }
+
+workdir="$(mktemp -d /tmp/imagegen-standin.XXXXXX)"
+container=""
+cleanup() {
+    if [ -n "$container" ]; then "$DOCKER" rm -f "$container" >/dev/null 2>&1 || true; fi
+    rm -rf "$workdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+build_base() {
+    command -v debootstrap >/dev/null || { say "debootstrap is missing (apt-get install debootstrap)"; exit 1; }
+    [ "$(id -u)" -eq 0 ] || { say "debootstrap needs root"; exit 1; }
+    local root="$workdir/rootfs" start=$SECONDS
+    say "debootstrap $SUITE (minbase) from $MIRROR"
+    debootstrap --variant=minbase "$SUITE" "$root" "$MIRROR" >"$workdir/debootstrap.log" 2>&1 || {
+        tail -n 30 "$workdir/debootstrap.log" >&2
+        exit 1
+    }
+    # Same sources and apt habits as the official debian images: updates + security, no
+    # package caches left in layers.
+    cat >"$root/etc/apt/sources.list" <<SRC
+deb $MIRROR $SUITE main
+deb $MIRROR $SUITE-updates main
+deb $SECURITY_MIRROR $SUITE-security main
+SRC
+    cat >"$root/etc/apt/apt.conf.d/docker-clean" <<'CONF'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache ""; Dir::Cache::srcpkgcache "";
+CONF
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log
+    say "docker import -> $BASE_TAG"
+    tar --numeric-owner --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -C "$root" -c . \
+        | "$DOCKER" import \
+            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            --change 'ENV LANG=C.UTF-8' \
+            --change "LABEL $LABEL_KEY=base" \
+            --change 'CMD ["bash"]' \
+            - "$BASE_TAG" >/dev/null
+    rm -rf "$root"
+    say "$BASE_TAG ready ($((SECONDS - start))s)"
+}
+
+# derive TAG KIND PACKAGES...: run apt in a container of the base, then commit it.
+derive() {
+    local tag="$1" kind="$2" start=$SECONDS
+    shift 2
+    say "apt-get install $* -> $tag"
+    container="imagegen-standin-$kind-$$"
+    # The CA is mounted, never copied, so no layer holds it.
+    "$DOCKER" run --name "$container" \
+        -v "$CA_BUNDLE:/run/host-ca.crt:ro" \
+        -e DEBIAN_FRONTEND=noninteractive \
+        "$BASE_TAG" sh -euc '
+            apt_opts="-o Acquire::https::CAInfo=/run/host-ca.crt -o Acquire::Retries=3"
+            apt-get $apt_opts update -qq
+            apt-get $apt_opts install -y -qq --no-install-recommends "$@" >/dev/null
+            apt-get clean
+            rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log /tmp/* /root/.cache
+        ' standin "$@" >"$workdir/$kind.log" 2>&1 || {
+        tail -n 30 "$workdir/$kind.log" >&2
+        exit 1
+    }
+    "$DOCKER" commit \
+        --change 'CMD ["bash"]' \
+        --change "LABEL $LABEL_KEY=$kind" \
+        "$container" "$tag" >/dev/null
+    "$DOCKER" rm -f "$container" >/dev/null
+    container=""
+    say "$tag ready ($((SECONDS - start))s)"
+}
+
+build_cuda() {
+    local start=$SECONDS
+    [ -x "$CUDA_DIR/bin/nvcc" ] || { say "no CUDA toolkit at $CUDA_DIR (set CUDA_HOME)"; exit 1; }
+    say "copying $CUDA_DIR into $CUDA_TAG"
+    local ctx="$workdir/cuda-ctx"
+    mkdir -p "$ctx"
+    # -L: /usr/local/cuda is usually a symlink to the versioned directory.
+    cp -aL "$CUDA_DIR" "$ctx/cuda"
+    # The nvidia/cuda images set these; templates rely on CUDA_HOME and nvcc on PATH.
+    cat >"$ctx/Dockerfile" <<DF
+FROM $DEVEL_TAG
+COPY cuda /usr/local/cuda
+ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LD_LIBRARY_PATH=/usr/local/cuda/lib64 CUDA_VERSION=13.0
+LABEL $LABEL_KEY=cuda-devel
+DF
+    "$DOCKER" build -q -t "$CUDA_TAG" "$ctx" >/dev/null
+    say "$CUDA_TAG ready ($((SECONDS - start))s)"
+}
+
+total_start=$SECONDS
+rebuilt_base=0
+if need "$BASE_TAG"; then build_base; rebuilt_base=1; fi
+# A new base invalidates everything built from it.
+if [ "$rebuilt_base" -eq 1 ] || need "$DEVEL_TAG"; then
+    derive "$DEVEL_TAG" devel python3 python3-venv python3-pip g++ make ninja-build ca-certificates
+    rebuilt_devel=1
+else
+    rebuilt_devel=0
+fi
+if [ "$rebuilt_base" -eq 1 ] || need "$RUNTIME_TAG"; then
+    derive "$RUNTIME_TAG" runtime python3 python3-venv ca-certificates
+fi
+if [ "$want_cuda" -eq 1 ] && { [ "$rebuilt_devel" -eq 1 ] || need "$CUDA_TAG"; }; then
+    build_cuda
+fi
+if [ $((SECONDS - total_start)) -gt 1 ]; then
+    say "done in $((SECONDS - total_start))s"
+fi
