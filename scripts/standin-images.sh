@@ -57,9 +57,11 @@ have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
 need() { [ "$force" -eq 1 ] || ! have_image "$1"; }
 
 workdir="$(mktemp -d /tmp/imagegen-standin.XXXXXX)"
-container=""
 cleanup() {
-    if [ -n "$container" ]; then "$DOCKER" rm -f "$container" >/dev/null 2>&1 || true; fi
+    # The derive containers are named after this script's pid, so only ours are removed.
+    for kind in devel runtime; do
+        "$DOCKER" rm -f "imagegen-standin-$kind-$$" >/dev/null 2>&1 || true
+    done
     rm -rf "$workdir"
 }
 trap cleanup EXIT
@@ -104,7 +106,7 @@ derive() {
     local tag="$1" kind="$2" start=$SECONDS
     shift 2
     say "apt-get install $* -> $tag"
-    container="imagegen-standin-$kind-$$"
+    local container="imagegen-standin-$kind-$$"
     # The CA is mounted, never copied, so no layer holds it.
     "$DOCKER" run --name "$container" \
         -v "$CA_BUNDLE:/run/host-ca.crt:ro" \
@@ -124,7 +126,6 @@ derive() {
         --change "LABEL $LABEL_KEY=$kind" \
         "$container" "$tag" >/dev/null
     "$DOCKER" rm -f "$container" >/dev/null
-    container=""
     say "$tag ready ($((SECONDS - start))s)"
 }
 
@@ -151,16 +152,22 @@ DF
 total_start=$SECONDS
 rebuilt_base=0
 if need "$BASE_TAG"; then build_base; rebuilt_base=1; fi
-# A new base invalidates everything built from it.
+# A new base invalidates everything built from it. devel and runtime only read the base,
+# so they are made in parallel (mostly network and dpkg time).
+pids=()
+rebuilt_devel=0
 if [ "$rebuilt_base" -eq 1 ] || need "$DEVEL_TAG"; then
-    derive "$DEVEL_TAG" devel python3 python3-venv python3-pip g++ make ninja-build ca-certificates
+    derive "$DEVEL_TAG" devel python3 python3-venv python3-pip g++ make ninja-build ca-certificates &
+    pids+=("$!")
     rebuilt_devel=1
-else
-    rebuilt_devel=0
 fi
 if [ "$rebuilt_base" -eq 1 ] || need "$RUNTIME_TAG"; then
-    derive "$RUNTIME_TAG" runtime python3 python3-venv ca-certificates
+    derive "$RUNTIME_TAG" runtime python3 python3-venv ca-certificates &
+    pids+=("$!")
 fi
+for pid in "${pids[@]}"; do
+    wait "$pid" || exit 1
+done
 if [ "$want_cuda" -eq 1 ] && { [ "$rebuilt_devel" -eq 1 ] || need "$CUDA_TAG"; }; then
     build_cuda
 fi

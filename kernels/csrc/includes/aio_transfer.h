@@ -159,6 +159,16 @@ class Context {
                     idle_retries = 0;
                     pending.erase(pending.begin(), pending.begin() + rc);
                     in_flight += rc;
+                } else if (rc == -EINVAL && !direct_) {
+                    // Files without AIO support (pipes, most character devices) refuse
+                    // every request: move these bytes with plain calls instead.
+                    for (iocb* cb : pending) {
+                        const Slot& slot = slots[static_cast<size_t>(slot_index(slots, cb))];
+                        IOError e = sync_transfer(op, files.buffered_fd, slot.user, slot.len, slot.offset);
+                        if (e && !error) error = std::move(e);
+                        free_slots.push_back(slot_index(slots, cb));
+                    }
+                    pending.clear();
                 } else if (rc == -EAGAIN || rc == -EINTR) {
                     // The kernel is out of request slots: reap below, or retry shortly.
                     if (in_flight == 0) std::this_thread::yield();

@@ -1,0 +1,5 @@
+"""``python -m imagegen``."""
+
+from imagegen.cli import main
+
+main()

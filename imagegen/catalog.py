@@ -1,0 +1,284 @@
+"""What imagegen knows about targets: base images, torch builds, wheel indexes, archs.
+
+Pure data plus small lookup functions; nothing here probes the host or a registry.
+
+Sources (checked by hand; every value here can be overridden on the command line):
+- CUDA base images: the ``nvidia/cuda`` tags ``<full>-devel-<distro>`` / ``<full>-runtime-<distro>``
+  (https://hub.docker.com/r/nvidia/cuda/tags). We use the plain tags, not ``-cudnn-``: the pip
+  wheels of torch bring their own cuDNN (``nvidia-cudnn-cu12``), so a cuDNN base would ship it twice.
+- ROCm base images: ``rocm/dev-<distro>:<version>`` to compile; the runtime stage starts from
+  plain ``ubuntu:<release>`` because torch's ROCm wheels bundle the ROCm user-space libraries
+  (https://hub.docker.com/r/rocm/dev-ubuntu-22.04/tags).
+- torch builds per CUDA / ROCm version: the PyTorch release matrix
+  (https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix) and
+  the "previous versions" install commands (https://pytorch.org/get-started/previous-versions/).
+  Rows after torch 2.9 are our best reading of that matrix; ``--torch-index`` relaxes the check.
+- torch release numbers: the versions published on PyPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.version import InvalidVersion, Version
+
+from op_builder import archs as arch_lib
+
+Accelerator = Literal["cpu", "cuda", "rocm"]
+
+# Every torch release (latest patch first within a minor is not needed: we list them all).
+TORCH_RELEASES: tuple[str, ...] = (
+    "2.0.0", "2.0.1",
+    "2.1.0", "2.1.1", "2.1.2",
+    "2.2.0", "2.2.1", "2.2.2",
+    "2.3.0", "2.3.1",
+    "2.4.0", "2.4.1",
+    "2.5.0", "2.5.1",
+    "2.6.0",
+    "2.7.0", "2.7.1",
+    "2.8.0",
+    "2.9.0", "2.9.1",
+    "2.10.0",
+    "2.11.0",
+    "2.12.0", "2.12.1",
+    "2.13.0",
+    "2.14.0", "2.14.1",
+    "2.15.0",
+)  # fmt: skip
+
+# Python versions each torch minor publishes wheels for: (oldest, newest).
+TORCH_PYTHONS: dict[str, tuple[str, str]] = {
+    "2.0": ("3.8", "3.11"),
+    "2.1": ("3.8", "3.11"),
+    "2.2": ("3.8", "3.12"),
+    "2.3": ("3.8", "3.12"),
+    "2.4": ("3.8", "3.12"),
+    "2.5": ("3.9", "3.13"),
+    "2.6": ("3.9", "3.13"),
+    "2.7": ("3.9", "3.13"),
+    "2.8": ("3.9", "3.13"),
+    "2.9": ("3.10", "3.14"),
+    "2.10": ("3.10", "3.14"),
+    "2.11": ("3.10", "3.14"),
+    "2.12": ("3.10", "3.14"),
+    "2.13": ("3.10", "3.14"),
+    "2.14": ("3.10", "3.14"),
+    "2.15": ("3.10", "3.14"),
+}
+
+TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
+
+# The Python each Ubuntu release ships as python3 (GPU images install it with apt).
+UBUNTU_PYTHON: dict[str, str] = {"ubuntu22.04": "3.10", "ubuntu24.04": "3.12"}
+
+# Build tools installed into the devel stage's venv (lower bounds; pip picks the newest).
+BUILD_TOOLS: tuple[str, ...] = ("setuptools>=69", "wheel>=0.42", "ninja>=1.11", "packaging>=23")
+
+# Debian/Ubuntu releases that renamed libraries in the 64-bit time_t transition.
+_T64_DISTROS = frozenset({"trixie", "ubuntu24.04"})
+_T64_RENAMES: dict[str, str] = {"libaio1": "libaio1t64"}
+
+
+@dataclass(frozen=True)
+class TorchRange:
+    """torch minors ``first``..``last`` (inclusive) built for a target, from ``index`` suffix."""
+
+    first: str
+    last: str
+    variant: str  # the wheel index suffix and local version label: "cu121", "rocm6.2.4"
+
+    def admits(self, torch: str) -> bool:
+        minor = _minor(torch)
+        return Version(self.first) <= minor <= Version(self.last)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One CUDA / ROCm / CPU version imagegen can build for."""
+
+    accelerator: Accelerator
+    version: str | None  # "12.1", "6.2"; None for the CPU
+    full_version: str | None  # "12.1.1" as in the base image tag
+    distros: tuple[str, ...]  # the first is the default
+    torch: tuple[TorchRange, ...]
+    default_torch: str
+
+    @property
+    def name(self) -> str:
+        """``cpu``, ``cuda12.1``, ``rocm6.2``: used in tags and dockerfiles/ folders."""
+        return self.accelerator if self.version is None else f"{self.accelerator}{self.version}"
+
+    def torch_range(self, torch: str) -> TorchRange | None:
+        for candidate in self.torch:
+            if candidate.admits(torch):
+                return candidate
+        return None
+
+    def torch_versions(self) -> tuple[str, ...]:
+        """Every torch release built for this target, oldest first."""
+        return tuple(t for t in TORCH_RELEASES if self.torch_range(t) is not None)
+
+    def base_devel(self, distro: str, python: str) -> str:
+        if self.accelerator == "cuda":
+            return f"nvidia/cuda:{self.full_version}-devel-{distro}"
+        if self.accelerator == "rocm":
+            return f"rocm/dev-{_ubuntu_tag(distro)}:{self.version}"
+        return f"python:{python}-slim-{distro}"
+
+    def base_runtime(self, distro: str, python: str) -> str:
+        if self.accelerator == "cuda":
+            return f"nvidia/cuda:{self.full_version}-runtime-{distro}"
+        if self.accelerator == "rocm":
+            return "ubuntu:" + distro.removeprefix("ubuntu")
+        return f"python:{python}-slim-{distro}"
+
+    def default_python(self, distro: str) -> str:
+        """The CPU images take any Python; GPU images use their Ubuntu's python3."""
+        return UBUNTU_PYTHON.get(distro, CPU_DEFAULT_PYTHON)
+
+
+def _ubuntu_tag(distro: str) -> str:
+    return "ubuntu-" + distro.removeprefix("ubuntu")
+
+
+def _minor(version: str) -> Version:
+    v = Version(version)
+    return Version(f"{v.major}.{v.minor}")
+
+
+def _cuda(version: str, full: str, distros: tuple[str, ...], ranges: str, default_torch: str) -> Target:
+    variant = "cu" + version.replace(".", "")
+    first, last = ranges.split("-")
+    return Target("cuda", version, full, distros, (TorchRange(first, last, variant),), default_torch)
+
+
+_U22 = ("ubuntu22.04",)
+_U22_24 = ("ubuntu22.04", "ubuntu24.04")
+
+CUDA_TARGETS: dict[str, Target] = {
+    t.version or "": t
+    for t in (
+        _cuda("11.8", "11.8.0", _U22, "2.0-2.7", "2.7.1"),
+        _cuda("12.1", "12.1.1", _U22, "2.1-2.5", "2.5.1"),
+        _cuda("12.4", "12.4.1", _U22, "2.4-2.6", "2.6.0"),
+        _cuda("12.6", "12.6.3", _U22_24, "2.6-2.10", "2.9.1"),
+        _cuda("12.8", "12.8.1", _U22_24, "2.7-2.11", "2.9.1"),
+        _cuda("12.9", "12.9.1", _U22_24, "2.8-2.9", "2.8.0"),
+        _cuda("13.0", "13.0.0", _U22_24, "2.9-2.15", "2.9.1"),
+    )
+}
+
+# ROCm wheel indexes changed name with the patch release they were built against
+# (torch 2.5 used rocm6.2, torch 2.6 and 2.7 rocm6.2.4).
+ROCM_TARGETS: dict[str, Target] = {
+    "6.1": Target("rocm", "6.1", "6.1", _U22, (TorchRange("2.4", "2.6", "rocm6.1"),), "2.6.0"),
+    "6.2": Target(
+        "rocm",
+        "6.2",
+        "6.2",
+        _U22_24,
+        (TorchRange("2.5", "2.5", "rocm6.2"), TorchRange("2.6", "2.7", "rocm6.2.4")),
+        "2.7.1",
+    ),
+    "6.3": Target("rocm", "6.3", "6.3", _U22_24, (TorchRange("2.7", "2.8", "rocm6.3"),), "2.8.0"),
+    "6.4": Target("rocm", "6.4", "6.4", _U22_24, (TorchRange("2.8", "2.9", "rocm6.4"),), "2.9.1"),
+}
+
+CPU_DEFAULT_PYTHON = "3.11"
+CPU_PYTHONS: tuple[str, ...] = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
+CPU_TARGET = Target("cpu", None, None, ("bookworm", "trixie"), (TorchRange("2.0", "2.15", "cpu"),), "2.13.0")
+
+# Local stand-ins for the CPU bases, made by scripts/standin-images.sh (no registry needed).
+STANDIN_DEVEL = "imagegen-standin/python:3.11-devel"
+STANDIN_RUNTIME = "imagegen-standin/python:3.11-runtime"
+STANDIN_PYTHON = "3.11"
+STANDIN_DISTRO = "bookworm"
+
+# The images `imagegen matrix` renders (ops=all, catalog defaults for everything else).
+STANDARD_MATRIX: tuple[tuple[Accelerator, str | None], ...] = (
+    ("cpu", None),
+    ("cuda", "12.1"),
+    ("cuda", "12.4"),
+    ("cuda", "12.6"),
+    ("cuda", "12.8"),
+    ("cuda", "13.0"),
+    ("rocm", "6.2"),
+    ("rocm", "6.4"),
+)
+
+
+def targets(accelerator: Accelerator) -> dict[str, Target]:
+    """The supported versions of one accelerator, by version string."""
+    if accelerator == "cuda":
+        return CUDA_TARGETS
+    if accelerator == "rocm":
+        return ROCM_TARGETS
+    return {"": CPU_TARGET}
+
+
+def lookup(accelerator: Accelerator, version: str | None) -> Target | None:
+    """The target for ``--cuda X.Y`` / ``--rocm X.Y`` / ``--cpu``, or None if unsupported."""
+    if accelerator == "cpu":
+        return CPU_TARGET
+    return targets(accelerator).get(version or "")
+
+
+def closest_version(accelerator: Accelerator, version: str) -> str | None:
+    """The supported version nearest to ``version`` (for 'did you mean' hints)."""
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return None
+
+    def distance(candidate: str) -> tuple[int, str]:
+        have = Version(candidate)
+        # 5.7 is nearer to 6.1 than to 6.4: compare as one number, minor in the low digits.
+        return (abs((have.major - wanted.major) * 100 + have.minor - wanted.minor), candidate)
+
+    return min(targets(accelerator), key=distance, default=None)
+
+
+def default_cuda_archs(version: str) -> tuple[str, ...]:
+    """The arch list a CUDA version builds when the user names none."""
+    return tuple(str(a) for a in arch_lib.default_cuda_archs(version))
+
+
+def default_rocm_archs() -> tuple[str, ...]:
+    return arch_lib.DEFAULT_ROCM_ARCHS
+
+
+def torch_index(variant: str) -> str:
+    return f"{TORCH_INDEX_ROOT}/{variant}"
+
+
+def resolve_torch_release(text: str) -> str | None:
+    """``2.5`` -> the newest 2.5.x release; ``2.5.1`` -> itself; None when no such release."""
+    try:
+        wanted = Version(text)
+    except InvalidVersion:
+        return None
+    if len(wanted.release) == 2:
+        matches = [t for t in TORCH_RELEASES if _minor(t) == wanted]
+        return matches[-1] if matches else None
+    normal = str(Version(wanted.base_version))
+    return normal if normal in TORCH_RELEASES else None
+
+
+def python_range(torch: str) -> tuple[str, str] | None:
+    minor = _minor(torch)
+    return TORCH_PYTHONS.get(f"{minor.major}.{minor.minor}")
+
+
+def torch_supports_python(torch: str, python: str) -> bool:
+    bounds = python_range(torch)
+    if bounds is None:
+        return False
+    return Version(bounds[0]) <= Version(python) <= Version(bounds[1])
+
+
+def runtime_package(name: str, distro: str) -> str:
+    """The package's name on ``distro`` (Debian 13 / Ubuntu 24.04 renamed some in the t64 move)."""
+    if distro in _T64_DISTROS:
+        return _T64_RENAMES.get(name, name)
+    return name

@@ -1,0 +1,62 @@
+"""The ``imagegen`` command line: composition only; each command lives in imagegen/commands/.
+
+Error handling lives here, once: commands raise ``ImagegenError`` subclasses, and
+``ImagegenGroup.invoke`` turns them into one message (or ``{"error": ...}`` with --json) and
+the error's exit code: 0 ok, 1 build or verification failed, 2 bad input, 3 no engine.
+``IMAGEGEN_DEBUG=1`` prints the traceback as well.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from imagegen.commands import build, doctor, dockerfile, matrix, ops, verify
+from imagegen.commands._options import JSON_META_KEY
+from imagegen.commands._output import report_error
+from imagegen.errors import ImagegenError
+
+# 128 + SIGINT, as shells report a command stopped by Ctrl-C.
+INTERRUPTED_EXIT_CODE = 130
+
+
+class ImagegenGroup(TyperGroup):
+    """Runs a command and maps ImagegenError to its exit code; the only place that exits."""
+
+    def invoke(self, ctx: Any) -> Any:  # Any: the Context class moved between typer versions
+        try:
+            return super().invoke(ctx)
+        except ImagegenError as exc:
+            if os.environ.get("IMAGEGEN_DEBUG", "").strip() not in ("", "0"):
+                traceback.print_exc(file=sys.stderr)
+            report_error(exc, as_json=bool(ctx.meta.get(JSON_META_KEY)))
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise typer.Exit(INTERRUPTED_EXIT_CODE) from None
+
+
+app = typer.Typer(
+    cls=ImagegenGroup,
+    name="imagegen",
+    help="Render, build and verify container images of selected C++/CUDA ops.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,  # errors are reported by ImagegenGroup, bugs as plain tracebacks
+)
+app.command("ops")(ops.ops)
+app.command("dockerfile")(dockerfile.dockerfile)
+app.command("build")(build.build)
+app.command("verify")(verify.verify)
+app.command("matrix")(matrix.matrix)
+app.command("doctor")(doctor.doctor)
+
+
+def main() -> None:
+    """Console-script entry point (``imagegen = imagegen.cli:main``)."""
+    app(prog_name="imagegen")

@@ -1,0 +1,1 @@
+"""One module per ``imagegen`` command; ``imagegen.cli`` composes them."""

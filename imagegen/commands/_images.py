@@ -1,0 +1,62 @@
+"""Which images are on this machine (for doctor, and for the stand-in hint after a failed pull)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from imagegen import catalog
+from imagegen.spec import ImageSpec
+
+STANDIN_SCRIPT = "scripts/standin-images.sh"
+STANDIN_TAGS = ("imagegen-standin/debian:bookworm", catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
+
+
+def local_images(refs: Sequence[str]) -> dict[str, bool] | None:
+    """{ref: present locally}; None when no daemon answers (the caller reports that)."""
+    try:
+        import docker
+    except ImportError:
+        return None
+    try:
+        client = docker.from_env(timeout=30)
+    except docker.errors.DockerException:
+        return None
+    try:
+        found: dict[str, bool] = {}
+        for ref in refs:
+            try:
+                client.api.inspect_image(ref)
+                found[ref] = True
+            except docker.errors.ImageNotFound:
+                found[ref] = False
+        return found
+    except docker.errors.DockerException:
+        return None
+    finally:
+        client.close()
+
+
+def standin_hint() -> str:
+    return (
+        f"no registry here? make local stand-in bases with `{STANDIN_SCRIPT}`, then build with --standins "
+        f"(or IMAGEGEN_STANDINS=1), which means --base-devel {catalog.STANDIN_DEVEL} "
+        f"--base-runtime {catalog.STANDIN_RUNTIME}"
+    )
+
+
+def missing_base_hint(spec: ImageSpec) -> str | None:
+    """A hint naming the spec's base images that are not here, with the way to get them."""
+    bases = sorted({spec.base_devel, spec.base_runtime})
+    present = local_images(bases)
+    if present is None:
+        return None
+    missing = [ref for ref in bases if not present[ref]]
+    if not missing:
+        return None
+    text = "not on this machine: " + ", ".join(missing) + "; "
+    if spec.accelerator == "cpu":
+        return text + standin_hint()
+    return text + (
+        "pull them where a registry answers and bring them here with `docker save` / `docker load`, "
+        "or pass --base-devel/--base-runtime images you have"
+    )

@@ -1,0 +1,46 @@
+"""``imagegen matrix``: write the standard matrix's Dockerfiles and docker-bake.hcl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagegen import log
+from imagegen.commands._options import JsonOption
+from imagegen.commands._output import emit_json
+from imagegen.errors import BuildFailedError
+from imagegen.matrix import stale_files, write_matrix
+
+OutDirOption = Annotated[
+    Path, typer.Option("--out", metavar="DIR", help="Where to write (the repository's dockerfiles/).")
+]
+CheckOption = Annotated[
+    bool, typer.Option("--check", help="Write nothing; exit 1 if the files differ from what the code renders.")
+]
+
+
+def matrix(out: OutDirOption = Path("dockerfiles"), check: CheckOption = False, json: JsonOption = False) -> None:
+    """Render dockerfiles/<target>/Dockerfile for the standard matrix, and docker-bake.hcl."""
+    if check:
+        stale = stale_files(out)
+        if json:
+            emit_json({"ok": not stale, "stale": stale})
+            if stale:
+                raise typer.Exit(BuildFailedError.exit_code)  # the document above already says which
+            return
+        if stale:
+            raise BuildFailedError(
+                f"{len(stale)} generated file(s) under {out} are out of date: {', '.join(stale)}",
+                hint="run `imagegen matrix` and commit the result",
+            )
+        log.info(f"{out} is up to date")
+        return
+    written, unchanged = write_matrix(out)
+    if json:
+        emit_json({"written": [str(p) for p in written], "unchanged": [str(p) for p in unchanged]})
+        return
+    for path in written:
+        log.info(f"wrote {path}")
+    log.info(f"{len(written)} written, {len(unchanged)} unchanged")

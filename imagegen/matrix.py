@@ -1,0 +1,115 @@
+"""The standard image matrix: dockerfiles/<target>/Dockerfile and dockerfiles/docker-bake.hcl.
+
+Rendered from catalog defaults with ``--ops all`` and an empty environment, so the committed
+files depend on the code only (a unit test checks they match). Files are written only when
+their content changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagegen import catalog
+from imagegen.files import write_if_changed
+from imagegen.render import render
+from imagegen.spec import ImageSpec, SpecInput, build_spec
+
+BAKE_FILE = "docker-bake.hcl"
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    spec: ImageSpec
+
+    @property
+    def folder(self) -> str:
+        return self.spec.target  # "cpu", "cuda12.1"
+
+    @property
+    def bake_target(self) -> str:
+        return self.spec.target.replace(".", "-")  # bake target names allow no dots
+
+    @property
+    def dockerfile_path(self) -> str:
+        return f"{self.folder}/Dockerfile"
+
+
+def standard_entries() -> tuple[MatrixEntry, ...]:
+    entries = []
+    for accelerator, version in catalog.STANDARD_MATRIX:
+        inp = SpecInput(
+            ops="all",
+            cpu=accelerator == "cpu",
+            cuda=version if accelerator == "cuda" else None,
+            rocm=version if accelerator == "rocm" else None,
+        )
+        entries.append(MatrixEntry(build_spec(inp, env={})))
+    return tuple(entries)
+
+
+def _hcl_list(items: list[str]) -> str:
+    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+
+def render_bake(entries: tuple[MatrixEntry, ...], dockerfiles_dir: str = "dockerfiles") -> str:
+    """docker-bake.hcl: one target per entry; cache settings shared through one variable."""
+    lines = [
+        "# The standard image matrix. Regenerate with `imagegen matrix`; do not edit by hand.",
+        "# Build from the repository root, e.g.: docker buildx bake -f dockerfiles/docker-bake.hcl cpu",
+        "",
+        'variable "CACHE_DIR" {',
+        '  default = ".cache/imagegen-bake"',
+        "}",
+        "",
+        'group "default" {',
+        f"  targets = {_hcl_list([e.bake_target for e in entries])}",
+        "}",
+        "",
+        'target "_common" {',
+        '  context = "."',
+        '  target  = "runtime"',
+        "}",
+    ]
+    for entry in entries:
+        name = entry.bake_target
+        lines += [
+            "",
+            f'target "{name}" {{',
+            '  inherits   = ["_common"]',
+            f'  dockerfile = "{dockerfiles_dir}/{entry.dockerfile_path}"',
+            f"  tags       = {_hcl_list([entry.spec.tag])}",
+            # One cache folder per target: local cache exports rewrite their index whole.
+            f'  cache-from = ["type=local,src=${{CACHE_DIR}}/{name}"]',
+            f'  cache-to   = ["type=local,dest=${{CACHE_DIR}}/{name},mode=max"]',
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_matrix() -> dict[str, str]:
+    """{path relative to dockerfiles/: text} for the whole matrix."""
+    entries = standard_entries()
+    files = {entry.dockerfile_path: render(entry.spec) for entry in entries}
+    files[BAKE_FILE] = render_bake(entries)
+    return files
+
+
+def write_matrix(out_dir: Path) -> tuple[list[Path], list[Path]]:
+    """Write the matrix under ``out_dir``; returns (written, unchanged) paths."""
+    written: list[Path] = []
+    unchanged: list[Path] = []
+    for relative, text in sorted(render_matrix().items()):
+        path = out_dir / relative
+        (written if write_if_changed(path, text) else unchanged).append(path)
+    return written, unchanged
+
+
+def stale_files(out_dir: Path) -> list[str]:
+    """Relative paths whose content on disk differs from what the code renders (or is missing)."""
+    stale = []
+    for relative, text in sorted(render_matrix().items()):
+        path = out_dir / relative
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            stale.append(relative)
+    return stale

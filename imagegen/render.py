@@ -1,0 +1,144 @@
+"""ImageSpec -> Dockerfile text (pure and deterministic: the same spec gives the same bytes).
+
+The template is ``imagegen/templates/Dockerfile.j2``. Two variants: BuildKit (cache mounts
+for pip and ccache, the wheelhouse bind-mounted instead of copied) and classic (the same
+stages with plain instructions, for engines without BuildKit). Files the build needs
+from outside the checkout are expected at fixed places in the build context:
+``_imagegen/ca.crt`` and ``_imagegen/wheelhouse/`` (``imagegen build`` stages them), so host
+paths never appear in the text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import lru_cache
+
+import jinja2
+
+from imagegen import __version__, catalog
+from imagegen.spec import ImageSpec
+
+# Where the staged extras live inside the build context (see commands/_context.py).
+EXTRAS_DIR = "_imagegen"
+CA_PATH = f"{EXTRAS_DIR}/ca.crt"
+WHEELHOUSE_PATH = f"{EXTRAS_DIR}/wheelhouse"
+
+# Memory one compile job may take, for the default MAX_JOBS: torch's headers make a C++
+# translation unit take ~1.5 GiB; nvcc/hipcc with several archs take more.
+_GIB_PER_JOB = {"cpu": 2, "cuda": 4, "rocm": 4}
+
+
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("imagegen", "templates"),
+        undefined=jinja2.StrictUndefined,  # a missing value is a bug, not an empty line
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - the output is a Dockerfile, not HTML
+    )
+    return env.get_template("Dockerfile.j2")
+
+
+def render(spec: ImageSpec) -> str:
+    """The Dockerfile for ``spec`` (variant from ``spec.buildkit``)."""
+    return _template().render(**context(spec))
+
+
+def render_classic(spec: ImageSpec) -> str:
+    """The classic-builder variant, whatever ``spec.buildkit`` says."""
+    return render(replace(spec, buildkit=False))
+
+
+def runtime_base_has_python(spec: ImageSpec) -> bool:
+    """Official python:* images ship Python at /usr/local; every other base gets it from apt."""
+    return spec.base_runtime.startswith(("python:", "docker.io/library/python:"))
+
+
+def devel_packages(spec: ImageSpec) -> tuple[str, ...]:
+    packages = {"ca-certificates", "g++", "make", *spec.build_packages()}
+    if spec.buildkit:
+        packages.add("ccache")  # only useful with the BuildKit cache mount
+    return tuple(sorted(packages))
+
+
+def runtime_packages(spec: ImageSpec) -> tuple[str, ...]:
+    packages = set(spec.runtime_packages())
+    if not runtime_base_has_python(spec):
+        packages.add("python3")
+    if spec.keep_ca_cert:
+        packages.add("ca-certificates")
+    return tuple(sorted(packages))
+
+
+def build_environment(spec: ImageSpec) -> tuple[str, ...]:
+    """The variables the build stage exports: only the requested ops' DS_BUILD_*, the target, archs."""
+    env = ["DS_BUILD_OPS=0", *(f"{var}=1" for var in spec.build_variables), f"DS_ACCELERATOR={spec.accelerator}"]
+    if spec.accelerator == "cuda":
+        env.append(f'TORCH_CUDA_ARCH_LIST="{";".join(spec.cuda_archs)}"')
+    elif spec.accelerator == "rocm":
+        env.append(f'PYTORCH_ROCM_ARCH="{";".join(spec.rocm_archs)}"')
+    return tuple(env)
+
+
+def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
+    """OCI labels plus io.imagegen.* (values JSON-quoted, which Dockerfile strings accept)."""
+    pairs: list[tuple[str, str]] = [
+        ("org.opencontainers.image.title", f"imagegen ops image ({spec.target})"),
+        ("org.opencontainers.image.description", "Ahead-of-time built ops: " + ", ".join(spec.ops)),
+        ("org.opencontainers.image.version", __version__),
+        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ("org.opencontainers.image.base.name", spec.base_runtime),
+        ("io.imagegen.target", spec.target),
+        ("io.imagegen.ops", ",".join(spec.ops)),
+        ("io.imagegen.archs", ";".join(spec.archs)),
+        ("io.imagegen.cuda", spec.toolkit_version if spec.accelerator == "cuda" else ""),
+        ("io.imagegen.rocm", spec.toolkit_version if spec.accelerator == "rocm" and spec.toolkit_version else ""),
+        ("io.imagegen.torch", f"{spec.torch}+{spec.torch_variant}"),
+        ("io.imagegen.python", spec.python),
+        ("io.imagegen.distro", spec.distro),
+    ]
+    # Each GPU op's own arch list (an op may compile for fewer archs than the image names).
+    pairs += [(f"io.imagegen.archs.{name}", ";".join(archs)) for name, archs in spec.op_archs]
+    return tuple((key, json.dumps(value or "")) for key, value in pairs)
+
+
+def _pip_sources(spec: ImageSpec, index: str | None) -> str:
+    flags: list[str] = []
+    if spec.offline:
+        flags.append("--no-index")
+    if spec.wheelhouse is not None:
+        flags.append("--find-links /wheelhouse")
+    if index is not None:
+        flags.append(f"--index-url {index}")
+    return "".join(flag + " " for flag in flags)
+
+
+def context(spec: ImageSpec) -> dict[str, object]:
+    """Everything the template reads; exposed so tests can check decisions without parsing text."""
+    return {
+        "variant": "BuildKit" if spec.buildkit else "classic",
+        "buildkit": spec.buildkit,
+        "target": spec.target,
+        "ops": spec.ops,
+        "ops_csv": ",".join(spec.ops),
+        "torch_version": f"{spec.torch}+{spec.torch_variant}",
+        "python": spec.python,
+        "archs": ";".join(spec.archs),
+        "base_devel": spec.base_devel,
+        "base_runtime": spec.base_runtime,
+        "ca_cert": spec.ca_cert is not None,
+        "keep_ca_cert": spec.keep_ca_cert,
+        "wheelhouse": spec.wheelhouse is not None,
+        "devel_packages": devel_packages(spec),
+        "runtime_packages": runtime_packages(spec),
+        "runtime_python": not runtime_base_has_python(spec),
+        "build_tools": tuple(f'"{tool}"' for tool in catalog.BUILD_TOOLS),
+        "tool_source": _pip_sources(spec, None),
+        "torch_source": _pip_sources(spec, spec.torch_index),
+        "torch_requirement": spec.torch_requirement,
+        "build_env": build_environment(spec),
+        "max_jobs": "" if spec.max_jobs is None else str(spec.max_jobs),
+        "per_job_gib": _GIB_PER_JOB[spec.accelerator],
+        "labels": labels(spec),
+    }

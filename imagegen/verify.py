@@ -1,0 +1,295 @@
+"""Verify an image: load every op inside a sealed container and report what loaded from where.
+
+The container has no network, a read-only root file system, no capabilities, runs as a
+non-root user, and gets only a small tmpfs at /tmp. Inside it ``python -m op_builder
+verify --json OPS`` loads each op with JIT disabled; an op passes only if it loaded from
+its ahead-of-time module (``source == "aot"``). A requested op the image does not report
+fails too. The container is always removed, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from imagegen.errors import BadInputError, EngineUnavailableError, VerificationFailedError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+Source = Literal["aot", "jit", "fallback"]
+VERIFY_LABEL = "io.imagegen.verify"
+OPS_LABEL = "io.imagegen.ops"
+# The user a verify container runs as when the image itself says root (or nothing).
+FALLBACK_USER = "65534:65534"
+OUTPUT_TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class OpResult:
+    name: str
+    ok: bool
+    source: Source | None
+    seconds: float
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "source": self.source,
+            "seconds": self.seconds,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    image: str
+    ok: bool
+    torch: str
+    cuda: str | None
+    hip: str | None
+    ops: tuple[OpResult, ...]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "ok": self.ok,
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "hip": self.hip,
+            "seconds": round(self.seconds, 3),
+            "ops": [op.to_json() for op in self.ops],
+        }
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def parse_verify_output(
+    stdout: str, requested: Sequence[str] | None, image: str, seconds: float
+) -> VerifyResult | None:
+    """The result from ``op_builder verify --json`` output, or None when there is no JSON in it.
+
+    ``ok`` is recomputed here rather than trusted: every requested op (or, with none
+    requested, every reported op, of which there must be at least one) must have loaded
+    from its ahead-of-time module.
+    """
+    data = _last_json_object(stdout)
+    if data is None:
+        return None
+    reported: dict[str, OpResult] = {}
+    for raw in data.get("ops") or []:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            continue
+        source = raw.get("source")
+        op = OpResult(
+            name=raw["name"],
+            ok=bool(raw.get("ok")) and source == "aot",
+            source=cast(Source, source) if source in ("aot", "jit", "fallback") else None,
+            seconds=float(raw.get("seconds") or 0.0),
+            error=str(raw["error"]) if raw.get("error") else None,
+        )
+        if op.source is not None and op.source != "aot" and op.error is None:
+            op = OpResult(
+                op.name, False, op.source, op.seconds, f"loaded from {op.source}, not ahead of time"
+            )
+        reported[op.name] = op
+    names = list(requested) if requested else list(reported)
+    ops = tuple(
+        reported.get(name)
+        or OpResult(name, False, None, 0.0, "not reported by the image (op not installed?)")
+        for name in names
+    )
+    return VerifyResult(
+        image=image,
+        ok=bool(ops) and all(op.ok for op in ops),
+        torch=str(data.get("torch") or ""),
+        cuda=_opt_str(data.get("cuda")),
+        hip=_opt_str(data.get("hip")),
+        ops=ops,
+        seconds=seconds,
+    )
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _last_json_object(text: str) -> dict[str, Any] | None:
+    # The verifier prints one JSON document; anything a sitecustomize or a warning printed
+    # before it is skipped by trying each "{" that starts a line, last first.
+    starts = [i for i, ch in enumerate(text) if ch == "{" and (i == 0 or text[i - 1] == "\n")]
+    for start in reversed(starts):
+        try:
+            data = json.loads(text[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def requested_ops(ops: Sequence[str] | None, labels: Mapping[str, str]) -> tuple[str, ...] | None:
+    """Ops to check: those asked for, else those the image's io.imagegen.ops label lists, else all."""
+    if ops:
+        return tuple(ops)
+    listed = tuple(op.strip() for op in labels.get(OPS_LABEL, "").split(",") if op.strip())
+    return listed or None
+
+
+def run_user(image_user: str) -> str:
+    """The image's own user when it is not root, else an unprivileged one."""
+    user = image_user.strip()
+    name = user.split(":", 1)[0]
+    if not user or name in ("root", "0"):
+        return FALLBACK_USER
+    return user
+
+
+def verify_command(ops: Sequence[str] | None) -> list[str]:
+    return ["python", "-m", "op_builder", "verify", "--json", *(ops or ())]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def verify_image(image: str, ops: Sequence[str] | None = None, timeout: float = 300) -> VerifyResult:
+    """Load ``ops`` (default: the image's io.imagegen.ops label, else every installed op) in ``image``.
+
+    Raises BadInputError when the image is not here, VerificationFailedError when the
+    verifier could not run at all (no Python, no op_builder, timed out).
+    """
+    import docker
+
+    try:
+        client = docker.from_env(timeout=max(60, int(timeout) + 30))
+    except docker.errors.DockerException as exc:
+        raise EngineUnavailableError(
+            f"no Docker daemon answers: {exc}", hint="start one with scripts/ensure-docker.sh"
+        ) from exc
+    start = time.monotonic()
+    try:
+        try:
+            config = client.api.inspect_image(image)["Config"] or {}
+        except docker.errors.ImageNotFound as exc:
+            raise BadInputError(
+                f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
+            ) from exc
+        wanted = requested_ops(ops, config.get("Labels") or {})
+        name = f"imagegen-verify-{uuid.uuid4().hex[:12]}"
+        try:
+            exit_code, stdout, stderr = _run_sealed(client, image, name, config, wanted, timeout)
+        finally:
+            # By name, so a Ctrl-C that lands between create() and the assignment still cleans up.
+            with _sigint_deferred():
+                _remove(client, name)
+    finally:
+        client.close()
+    seconds = time.monotonic() - start
+    result = parse_verify_output(stdout, wanted, image, seconds)
+    if result is None:
+        tail = "\n".join((stdout + "\n" + stderr).strip().splitlines()[-OUTPUT_TAIL_LINES:])
+        raise VerificationFailedError(
+            f"could not verify {image}: `{' '.join(verify_command(wanted))}` "
+            f"exited {exit_code} without a report",
+            hint="the image needs python with this project installed on PATH; its output:\n" + tail,
+        )
+    return result
+
+
+def _run_sealed(
+    client: Any,
+    image: str,
+    name: str,
+    config: Mapping[str, Any],
+    ops: Sequence[str] | None,
+    timeout: float,
+) -> tuple[int, str, str]:
+    import requests
+
+    container = client.containers.create(
+        image,
+        command=verify_command(ops),
+        name=name,
+        user=run_user(str(config.get("User") or "")),
+        network_mode="none",
+        read_only=True,
+        tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"},
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        pids_limit=512,
+        # HOME on the tmpfs: the image's home is read-only here and torch may cache under it.
+        environment={"DS_DISABLE_JIT": "1", "HOME": "/tmp", "TMPDIR": "/tmp"},
+        labels={VERIFY_LABEL: "1"},
+        detach=True,
+    )
+    container.start()
+    try:
+        status = container.wait(timeout=timeout)
+    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+        raise VerificationFailedError(
+            f"verifying {image} did not finish within {timeout:.0f}s",
+            hint="an op may hang while loading; pass a longer timeout or check the image by hand",
+        ) from exc
+    stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+    stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    return int(status.get("StatusCode", -1)), stdout, stderr
+
+
+def _remove(client: Any, name: str) -> None:
+    import docker
+
+    with contextlib.suppress(docker.errors.NotFound):
+        client.api.remove_container(name, force=True)
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a second Ctrl-C until the cleanup inside is done (main thread only)."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    except (AttributeError, ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+# --------------------------------------------------------------------------- display
+
+
+def render_table(result: VerifyResult) -> Table:
+    from rich.table import Table
+
+    runtime = f"torch {result.torch}"
+    if result.cuda:
+        runtime += f", CUDA {result.cuda}"
+    if result.hip:
+        runtime += f", HIP {result.hip}"
+    verdict = "[green]ok[/green]" if result.ok else "[red]FAILED[/red]"
+    table = Table(title=f"{result.image} — {runtime} — {verdict} ({result.seconds:.1f}s)")
+    table.add_column("op")
+    table.add_column("loaded")
+    table.add_column("from")
+    table.add_column("seconds", justify="right")
+    table.add_column("error", overflow="fold")
+    for op in result.ops:
+        table.add_row(
+            op.name,
+            "[green]yes[/green]" if op.ok else "[red]no[/red]",
+            op.source or "-",
+            f"{op.seconds:.3f}",
+            op.error or "",
+        )
+    return table

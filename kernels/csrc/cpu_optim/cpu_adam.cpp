@@ -1,0 +1,104 @@
+// Adam / AdamW step on fp32 CPU tensors, in place: SIMD (run-time choice of AVX-512, AVX2 or
+// scalar), OpenMP across cores, optional bf16/fp16 copy of the new params in the same pass.
+#include "cpu_optim_binding.h"
+#include "cpu_simd.h"
+
+namespace {
+
+struct AdamArgs {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  uint16_t* half;
+  float l2;     // Adam's L2 coefficient (0 for AdamW)
+  float decay;  // AdamW's 1 - lr * wd (1 for Adam)
+  float one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size;
+};
+
+namespace adam_scalar {
+namespace isa = cpu_simd::scalar;
+#include "cpu_adam_impl.h"
+}  // namespace adam_scalar
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace adam_avx2 {
+namespace isa = cpu_simd::avx2;
+#include "cpu_adam_impl.h"
+}  // namespace adam_avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+namespace adam_avx512 {
+namespace isa = cpu_simd::avx512;
+#include "cpu_adam_impl.h"
+}  // namespace adam_avx512
+#pragma GCC pop_options
+
+using RangeFn = void (*)(const AdamArgs&, int64_t, int64_t);
+using cpu_simd::HalfKind;
+
+RangeFn pick(cpu_simd::Level level, HalfKind half) {
+  static constexpr RangeFn table[3][3] = {
+      {adam_scalar::adam_range<HalfKind::kNone>, adam_scalar::adam_range<HalfKind::kBF16>,
+       adam_scalar::adam_range<HalfKind::kFP16>},
+      {adam_avx2::adam_range<HalfKind::kNone>, adam_avx2::adam_range<HalfKind::kBF16>,
+       adam_avx2::adam_range<HalfKind::kFP16>},
+      {adam_avx512::adam_range<HalfKind::kNone>, adam_avx512::adam_range<HalfKind::kBF16>,
+       adam_avx512::adam_range<HalfKind::kFP16>},
+  };
+  return table[static_cast<int>(level)][static_cast<int>(half)];
+}
+
+void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
+               const at::Tensor& exp_avg_sq,
+               const std::optional<at::Tensor>& half, int64_t step, double lr, double beta1, double beta2,
+               double eps, double weight_decay, bool bias_correction, bool adamw_mode) {
+  constexpr const char* op = "cpu_adam";
+  cpu_optim::check_fp32(params, op, "params");
+  cpu_optim::check_like(params, grads, op, "grads");
+  cpu_optim::check_like(params, exp_avg, op, "exp_avg");
+  cpu_optim::check_like(params, exp_avg_sq, op, "exp_avg_sq");
+  const HalfKind half_kind = cpu_optim::check_half(half, params, op);
+  TORCH_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
+
+  // Scalars in double, then rounded once, as torch.optim.Adam does in Python.
+  const double bc1 = bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
+  const double bc2 = bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(step)) : 1.0;
+  AdamArgs args{};
+  args.p = params.data_ptr<float>();
+  args.g = grads.data_ptr<float>();
+  args.m = exp_avg.data_ptr<float>();
+  args.v = exp_avg_sq.data_ptr<float>();
+  args.half = cpu_optim::half_data(half, half_kind);
+  args.l2 = adamw_mode ? 0.0f : static_cast<float>(weight_decay);
+  args.decay = adamw_mode ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
+  args.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  args.beta2 = static_cast<float>(beta2);
+  args.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  args.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  args.eps = static_cast<float>(eps);
+  args.step_size = static_cast<float>(lr / bc1);
+
+  const RangeFn fn = pick(cpu_simd::active_level(), half_kind);
+  const int64_t n = params.numel();
+  const int threads = cpu_optim::num_threads();
+  pybind11::gil_scoped_release no_gil;  // other Python threads run while we update
+  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Adam / AdamW step on fp32 CPU tensors (SIMD + OpenMP)";
+  m.def("adam_step", &adam_step, pybind11::arg("params"), pybind11::arg("grads"), pybind11::arg("exp_avg"),
+        pybind11::arg("exp_avg_sq"), pybind11::arg("half"), pybind11::arg("step"),
+        pybind11::arg("lr"), pybind11::arg("beta1"), pybind11::arg("beta2"), pybind11::arg("eps"),
+        pybind11::arg("weight_decay"), pybind11::arg("bias_correction"), pybind11::arg("adamw_mode"),
+        "One Adam (adamw_mode=False) or AdamW step, in place on params, exp_avg and exp_avg_sq. "
+        "step counts this step (1 on the first). half, when given (bf16 or fp16, same numel), "
+        "receives params.to(half.dtype).");
+  cpu_optim::bind_simd_controls(m);
+}

@@ -1,0 +1,59 @@
+// torch bindings of fused_adam: check the tensor lists, then launch on the current stream.
+#include "gpu_bindings.h"
+#include "gpu_fused_optim.h"
+
+#include <cmath>
+
+namespace {
+
+void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& params,
+          const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs, double lr,
+          double beta1, double beta2, double eps, double weight_decay, int64_t step, bool adam_w_mode,
+          bool bias_correction) {
+  const size_t n = params.size();
+  TORCH_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n,
+              "fused_adam: grads, params, exp_avgs and exp_avg_sqs must have the same length");
+  if (n == 0) return;
+  TORCH_CHECK(step >= 1, "fused_adam: step must be >= 1, got ", step);
+  const at::Tensor& first = params[0];
+  gpu_bind::check_gpu_tensor(first, "params[0]");
+  const gpu_ops::DType dtype = gpu_bind::float_dtype(first, "params");
+  std::vector<int64_t> sizes;
+  sizes.reserve(n);
+  for (const at::Tensor& p : params) sizes.push_back(p.numel());
+  const at::Device device = first.device();
+  auto p = gpu_bind::pointers(params, "params", device, first.scalar_type(), &sizes);
+  auto g = gpu_bind::pointers(grads, "grads", device, first.scalar_type(), &sizes);
+  auto m = gpu_bind::pointers(exp_avgs, "exp_avgs", device, at::kFloat, &sizes);
+  auto v = gpu_bind::pointers(exp_avg_sqs, "exp_avg_sqs", device, at::kFloat, &sizes);
+  TORCH_CHECK(n < (1u << 30), "fused_adam: too many tensors");
+
+  gpu_ops::AdamConfig config{};
+  config.lr = static_cast<float>(lr);
+  config.beta1 = static_cast<float>(beta1);
+  config.beta2 = static_cast<float>(beta2);
+  config.eps = static_cast<float>(eps);
+  config.weight_decay = static_cast<float>(weight_decay);
+  const double s = static_cast<double>(step);
+  config.bias_correction1 = bias_correction ? static_cast<float>(1.0 - std::pow(beta1, s)) : 1.0f;
+  config.bias_correction2_sqrt = bias_correction ? static_cast<float>(std::sqrt(1.0 - std::pow(beta2, s))) : 1.0f;
+  config.adam_w_mode = adam_w_mode;
+
+  const c10::cuda::CUDAGuard guard(device);
+  gpu_bind::check_launch(
+      gpu_ops::fused_adam(static_cast<int>(n), g.data(), p.data(), gpu_bind::typed<float>(m).data(),
+                          gpu_bind::typed<float>(v).data(), sizes.data(), dtype, config,
+                          gpu_bind::current_stream()),
+      "fused_adam");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Multi-tensor Adam / AdamW (fp32 state and math; fp32, fp16 or bf16 params)";
+  m.def("adam", &adam, "One Adam/AdamW step over lists of tensors, in place", py::arg("grads"),
+        py::arg("params"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("lr"), py::arg("beta1"),
+        py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"), py::arg("step"), py::arg("adam_w_mode"),
+        py::arg("bias_correction"));
+  m.def("has_bf16", &gpu_ops::has_bf16, "Whether this build has bf16 kernels");
+}

@@ -1,0 +1,84 @@
+// What the three CPU optimizer bindings share: tensor checks with clear messages, the
+// optional half-precision copy-out argument, and the Python controls of the SIMD dispatch.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <optional>
+#include <string>
+
+#include "cpu_simd.h"
+
+namespace cpu_optim {
+
+using cpu_simd::HalfKind;
+using cpu_simd::Level;
+
+// The kernels write through raw pointers, so anything but a dense fp32 CPU tensor would be
+// read or written wrongly: refuse it with the reason instead.
+inline void check_fp32(const at::Tensor& t, const char* op, const char* what) {
+  TORCH_CHECK(t.defined(), op, ": ", what, " is undefined (None)");
+  TORCH_CHECK(t.device().is_cpu(), op, ": ", what, " must be a CPU tensor, got one on ", t.device());
+  TORCH_CHECK(t.scalar_type() == at::kFloat, op, ": ", what, " must be float32, got ", t.scalar_type(),
+              " (keep fp32 master params and pass the reduced-precision copy as the half argument)");
+  TORCH_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous (call .contiguous() on it)");
+}
+
+inline void check_like(const at::Tensor& params, const at::Tensor& t, const char* op, const char* what) {
+  check_fp32(t, op, what);
+  TORCH_CHECK(t.sizes() == params.sizes(), op, ": ", what, " has shape ", t.sizes(),
+              " but params have shape ", params.sizes());
+}
+
+// The optional bf16/fp16 tensor that receives params.to(dtype) in the same pass. Same number
+// of elements as params (a flat view of a model's half weights is fine).
+inline HalfKind check_half(const std::optional<at::Tensor>& half, const at::Tensor& params, const char* op) {
+  if (!half.has_value() || !half->defined()) return HalfKind::kNone;
+  const at::Tensor& h = *half;
+  TORCH_CHECK(h.device().is_cpu(), op, ": the half copy must be a CPU tensor, got one on ", h.device());
+  TORCH_CHECK(h.scalar_type() == at::kBFloat16 || h.scalar_type() == at::kHalf, op,
+              ": the half copy must be bfloat16 or float16, got ", h.scalar_type());
+  TORCH_CHECK(h.is_contiguous(), op, ": the half copy must be contiguous");
+  TORCH_CHECK(h.numel() == params.numel(), op, ": the half copy has ", h.numel(), " elements but params have ",
+              params.numel());
+  return h.scalar_type() == at::kBFloat16 ? HalfKind::kBF16 : HalfKind::kFP16;
+}
+
+inline uint16_t* half_data(const std::optional<at::Tensor>& half, HalfKind kind) {
+  return kind == HalfKind::kNone ? nullptr : reinterpret_cast<uint16_t*>(half->data_ptr());
+}
+
+// torch.set_num_threads governs these ops too, so one knob sizes every CPU kernel.
+inline int num_threads() { return std::max(1, at::get_num_threads()); }
+
+inline Level parse_level(const std::string& name) {
+  if (name == "auto") return cpu_simd::supported_level();
+  if (name == "scalar") return Level::kScalar;
+  if (name == "avx2") return Level::kAvx2;
+  if (name == "avx512") return Level::kAvx512;
+  TORCH_CHECK_VALUE(false, "unknown SIMD level '", name, "': expected one of auto, scalar, avx2, avx512");
+}
+
+// Each op module carries its own copy of the dispatch state; the Python front forwards a
+// choice to every module it has loaded.
+inline void bind_simd_controls(pybind11::module& m) {
+  m.def(
+      "simd_level", [] { return std::string(cpu_simd::level_name(cpu_simd::active_level())); },
+      "The instruction set the next step will use: scalar, avx2 or avx512.");
+  m.def(
+      "supported_simd_level", [] { return std::string(cpu_simd::level_name(cpu_simd::supported_level())); },
+      "The best instruction set this CPU supports (probed once).");
+  m.def(
+      "set_simd_level",
+      [](const std::string& name) {
+        const Level level = parse_level(name);
+        TORCH_CHECK_VALUE(static_cast<int>(level) <= static_cast<int>(cpu_simd::supported_level()),
+                          "SIMD level '", name, "' is not supported by this CPU (best: ",
+                          cpu_simd::level_name(cpu_simd::supported_level()), ")");
+        cpu_simd::forced_level().store(name == "auto" ? -1 : static_cast<int>(level));
+      },
+      pybind11::arg("level"),
+      "Force scalar/avx2/avx512 (for tests and comparisons), or 'auto' to follow the CPU.");
+}
+
+}  // namespace cpu_optim

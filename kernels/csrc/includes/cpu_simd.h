@@ -1,0 +1,251 @@
+// Vector primitives for the CPU optimizer ops, one namespace per instruction set, and the
+// run-time choice between them.
+//
+// The ops are compiled without -march (images must run on CPUs other than the build host), so
+// each instruction set lives in its own `#pragma GCC target` region and the best one the running
+// CPU supports is picked once, at first use. Every namespace offers the same names (V, kWidth,
+// vload, vstore, ...); an op's kernel body is written once against `isa::` and included once per
+// namespace (see cpu_optim/cpu_adam.cpp).
+//
+// Torch-free on purpose: only the bindings (cpu_optim_binding.h) see tensors.
+#pragma once
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace cpu_simd {
+
+enum class Level : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// Which reduced-precision copy of the updated parameters a kernel also writes.
+enum class HalfKind : int { kNone = 0, kBF16 = 1, kFP16 = 2 };
+
+inline const char* level_name(Level level) {
+  switch (level) {
+    case Level::kAvx512:
+      return "avx512";
+    case Level::kAvx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
+}
+
+// What the running CPU can execute. The AVX2 path also uses FMA and F16C (fp16 stores);
+// every CPU with AVX2 so far has both, but they are separate CPUID bits, so check them.
+inline Level detect_level() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return Level::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    return Level::kAvx2;
+  }
+  return Level::kScalar;
+}
+
+// Probed once per process (thread-safe static), never per call.
+inline Level supported_level() {
+  static const Level level = detect_level();
+  return level;
+}
+
+// -1: follow the CPU; otherwise a Level forced by set_simd_level (tests use it to run the
+// scalar path on an AVX2 machine). Atomic because steps run with the GIL released.
+inline std::atomic<int>& forced_level() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+
+inline Level active_level() {
+  const int forced = forced_level().load(std::memory_order_relaxed);
+  return forced < 0 ? supported_level() : static_cast<Level>(forced);
+}
+
+// ---------------------------------------------------------------- scalar conversions
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Round to nearest even, NaN -> 0x7FC0: c10::BFloat16's round_to_nearest_even, which is what
+// tensor.to(torch.bfloat16) computes.
+inline uint16_t float_to_bf16(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  const uint32_t u = float_bits(f);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// IEEE half, round to nearest even: c10::detail::fp16_ieee_from_fp32_value (the same
+// algorithm, so scalar results match torch bit for bit, subnormals and overflow included).
+inline uint16_t float_to_fp16(float f) {
+  const float scale_to_inf = bits_float(0x77800000u);   // 2^112
+  const float scale_to_zero = bits_float(0x08800000u);  // 2^-110
+  float base = (std::fabs(f) * scale_to_inf) * scale_to_zero;
+  const uint32_t w = float_bits(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = bits_float((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = float_bits(base);
+  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+  const uint32_t mantissa_bits = bits & 0x00000FFFu;
+  const uint32_t nonsign = exp_bits + mantissa_bits;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+// ---------------------------------------------------------------- scalar "vectors"
+
+namespace scalar {
+using V = float;
+constexpr int64_t kWidth = 1;
+inline V vload(const float* p) { return *p; }
+inline void vstore(float* p, V x) { *p = x; }
+inline V vset1(float x) { return x; }
+inline V vadd(V a, V b) { return a + b; }
+inline V vsub(V a, V b) { return a - b; }
+inline V vmul(V a, V b) { return a * b; }
+inline V vdiv(V a, V b) { return a / b; }
+inline V vfmadd(V a, V b, V c) { return a * b + c; }  // a*b + c
+inline V vsqrt(V a) { return std::sqrt(a); }
+// +1, -1, or 0 (for +-0): torch.sign.
+inline V vsign(V a) { return static_cast<float>((a > 0.0f) - (a < 0.0f)); }
+// An optimization barrier: the compiler may not fuse a product that passes through here into
+// an FMA, so code that must round each step like a chain of torch ops can say so.
+inline V vround(V a) {
+  __asm__("" : "+x"(a));
+  return a;
+}
+inline void vstore_bf16(uint16_t* dst, V x) { *dst = float_to_bf16(x); }
+inline void vstore_fp16(uint16_t* dst, V x) { *dst = float_to_fp16(x); }
+}  // namespace scalar
+
+// ---------------------------------------------------------------- AVX2 + FMA + F16C
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+using V = __m256;
+constexpr int64_t kWidth = 8;
+inline V vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, V x) { _mm256_storeu_ps(p, x); }
+inline V vset1(float x) { return _mm256_set1_ps(x); }
+inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
+inline V vfmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V vsqrt(V a) { return _mm256_sqrt_ps(a); }
+inline V vsign(V a) {
+  const V zero = _mm256_setzero_ps();
+  const V one = _mm256_set1_ps(1.0f);
+  const V pos = _mm256_and_ps(_mm256_cmp_ps(a, zero, _CMP_GT_OQ), one);
+  const V neg = _mm256_and_ps(_mm256_cmp_ps(a, zero, _CMP_LT_OQ), one);
+  return _mm256_sub_ps(pos, neg);
+}
+inline V vround(V a) {
+  __asm__("" : "+x"(a));
+  return a;
+}
+// Same rounding as float_to_bf16, eight lanes at a time with integer ops.
+inline void vstore_bf16(uint16_t* dst, V x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
+  // Values are < 2^16 after the shift, so the saturating pack is exact.
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), packed);
+}
+inline void vstore_fp16(uint16_t* dst, V x) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+}  // namespace avx2
+#pragma GCC pop_options
+
+// ---------------------------------------------------------------- AVX-512F
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+namespace avx512 {
+using V = __m512;
+constexpr int64_t kWidth = 16;
+inline V vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, V x) { _mm512_storeu_ps(p, x); }
+inline V vset1(float x) { return _mm512_set1_ps(x); }
+inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
+inline V vfmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V vsqrt(V a) { return _mm512_sqrt_ps(a); }
+inline V vsign(V a) {
+  const V zero = _mm512_setzero_ps();
+  const __mmask16 pos = _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ);
+  const __mmask16 neg = _mm512_cmp_ps_mask(a, zero, _CMP_LT_OQ);
+  const V plus = _mm512_mask_blend_ps(pos, zero, _mm512_set1_ps(1.0f));
+  return _mm512_mask_blend_ps(neg, plus, _mm512_set1_ps(-1.0f));
+}
+inline V vround(V a) {
+  __asm__("" : "+v"(a));
+  return a;
+}
+inline void vstore_bf16(uint16_t* dst, V x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
+  // vpmovdw truncates each lane to its low 16 bits, which hold the whole result.
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(r));
+}
+inline void vstore_fp16(uint16_t* dst, V x) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+}  // namespace avx512
+#pragma GCC pop_options
+
+// ---------------------------------------------------------------- threads
+
+// Below this many elements per thread, waking a thread costs more than it saves.
+constexpr int64_t kMinPerThread = 1 << 15;
+// Thread boundaries fall on multiples of 32 floats (128 B; 64 B of a half copy), so no two
+// threads write into the same cache line.
+constexpr int64_t kThreadAlign = 32;
+
+// Split [0, n) into one contiguous block per thread (static schedule: each thread streams
+// through its own range once) and call fn(begin, end) on each.
+template <class F>
+inline void parallel_for(int64_t n, int num_threads, const F& fn) {
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(num_threads, n / kMinPerThread));
+  if (threads <= 1) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+  int64_t chunk = (n + threads - 1) / threads;
+  chunk = (chunk + kThreadAlign - 1) / kThreadAlign * kThreadAlign;
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(threads))
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t begin = t * chunk;
+    const int64_t end = std::min(n, begin + chunk);
+    if (begin < end) fn(begin, end);
+  }
+}
+
+}  // namespace cpu_simd

@@ -1,0 +1,53 @@
+// Launchers of the multi-tensor optimizers (fused_adam, fused_lamb, fused_lion).
+//
+// Every list holds `n` tensors of `sizes[i]` elements. Params and grads share one
+// storage dtype per call; optimizer state (exp_avg, exp_avg_sq) is fp32 and all
+// math is fp32. Launches go on `stream`; the return value is the launch error.
+#pragma once
+
+#include "gpu_runtime.h"
+
+namespace gpu_ops {
+
+struct AdamConfig {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+  float bias_correction1;       // 1 - beta1^step, or 1 without bias correction
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step), or 1
+  bool adam_w_mode;             // decoupled weight decay (AdamW) instead of L2 on the grad
+};
+
+gpuError_t fused_adam(int n, void* const* grads, void* const* params, float* const* exp_avgs,
+                      float* const* exp_avg_sqs, const int64_t* sizes, DType dtype, const AdamConfig& config,
+                      gpuStream_t stream);
+
+struct LambConfig {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+  float bias_correction1;
+  float bias_correction2;
+};
+
+// `updates` are fp32 scratch tensors with the params' sizes; `norms` is fp32 [2 * n]
+// scratch (per tensor: squared norm of the param, then of its update).
+gpuError_t fused_lamb(int n, void* const* grads, void* const* params, float* const* exp_avgs,
+                      float* const* exp_avg_sqs, float* const* updates, float* norms, const int64_t* sizes,
+                      DType dtype, const LambConfig& config, gpuStream_t stream);
+
+struct LionConfig {
+  float lr;
+  float beta1;
+  float beta2;
+  float weight_decay;
+};
+
+gpuError_t fused_lion(int n, void* const* grads, void* const* params, float* const* exp_avgs,
+                      const int64_t* sizes, DType dtype, const LionConfig& config, gpuStream_t stream);
+
+}  // namespace gpu_ops

@@ -1,0 +1,60 @@
+// Launchers of the transformer op: LayerNorm, bias + GeLU, scaled masked softmax,
+// forward and backward. Tensors are contiguous row-major; math is fp32; `dtype`
+// is the storage type of every non-fp32 buffer of a call.
+#pragma once
+
+#include "gpu_runtime.h"
+
+namespace gpu_ops {
+
+// Column reductions (dgamma, dbeta, dbias) first sum slices of rows into fp32
+// partials, then add the partials; the bindings size the scratch with this.
+inline int64_t col_reduce_parts(int64_t rows) {
+  const int64_t parts = (rows + 63) / 64;
+  return parts < 1 ? 1 : (parts > 256 ? 256 : parts);
+}
+
+// x, y: [rows, cols]; gamma, beta: [cols] or null (1 and 0); mean, rstd: fp32 [rows].
+gpuError_t layer_norm_forward(const void* x, const void* gamma, const void* beta, void* y, float* mean,
+                              float* rstd, int64_t rows, int64_t cols, float eps, DType dtype,
+                              gpuStream_t stream);
+
+// dgamma and dbeta may be null (no affine parameters); `workspace` then may be too,
+// else it holds 2 * col_reduce_parts(rows) * cols floats.
+gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
+                               const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
+                               int64_t rows, int64_t cols, DType dtype, gpuStream_t stream);
+
+enum class GeluApprox : int { kNone = 0, kTanh = 1 };
+
+// y = gelu(x + bias); x, y: [rows, cols]; bias: [cols].
+gpuError_t bias_gelu_forward(const void* x, const void* bias, void* y, int64_t rows, int64_t cols,
+                             GeluApprox approx, DType dtype, gpuStream_t stream);
+
+// dx = dy * gelu'(x + bias); dbias = sum over rows of dx. `workspace` holds
+// col_reduce_parts(rows) * cols floats.
+gpuError_t bias_gelu_backward(const void* dy, const void* x, const void* bias, void* dx, void* dbias,
+                              float* workspace, int64_t rows, int64_t cols, GeluApprox approx, DType dtype,
+                              gpuStream_t stream);
+
+// Input [batch, heads, q_len, k_len]; the mask (1 = masked out) is
+// [mask_batch, mask_heads, q_len, k_len] with mask_batch in {1, batch} and
+// mask_heads in {1, heads}. Causal masking hides key j from query i when
+// j > i + (k_len - q_len). Rows with every key hidden come out as zeros.
+struct SoftmaxShape {
+  int64_t batch;
+  int64_t heads;
+  int64_t q_len;
+  int64_t k_len;
+  int64_t mask_batch;
+  int64_t mask_heads;
+};
+
+gpuError_t scaled_masked_softmax_forward(const void* x, const uint8_t* mask, void* y, const SoftmaxShape& shape,
+                                         float scale, bool causal, DType dtype, gpuStream_t stream);
+
+// dx = scale * y * (dy - sum(dy * y)) per row of `cols` elements.
+gpuError_t scaled_masked_softmax_backward(const void* dy, const void* y, void* dx, int64_t rows, int64_t cols,
+                                          float scale, DType dtype, gpuStream_t stream);
+
+}  // namespace gpu_ops

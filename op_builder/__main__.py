@@ -1,0 +1,305 @@
+"""``python -m op_builder {report,verify,flags,plan,archs}``.
+
+argparse rather than a CLI framework: this runs inside slim runtime images,
+whose only dependencies are torch and packaging. This ``main`` is the only place
+that turns errors into exit codes (0 ok, 1 failed, 2 bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from op_builder import archs as arch_lib
+from op_builder.errors import BadInputError, OpBuilderError
+from op_builder.registry import ALL_OPS, get_builder
+from op_builder.toolchain import CudaToolkit, Toolchain
+
+
+def _emit(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _toolchain(env: Mapping[str, str], cuda_override: str | None) -> Toolchain:
+    from op_builder.toolchain import probe
+
+    libraries = tuple(
+        (lib.name, lib.header, lib.symbol) for b in ALL_OPS.values() for lib in b.system_libraries
+    )
+    found = probe(env, libraries)
+    if cuda_override is None:
+        return found
+    _check_version(cuda_override)
+    # Plan for another toolkit than the one here (e.g. the image's CUDA 12.1).
+    home = found.cuda.home if found.cuda else "(not installed here)"
+    nvcc = found.cuda.nvcc if found.cuda else "nvcc"
+    return replace(found, cuda=CudaToolkit(home=home, nvcc=nvcc, version=cuda_override))
+
+
+def _check_version(text: str) -> None:
+    parts = text.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise BadInputError(f"--cuda {text!r} is not a CUDA version", hint="use MAJOR.MINOR, e.g. --cuda 12.1")
+
+
+# ------------------------------------------------------------------ report
+
+
+def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from op_builder.manifest import read_installed
+    from op_builder.plan import resolve_context
+
+    toolchain = _toolchain(env, args.cuda)
+    ctx = resolve_context(env, toolchain)
+    manifest = read_installed()
+    installed = manifest.ops if manifest else {}
+    ops = []
+    for name, builder in ALL_OPS.items():
+        reason = builder.incompatibility(ctx)
+        ops.append(
+            {
+                "name": name,
+                "target": builder.target,
+                "installed": name in installed,
+                "compatible": reason is None,
+                "reason": reason,
+                "archs": list(installed[name].archs) if name in installed else list(builder.archs_for(ctx)),
+                "build_packages": list(builder.build_packages()),
+                "runtime_packages": list(builder.all_runtime_packages()),
+            }
+        )
+    data = {
+        "accelerator": ctx.accelerator,
+        "torch": toolchain.torch.version if toolchain.torch else None,
+        "torch_cuda": toolchain.torch.cuda if toolchain.torch else None,
+        "torch_hip": toolchain.torch.hip if toolchain.torch else None,
+        "cuda_toolkit": toolchain.cuda.version if toolchain.cuda else None,
+        "rocm_toolkit": toolchain.rocm.version if toolchain.rocm else None,
+        "cxx": f"{toolchain.cxx.path} {toolchain.cxx.version}" if toolchain.cxx else None,
+        "ninja": toolchain.ninja,
+        "manifest": manifest.to_json() if manifest else None,
+        "warnings": list(ctx.warnings),
+        "ops": ops,
+    }
+    if args.json:
+        _emit(data)
+        return 0
+    for key in ("accelerator", "torch", "cuda_toolkit", "rocm_toolkit", "cxx", "ninja"):
+        print(f"{key:13} {data[key] or '-'}")
+    for warning in ctx.warnings:
+        print(f"warning: {warning}")
+    print()
+    rows = [
+        [
+            op["name"],
+            op["target"],
+            "yes" if op["installed"] else "no",
+            "yes" if op["compatible"] else "no",
+            op["reason"] or "",
+        ]
+        for op in ops
+    ]
+    print(_table(rows, ["op", "target", "installed", "compatible", "why not"]))
+    return 0
+
+
+# ------------------------------------------------------------------ verify
+
+
+def cmd_verify(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import torch
+
+    from op_builder.loader import load_op
+    from op_builder.manifest import read_installed
+
+    names: list[str] = list(args.ops)
+    manifest = read_installed()
+    if not names:
+        names = sorted(manifest.ops) if manifest else []
+    # Verification proves the ahead-of-time modules load: never compile here.
+    sealed = {**env, "DS_DISABLE_JIT": "1"}
+    results = []
+    for name in names:
+        start = time.perf_counter()
+        entry: dict[str, Any] = {"name": name, "ok": False, "source": None, "seconds": 0.0, "error": None}
+        try:
+            loaded = load_op(get_builder(name), sealed)
+            entry.update(ok=loaded.source == "aot", source=loaded.source)
+        except OpBuilderError as exc:
+            entry["error"] = exc.message
+        entry["seconds"] = round(time.perf_counter() - start, 6)
+        results.append(entry)
+    ok = bool(results) and all(r["ok"] for r in results)
+    data = {
+        "ok": ok,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "ops": results,
+    }
+    if args.json:
+        _emit(data)
+    else:
+        rows = [[r["name"], r["source"] or "-", f"{r['seconds']:.3f}", r["error"] or ""] for r in results]
+        print(_table(rows, ["op", "loaded from", "seconds", "error"]))
+    if not results:
+        print("error: no ops are installed ahead of time, and none were named", file=sys.stderr)
+    return 0 if ok else 1
+
+
+# ------------------------------------------------------------------ flags / plan
+
+
+def cmd_flags(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from op_builder.plan import resolve_context
+
+    builder = get_builder(args.op)
+    ctx = resolve_context(env, _toolchain(env, args.cuda))
+    flags = builder.flags(ctx)
+    reason = builder.incompatibility(ctx)
+    data = {**flags.to_json(), "accelerator": ctx.accelerator, "buildable": reason is None, "reason": reason}
+    if args.json:
+        _emit(data)
+        return 0
+    print(f"op        {flags.name} -> {flags.module} ({ctx.accelerator})")
+    if reason:
+        print(f"note      not buildable here: {reason}")
+    print(f"archs     {';'.join(flags.archs) or '-'}")
+    print("sources   " + "\n          ".join(flags.sources))
+    print(f"cxx       {' '.join(flags.cxx)}")
+    if flags.device_compiler:
+        print(f"{flags.device_compiler:9} {' '.join(flags.device)}")
+    print(f"link      {' '.join([*flags.ldflags, *(f'-l{x}' for x in flags.libraries)]) or '-'}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from op_builder.plan import make_plan, visible_gpu_capabilities
+
+    plan = make_plan(env, _toolchain(env, args.cuda), native=visible_gpu_capabilities)
+    if args.json:
+        _emit(plan.to_json())
+        return 0 if plan.ok else 2
+    print(f"target: {plan.accelerator}")
+    for warning in plan.warnings:
+        print(f"warning: {warning}")
+    if plan.ops:
+        rows = [[op.name, op.target, ";".join(op.archs) or "-"] for op in plan.ops]
+        print(_table(rows, ["op", "target", "archs"]))
+    else:
+        print("no ops selected (set DS_BUILD_OPS=1 or DS_BUILD_<OP>=1)")
+    for skipped in plan.skipped:
+        print(f"skipped {skipped.name}: {skipped.reason}")
+    for error in plan.errors:
+        print(f"error: {error.message}" + (f"\n  hint: {error.hint}" if error.hint else ""), file=sys.stderr)
+    return 0 if plan.ok else 2
+
+
+def cmd_archs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from op_builder.plan import visible_gpu_capabilities
+    from op_builder.toolchain import probe_cuda
+
+    if args.cuda is not None:
+        _check_version(args.cuda)
+        version: str | None = args.cuda
+    else:
+        found = probe_cuda(env)
+        version = found.version if found else None
+    text = args.list if args.list is not None else env.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if text:
+        parsed = arch_lib.parse_cuda_arch_list(text, visible_gpu_capabilities)
+        origin = "argument" if args.list is not None else "TORCH_CUDA_ARCH_LIST"
+    elif version is not None:
+        parsed = arch_lib.default_cuda_archs(version)
+        origin = f"default for CUDA {version}"
+    else:
+        raise BadInputError(
+            "no arch list given and no CUDA toolkit found to take the default from",
+            hint="pass a list (python -m op_builder archs '8.0;9.0') or --cuda X.Y",
+        )
+    if version is not None:
+        arch_lib.validate_for_toolkit(parsed, version)
+    data = {
+        "cuda": version,
+        "origin": origin,
+        "archs": [str(a) for a in parsed],
+        "bf16": arch_lib.bf16_supported(parsed),
+        "nvcc_flags": arch_lib.nvcc_gencode_flags(parsed),
+    }
+    if args.json:
+        _emit(data)
+    else:
+        print(f"archs ({origin}): {';'.join(data['archs'])}")
+        print("nvcc flags: " + " ".join(data["nvcc_flags"]))
+    return 0
+
+
+# ------------------------------------------------------------------ entry
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m op_builder", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help_text)
+        command.add_argument("--json", action="store_true", help="machine-readable output")
+        return command
+
+    report = add("report", "every op: target, installed, compatible here, and why not")
+    report.add_argument("--cuda", metavar="X.Y", help="judge against this CUDA toolkit version")
+    verify = add("verify", "import ops with JIT disabled; exit 0 only if all load ahead of time")
+    verify.add_argument("ops", nargs="*", help="ops to verify (default: every installed op)")
+    flags = add("flags", "the exact sources and flags an op gets under this environment")
+    flags.add_argument("op")
+    flags.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
+    plan = add("plan", "which ops DS_BUILD_* selects, their archs, and every error")
+    plan.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
+    archs = add("archs", "resolve an arch list and show its nvcc flags")
+    archs.add_argument("list", nargs="?", help="arch list (default: TORCH_CUDA_ARCH_LIST or the toolkit's)")
+    archs.add_argument("--cuda", metavar="X.Y", help="validate against this CUDA toolkit version")
+    return parser
+
+
+_COMMANDS = {
+    "report": cmd_report,
+    "verify": cmd_verify,
+    "flags": cmd_flags,
+    "plan": cmd_plan,
+    "archs": cmd_archs,
+}
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    env = os.environ if env is None else env
+    try:
+        return _COMMANDS[args.command](args, env)
+    except OpBuilderError as exc:
+        if env.get("OP_BUILDER_DEBUG") == "1":
+            traceback.print_exc()
+        if getattr(args, "json", False):
+            _emit({"error": {"message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}})
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
