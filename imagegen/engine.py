@@ -216,8 +216,8 @@ _CLASSIC_STEP = re.compile(r"^Step \d+/\d+ : (.*)$")
 _CSRC_PATH = re.compile(r"kernels/csrc/([\w./+-]+?)\.(?:cpp|cc|cu|cuh|hip|h|hpp|c|o)\b")
 # gcc/clang "file:12:3: error:", nvcc "file(12): error", ninja "FAILED:", the linker, setuptools.
 _ERROR_LINE = re.compile(
-    r":\d+(?::\d+)?: (?:fatal )?error\b|\(\d+\): (?:catastrophic )?error\b|^FAILED: "
-    r"|undefined reference|Error compiling|^error: command"
+    r":\d+(?::\d+)?: (?:fatal )?error\b|\(\d+\): (?:catastrophic )?error\b|^\s*FAILED: "
+    r"|undefined reference|Error compiling|^\s*error: command"
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _INCLUDED_FROM = re.compile(r"^\s*(?:In file included|from) .*kernels/csrc/")
@@ -321,7 +321,7 @@ def find_failed_op(output: Sequence[str], sources_by_op: Mapping[str, Sequence[s
 def compiler_excerpt(output: Sequence[str], limit: int = EXCERPT_LINES) -> list[str]:
     """About ``limit`` lines worth reading: from just before the first compiler error, else the tail."""
     for i, line in enumerate(output):
-        if _ERROR_LINE.search(line) and not line.startswith("FAILED: "):
+        if _ERROR_LINE.search(line) and not line.lstrip().startswith("FAILED: "):
             start = max(0, i - 3)
             # Include the "In file included from" chain above the error in full.
             while start > 0 and _INCLUDED_FROM.match(output[start - 1]):

@@ -127,7 +127,7 @@ class Context {
 
         while (true) {
             while (!error && next < r.end && !free_slots.empty()) {
-                const std::int64_t len = std::min(block_size_, r.end - next);
+                const std::int64_t len = std::min(block_size_, r.end - next) - (r.end - next < block_size_ ? 1 : 0);
                 if (direct_ && len % kDirectAlignment != 0) {
                     // The file's unaligned tail: O_DIRECT cannot move it, a plain call can.
                     error = sync_transfer(op, files.buffered_fd, base + next, len, next);

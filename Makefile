@@ -1,0 +1,76 @@
+# One entry point for set-up, tests, lint, benchmarks and images.
+# `make images` builds and verifies the standard CPU image; `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+STAMP := $(VENV)/.installed
+
+.PHONY: setup system-deps docker standins test test-fast lint format bench images matrix \
+        cuda-check hip-check e2e-cuda clean
+
+setup: $(STAMP)
+
+# The venv is reused across runs; it is refreshed when the package metadata changes.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q --no-build-isolation -e ".[cli,dev]"
+	touch $@
+
+system-deps:
+	bash scripts/system-deps.sh
+
+docker: system-deps
+	bash scripts/ensure-docker.sh
+
+standins: docker
+	bash scripts/standin-images.sh
+
+# Every tier that can run here: unit, kernels, loader, CUDA device-code compile (when nvcc
+# is present), and the Docker integration tier (skipped, with the reason, when no engine).
+test: setup
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check op_builder imagegen kernels
+	$(VENV)/bin/mypy op_builder imagegen kernels
+
+format: setup
+	$(VENV)/bin/ruff format op_builder imagegen kernels tests bench scripts
+	$(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) bench/cpu_optim.py
+	$(PY) bench/load_time.py
+	$(PY) bench/gpu_optim.py
+	$(PY) bench/gpu_transformer.py
+	$(PY) bench/gpu_quantizer.py
+
+images: setup standins
+	$(VENV)/bin/imagegen build --cpu --ops cpu_adam,cpu_adagrad,cpu_lion,async_io \
+	  --base-devel imagegen-standin/python:3.11-devel --base-runtime imagegen-standin/python:3.11-runtime \
+	  --wheelhouse /opt/wheels --ca-cert /etc/ssl/certs/ca-certificates.crt
+
+matrix: setup
+	$(VENV)/bin/imagegen matrix
+
+cuda-check: setup
+	$(PY) scripts/cuda_check.py
+
+hip-check: setup
+	$(PY) scripts/hip_check.py
+
+e2e-cuda:
+	bash scripts/e2e_cuda.sh
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,24 @@
+// Launchers of the grouped integer quantizer (int8 / int4, symmetric / asymmetric).
+//
+// x is [groups, group_size]. Symmetric: scale = max|x| / qmax (qmax = 127 or 7),
+// q = clamp(round(x / scale), -qmax, qmax) stored as int8 (bits 8) or as 4-bit two's
+// complement. Asymmetric: scale = (max - min) / (2^bits - 1), offset = min,
+// q = clamp(round((x - min) / scale), 0, 2^bits - 1) stored unsigned.
+// Rounding is to nearest even; a group whose scale is 0 quantizes to code 0.
+// Int4 packs two codes per byte: element 2i in the low nibble, 2i + 1 in the high.
+// Dequantize: x = q * scale (+ offset).
+#pragma once
+
+#include "gpu_runtime.h"
+
+namespace gpu_ops {
+
+// q: bits 8 -> groups * group_size bytes; bits 4 -> groups * group_size / 2 bytes
+// (group_size even). offset is written (and read) only when !symmetric.
+gpuError_t quantize_int(const void* x, uint8_t* q, float* scale, float* offset, int64_t groups,
+                        int64_t group_size, int bits, bool symmetric, DType dtype, gpuStream_t stream);
+
+gpuError_t dequantize_int(const uint8_t* q, const float* scale, const float* offset, void* y, int64_t groups,
+                          int64_t group_size, int bits, bool symmetric, DType dtype, gpuStream_t stream);
+
+}  // namespace gpu_ops

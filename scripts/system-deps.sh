@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install the Debian packages the tests and image builds need, when missing:
+#   g++ / make / ninja-build  compile the ops
+#   libaio-dev                async_io (build and run)
+#   docker.io                 a Docker engine (dockerd) and Debian's client with BuildKit
+#   debootstrap               stand-in base images, since no registry is reachable
+#   docker-registry           a registry on localhost for the push test
+# Idempotent and quiet when everything is present. Needs root (or sudo) for apt.
+set -euo pipefail
+
+packages=(g++ make ninja-build libaio-dev docker.io debootstrap docker-registry)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null; then
+  echo "system-deps: missing ${missing[*]}; install them with your package manager" >&2
+  exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "system-deps: need root to install ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+echo "system-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+# docker-registry's postinst starts a service where systemd runs; tests start their own.
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

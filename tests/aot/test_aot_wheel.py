@@ -1,0 +1,115 @@
+"""Ahead of time for real: build a wheel with exactly one op, install it in a fresh venv,
+and load that op with JIT disabled."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen")
+
+
+def _copy_tree(dest: Path) -> Path:
+    """The packaging inputs only, so the test never writes build/ into the checkout."""
+    for name in SHIPPED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "manifest.json"))
+        else:
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DS_", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def cpu_adam_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = _copy_tree(tmp_path_factory.mktemp("src"))
+    out = tmp_path_factory.mktemp("wheels")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out), "."],
+        cwd=src,
+        env=_clean_env(DS_BUILD_OPS="0", DS_BUILD_CPU_ADAM="1", MAX_JOBS="2"),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wheels = list(out.glob("imagegen-*.whl"))
+    assert len(wheels) == 1
+    return wheels[0]
+
+
+def test_wheel_holds_exactly_the_requested_op(cpu_adam_wheel: Path) -> None:
+    assert "linux_x86_64" in cpu_adam_wheel.name or "linux" in cpu_adam_wheel.name  # not a pure wheel
+    with zipfile.ZipFile(cpu_adam_wheel) as wheel:
+        names = wheel.namelist()
+        data = json.loads(wheel.read("kernels/_ops/manifest.json"))
+    compiled = sorted(n for n in names if n.endswith(".so"))
+    assert len(compiled) == 1 and compiled[0].startswith("kernels/_ops/cpu_adam")
+    assert list(data["ops"]) == ["cpu_adam"]
+    import torch
+
+    assert data["torch"] == torch.__version__ and data["accelerator"] == "cpu"
+    # Sources ship too, so other ops can still compile just in time.
+    assert "kernels/csrc/cpu_optim/cpu_lion.cpp" in names
+
+
+def test_explicit_op_that_cannot_build_fails_the_build(tmp_path: Path) -> None:
+    src = _copy_tree(tmp_path / "src")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path), "."],
+        cwd=src,
+        env=_clean_env(DS_BUILD_FUSED_ADAM="1", DS_ACCELERATOR="cpu"),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "DS_BUILD_FUSED_ADAM=1 but fused_adam cannot be built" in done.stdout + done.stderr
+    assert not list(tmp_path.glob("*.whl"))
+
+
+def test_installed_wheel_loads_with_jit_disabled(cpu_adam_wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    torch_spec = f"torch=={__import__('torch').__version__.split('+')[0]}"
+    pip = [python, "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, torch_spec], check=True, env=_clean_env())
+    subprocess.run([*pip, str(cpu_adam_wheel)], check=True, env=_clean_env())
+    env = _clean_env(DS_DISABLE_JIT="1", TORCH_EXTENSIONS_DIR=str(tmp_path / "no-jit-here"))
+    done = subprocess.run(
+        [python, "-m", "op_builder", "verify", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert [(op["name"], op["source"], op["ok"]) for op in data["ops"]] == [("cpu_adam", "aot", True)]
+    # The op is not in the wheel: verify names why and fails.
+    done = subprocess.run(
+        [python, "-m", "op_builder", "verify", "cpu_lion", "--json"], cwd=tmp_path, env=env,
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 1 and "not installed ahead of time" in json.loads(done.stdout)["ops"][0]["error"]
+    # The user-facing front runs on the installed kernel.
+    script = (
+        "import torch; from kernels.optim import CPUAdam\n"
+        "p = torch.nn.Parameter(torch.ones(7)); p.grad = torch.ones(7)\n"
+        "opt = CPUAdam([p], lr=0.1); opt.step(); print(opt.backend, p.detach().tolist())\n"
+    )
+    done = subprocess.run([python, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    backend, values = done.stdout.split(" ", 1)
+    assert backend == "kernel"
+    assert json.loads(values) == pytest.approx([0.9] * 7, abs=1e-6)  # Adam's first step moves by lr
+    assert not (tmp_path / "no-jit-here").exists()
