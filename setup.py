@@ -12,7 +12,7 @@ from setuptools import setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from op_builder.setup_support import planned_extensions  # noqa: E402
+from op_builder.setup_support import planned_extensions
 
 ext_modules, cmdclass = planned_extensions(os.environ)
 setup(ext_modules=ext_modules, cmdclass=cmdclass)

@@ -54,7 +54,9 @@ def _toolchain(env: Mapping[str, str], cuda_override: str | None) -> Toolchain:
 def _check_version(text: str) -> None:
     parts = text.split(".")
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise BadInputError(f"--cuda {text!r} is not a CUDA version", hint="use MAJOR.MINOR, e.g. --cuda 12.1")
+        raise BadInputError(
+            f"--cuda {text!r} is not a CUDA version", hint="use MAJOR.MINOR, e.g. --cuda 12.1"
+        )
 
 
 # ------------------------------------------------------------------ report
@@ -104,13 +106,13 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     for warning in ctx.warnings:
         print(f"warning: {warning}")
     print()
-    rows = [
+    rows: list[list[str]] = [
         [
-            op["name"],
-            op["target"],
+            str(op["name"]),
+            str(op["target"]),
             "yes" if op["installed"] else "no",
             "yes" if op["compatible"] else "no",
-            op["reason"] or "",
+            str(op["reason"] or ""),
         ]
         for op in ops
     ]
@@ -234,18 +236,20 @@ def cmd_archs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         )
     if version is not None:
         arch_lib.validate_for_toolkit(parsed, version)
+    names = [str(a) for a in parsed]
+    nvcc_flags = arch_lib.nvcc_gencode_flags(parsed)
     data = {
         "cuda": version,
         "origin": origin,
-        "archs": [str(a) for a in parsed],
+        "archs": names,
         "bf16": arch_lib.bf16_supported(parsed),
-        "nvcc_flags": arch_lib.nvcc_gencode_flags(parsed),
+        "nvcc_flags": nvcc_flags,
     }
     if args.json:
         _emit(data)
     else:
-        print(f"archs ({origin}): {';'.join(data['archs'])}")
-        print("nvcc flags: " + " ".join(data["nvcc_flags"]))
+        print(f"archs ({origin}): {';'.join(names)}")
+        print("nvcc flags: " + " ".join(nvcc_flags))
     return 0
 
 

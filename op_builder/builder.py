@@ -152,20 +152,21 @@ class OpBuilder:
         from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
         flags = self.flags(ctx)
+        # setuptools wants sources relative to setup.py; include dirs stay absolute
+        # because torch's ninja build compiles from inside its build directory.
         rel = [os.path.relpath(s, PACKAGE_ROOT) for s in flags.sources]
-        incs = [os.path.relpath(i, PACKAGE_ROOT) for i in flags.include_dirs]
         common: dict[str, Any] = {
             "name": flags.module,
             "sources": rel,
-            "include_dirs": incs,
+            "include_dirs": list(flags.include_dirs),
             "extra_link_args": list(flags.ldflags),
             "libraries": list(flags.libraries),
         }
         if flags.device_compiler is None:
-            return CppExtension(extra_compile_args={"cxx": list(flags.cxx)}, **common)
+            return CppExtension(extra_compile_args={"cxx": list(flags.cxx)}, **common)  # type: ignore[no-untyped-call]
         # torch's BuildExtension hands the "nvcc" flags to hipcc on ROCm, and adds
         # no -gencode of its own when the flags already name an arch.
-        return CUDAExtension(
+        return CUDAExtension(  # type: ignore[no-untyped-call]
             extra_compile_args={"cxx": list(flags.cxx), "nvcc": list(flags.device)}, **common
         )
 
@@ -226,10 +227,7 @@ class CUDAOpBuilder(OpBuilder):
                 return "no CUDA toolkit found (nvcc not on PATH and CUDA_HOME unset)"
             if not self.cuda_archs(ctx):
                 listed = ";".join(str(a) for a in ctx.cuda_archs)
-                return (
-                    f"none of the archs {listed} is within this op's range "
-                    f"({self.arch_limits.describe()})"
-                )
+                return f"none of the archs {listed} is within this op's range ({self.arch_limits.describe()})"
         if ctx.accelerator == "rocm" and ctx.toolchain.rocm is None:
             return "no ROCm toolkit found (hipcc not on PATH and ROCM_HOME unset)"
         return super().incompatibility(ctx)

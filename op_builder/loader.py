@@ -21,7 +21,6 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -63,7 +62,7 @@ def load_op(builder: OpBuilder, env: Mapping[str, str]) -> LoadedOp:
         if env.get("DS_DISABLE_JIT") == "1":
             raise OpLoadError(
                 f"{builder.name}: {reason}, and JIT builds are disabled (DS_DISABLE_JIT=1)",
-                hint=f"build it into the image/wheel with {builder.build_variable}=1, or unset DS_DISABLE_JIT",
+                hint=f"build it in ahead of time with {builder.build_variable}=1, or unset DS_DISABLE_JIT",
             )
         module, compiled = _jit_load(builder, env)
         loaded = LoadedOp(builder.name, module, "jit", time.perf_counter() - start, compiled)
@@ -99,7 +98,9 @@ def _flags_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
         from op_builder.plan import _flag
 
         nothing = Toolchain(torch=None, cuda=None, rocm=None, cxx=None, ninja=None, libraries={})
-        return BuildContext(accelerator="cpu", toolchain=nothing, cpu_native=bool(_flag(env, "DS_CPU_NATIVE")))
+        return BuildContext(
+            accelerator="cpu", toolchain=nothing, cpu_native=bool(_flag(env, "DS_CPU_NATIVE"))
+        )
     return _probed_context(builder, env)
 
 
@@ -140,7 +141,9 @@ def extensions_root(env: Mapping[str, str]) -> Path:
     flavour = (
         f"rocm{torch.version.hip}"
         if torch.version.hip
-        else f"cu{torch.version.cuda}" if torch.version.cuda else "cpu"
+        else f"cu{torch.version.cuda}"
+        if torch.version.cuda
+        else "cpu"
     ).replace(".", "")
     return Path(root, f"py{sys.version_info[0]}{sys.version_info[1]}_{flavour}")
 

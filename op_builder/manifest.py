@@ -50,7 +50,12 @@ class Manifest:
             "accelerator": self.accelerator,
             "python": self.python,
             "ops": {
-                op.name: {"module": op.module, "target": op.target, "archs": list(op.archs), "flags": op.flags}
+                op.name: {
+                    "module": op.module,
+                    "target": op.target,
+                    "archs": list(op.archs),
+                    "flags": op.flags,
+                }
                 for op in self.ops.values()
             },
         }
@@ -60,7 +65,9 @@ class Manifest:
         if data.get("format") != FORMAT:
             raise ValueError(f"unsupported manifest format {data.get('format')!r}")
         ops = {
-            name: InstalledOp(name, entry["module"], entry["target"], tuple(entry["archs"]), entry.get("flags", {}))
+            name: InstalledOp(
+                name, entry["module"], entry["target"], tuple(entry["archs"]), entry.get("flags", {})
+            )
             for name, entry in data["ops"].items()
         }
         return cls(data["torch"], data["cuda"], data["hip"], data["accelerator"], data["python"], ops)

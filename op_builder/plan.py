@@ -8,6 +8,7 @@ their archs and flags, ops skipped and why, errors), and never touches
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -168,8 +169,7 @@ def requested_ops(env: Mapping[str, str]) -> tuple[bool, dict[str, bool]]:
             suggestion = did_you_mean(variable, [*by_variable, *_SETTINGS])
             raise BadInputError(
                 f"unknown build variable {variable}",
-                hint=(suggestion + " " if suggestion else "")
-                + "(python -m op_builder report lists the ops)",
+                hint=(suggestion + " " if suggestion else "") + "(python -m op_builder report lists the ops)",
             )
         value = _flag(env, variable)
         explicit[op] = bool(value)
@@ -187,10 +187,8 @@ def make_plan(
         ctx = resolve_context(env, toolchain, native)
     except OpBuilderError as exc:
         accelerator: Accelerator = "cpu"
-        try:
+        with contextlib.suppress(OpBuilderError):
             accelerator = resolve_accelerator(env, toolchain)
-        except OpBuilderError:
-            pass
         return Plan(accelerator, (), (), (Problem(exc.message, exc.hint),), (), None)
 
     ops: list[PlannedOp] = []

@@ -64,7 +64,7 @@ def _manifest_build_ext(plan: Plan) -> type:
 
     from op_builder import manifest
 
-    class ManifestBuildExt(BuildExtension):  # type: ignore[misc]
+    class ManifestBuildExt(BuildExtension):
         """torch's BuildExtension, announcing each op and recording what was built."""
 
         def build_extension(self, ext: Any) -> None:

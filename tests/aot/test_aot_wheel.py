@@ -19,10 +19,13 @@ SHIPPED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "
 
 def _copy_tree(dest: Path) -> Path:
     """The packaging inputs only, so the test never writes build/ into the checkout."""
+    dest.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED:
         source = REPO / name
         if source.is_dir():
-            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "manifest.json"))
+            shutil.copytree(
+                source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "manifest.json")
+            )
         else:
             shutil.copy2(source, dest / name)
     return dest
@@ -90,17 +93,26 @@ def test_installed_wheel_loads_with_jit_disabled(cpu_adam_wheel: Path, tmp_path:
     subprocess.run([*pip, str(cpu_adam_wheel)], check=True, env=_clean_env())
     env = _clean_env(DS_DISABLE_JIT="1", TORCH_EXTENSIONS_DIR=str(tmp_path / "no-jit-here"))
     done = subprocess.run(
-        [python, "-m", "op_builder", "verify", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True
+        [python, "-m", "op_builder", "verify", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(done.stdout)
     assert [(op["name"], op["source"], op["ok"]) for op in data["ops"]] == [("cpu_adam", "aot", True)]
     # The op is not in the wheel: verify names why and fails.
     done = subprocess.run(
-        [python, "-m", "op_builder", "verify", "cpu_lion", "--json"], cwd=tmp_path, env=env,
-        capture_output=True, text=True,
+        [python, "-m", "op_builder", "verify", "cpu_lion", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
-    assert done.returncode == 1 and "not installed ahead of time" in json.loads(done.stdout)["ops"][0]["error"]
+    assert (
+        done.returncode == 1 and "not installed ahead of time" in json.loads(done.stdout)["ops"][0]["error"]
+    )
     # The user-facing front runs on the installed kernel.
     script = (
         "import torch; from kernels.optim import CPUAdam\n"

@@ -22,4 +22,6 @@ class ProbeBuilder(CPUOpBuilder):
 
 if __name__ == "__main__":
     loaded = load_op(ProbeBuilder(), os.environ)
-    print(json.dumps({"compiled": loaded.compiled, "source": loaded.source, "answer": loaded.module.answer()}))
+    print(
+        json.dumps({"compiled": loaded.compiled, "source": loaded.source, "answer": loaded.module.answer()})
+    )

@@ -68,7 +68,7 @@ def test_build_killed_midway_does_not_wedge_later_loads(tmp_path: Path, probe_so
     cache = tmp_path / "cache"
     # A real compiler behind a delay, so the build is surely in flight when killed.
     slow = tmp_path / "slow-c++"
-    slow.write_text("#!/bin/sh\nsleep 60\nexec c++ \"$@\"\n")
+    slow.write_text('#!/bin/sh\nsleep 60\nexec c++ "$@"\n')
     slow.chmod(0o755)
     victim = _start(probe_source, _env(cache, CXX=str(slow)))
     deadline = time.monotonic() + 120
@@ -96,7 +96,7 @@ def test_concurrent_first_loads_build_once(tmp_path: Path, probe_source: Path) -
 
 def test_jit_disabled_gives_a_clear_error(tmp_path: Path, probe_source: Path) -> None:
     proc = _start(probe_source, _env(tmp_path / "cache", DS_DISABLE_JIT="1"))
-    out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert "JIT builds are disabled (DS_DISABLE_JIT=1)" in err
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.so"))

@@ -43,8 +43,14 @@ def test_native_uses_visible_gpus() -> None:
 
 @pytest.mark.parametrize(
     ("cuda", "lowest", "has_blackwell"),
-    [("11.8", "7.0", False), ("12.1", "7.0", False), ("12.6", "7.0", False), ("12.8", "7.0", True),
-     ("12.9", "7.0", True), ("13.0", "7.5", True)],
+    [
+        ("11.8", "7.0", False),
+        ("12.1", "7.0", False),
+        ("12.6", "7.0", False),
+        ("12.8", "7.0", True),
+        ("12.9", "7.0", True),
+        ("13.0", "7.5", True),
+    ],
 )
 def test_defaults_per_toolkit(cuda: str, lowest: str, has_blackwell: bool) -> None:
     archs = A.default_cuda_archs(cuda)
@@ -74,7 +80,9 @@ def test_validate_rejects(arch: str, cuda: str, fragment: str) -> None:
     assert err.value.hint and f"CUDA {cuda} compiles:" in err.value.hint
 
 
-@pytest.mark.parametrize(("arch", "cuda"), [("7.5", "13.0"), ("7.0", "12.9"), ("9.0a", "12.0"), ("12.0", "12.8")])
+@pytest.mark.parametrize(
+    ("arch", "cuda"), [("7.5", "13.0"), ("7.0", "12.9"), ("9.0a", "12.0"), ("12.0", "12.8")]
+)
 def test_validate_accepts(arch: str, cuda: str) -> None:
     A.validate_for_toolkit(A.parse_cuda_arch_list(arch), cuda)
 

@@ -52,8 +52,15 @@ def test_report_says_when_libaio_is_missing(tmp_path: Path) -> None:
 
 
 def test_plan_seed_scenario_json() -> None:
-    done = run("plan", "--json", "--cuda", "12.4", DS_ACCELERATOR="cuda",
-               TORCH_CUDA_ARCH_LIST="7.0;8.0;9.0+PTX", DS_BUILD_OPS="1")
+    done = run(
+        "plan",
+        "--json",
+        "--cuda",
+        "12.4",
+        DS_ACCELERATOR="cuda",
+        TORCH_CUDA_ARCH_LIST="7.0;8.0;9.0+PTX",
+        DS_BUILD_OPS="1",
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     archs = {op["name"]: op["archs"] for op in data["ops"]}
@@ -68,8 +75,15 @@ def test_plan_seed_scenario_json() -> None:
 
 
 def test_flags_json() -> None:
-    done = run("flags", "fp_quantizer", "--json", "--cuda", "12.4", DS_ACCELERATOR="cuda",
-               TORCH_CUDA_ARCH_LIST="7.0;8.0;9.0+PTX")
+    done = run(
+        "flags",
+        "fp_quantizer",
+        "--json",
+        "--cuda",
+        "12.4",
+        DS_ACCELERATOR="cuda",
+        TORCH_CUDA_ARCH_LIST="7.0;8.0;9.0+PTX",
+    )
     data = json.loads(done.stdout)
     assert data["archs"] == ["8.0", "9.0+PTX"] and data["device_compiler"] == "nvcc"
     assert "-DBF16_AVAILABLE" in data["device"] and not any("sm_70" in f for f in data["device"])
@@ -94,7 +108,9 @@ def test_archs_json() -> None:
         (("report",), {"DS_ACCELERATOR": "tpu"}, "DS_ACCELERATOR"),
     ],
 )
-def test_bad_input_exit_2_one_message_no_traceback(args: tuple[str, ...], env: dict[str, str], fragment: str) -> None:
+def test_bad_input_exit_2_one_message_no_traceback(
+    args: tuple[str, ...], env: dict[str, str], fragment: str
+) -> None:
     done = run(*args, **env)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert fragment in done.stderr

@@ -104,8 +104,11 @@ def test_no_compiler() -> None:
 
 @pytest.mark.parametrize(
     ("variable", "suggestion"),
-    [("DS_BUILD_CPU_ADAMW", "DS_BUILD_CPU_ADAM"), ("DS_BUILD_TRANSFORMERS", "DS_BUILD_TRANSFORMER"),
-     ("DS_BUILD_OP", "DS_BUILD_OPS")],
+    [
+        ("DS_BUILD_CPU_ADAMW", "DS_BUILD_CPU_ADAM"),
+        ("DS_BUILD_TRANSFORMERS", "DS_BUILD_TRANSFORMER"),
+        ("DS_BUILD_OP", "DS_BUILD_OPS"),
+    ],
 )
 def test_unknown_build_variable_suggests(variable: str, suggestion: str) -> None:
     plan = make_plan({variable: "1"}, host())

@@ -56,7 +56,9 @@ def test_manifest_round_trip_and_atomic_write(tmp_path: Path) -> None:
         hip=None,
         accelerator="cpu",
         python="3.11.7",
-        ops={"cpu_adam": manifest.InstalledOp("cpu_adam", "kernels._ops.cpu_adam", "cpu", (), {"cxx": ["-O3"]})},
+        ops={
+            "cpu_adam": manifest.InstalledOp("cpu_adam", "kernels._ops.cpu_adam", "cpu", (), {"cxx": ["-O3"]})
+        },
     )
     target = manifest.manifest_path(tmp_path)
     manifest.write(original, target)

@@ -1,0 +1,441 @@
+"""CPU optimizers backed by the ``cpu_adam``, ``cpu_adagrad`` and ``cpu_lion`` ops.
+
+``CPUAdam``, ``CPUAdagrad`` and ``CPULion`` are ``torch.optim.Optimizer`` subclasses that
+update fp32 CPU parameters in place with one SIMD + OpenMP pass per tensor, and can write
+``params.to(bf16 | fp16)`` into a half-precision copy in the same pass
+(``opt.step(half_params=[...])``, one entry per parameter).
+
+The op is loaded on the first step. When it cannot load (no compiler, JIT disabled and not
+installed, ...), the optimizer runs a pure-PyTorch implementation of the same update and
+warns once per op per process with the reason. ``use_kernel=False`` forces that fallback,
+``use_kernel=True`` makes a missing kernel an error; ``opt.backend`` tells which path ran.
+
+State keys and step counters follow torch (``step``, ``exp_avg``, ``exp_avg_sq``, ``sum``), so
+a ``torch.optim.AdamW`` or ``Adagrad`` state dict loads into the matching optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+from torch.optim.optimizer import ParamsT
+
+from op_builder.errors import OpLoadError
+
+__all__ = ["CPUAdagrad", "CPUAdam", "CPULion", "set_simd_level"]
+
+Backend = Literal["kernel", "fallback"]
+SimdLevel = Literal["auto", "scalar", "avx2", "avx512"]
+_SIMD_LEVELS: tuple[SimdLevel, ...] = ("auto", "scalar", "avx2", "avx512")
+
+# Per process: the loaded op modules, why an op could not load, and which ops have warned.
+_MODULES: dict[str, ModuleType] = {}
+_FAILURES: dict[str, Exception] = {}
+_WARNED: set[str] = set()
+_simd_level: SimdLevel = "auto"
+
+
+def set_simd_level(level: SimdLevel) -> None:
+    """Force the instruction set of every CPU optimizer op: scalar, avx2, avx512, or auto.
+
+    For tests and comparisons; ``auto`` (the default) uses the best one the CPU supports.
+    Applies to ops already loaded and to ops loaded later. Raises ValueError for a level
+    this CPU cannot run.
+    """
+    global _simd_level
+    if level not in _SIMD_LEVELS:
+        raise ValueError(f"unknown SIMD level {level!r}; expected one of {', '.join(_SIMD_LEVELS)}")
+    for module in _MODULES.values():
+        module.set_simd_level(level)
+    _simd_level = level
+
+
+def _load(op: str) -> ModuleType:
+    """The compiled op module (raises OpLoadError / ImportError when it cannot load)."""
+    module = _MODULES.get(op)
+    if module is None:
+        from op_builder import get_builder
+
+        module = get_builder(op).load()
+        if _simd_level != "auto":
+            module.set_simd_level(_simd_level)
+        _MODULES[op] = module
+    return module
+
+
+def _resolve(op: str, use_kernel: bool | None) -> ModuleType | None:
+    """The op module, or None for the fallback (after warning once why)."""
+    if use_kernel is False:
+        return None
+    failure = _FAILURES.get(op)
+    if failure is None:
+        try:
+            return _load(op)
+        except (OpLoadError, ImportError) as exc:
+            failure = exc
+        _FAILURES[op] = failure
+    if use_kernel:
+        raise failure
+    if op not in _WARNED:
+        _WARNED.add(op)
+        reason = getattr(failure, "message", None) or str(failure)
+        warnings.warn(
+            f"{op}: the compiled kernel is unavailable ({reason}); using the PyTorch fallback (slower)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return None
+
+
+def _check_param(name: str, p: Tensor, half: Tensor | None) -> None:
+    # Checked here for both paths, so the fallback refuses what the kernel refuses.
+    if p.dtype != torch.float32:
+        raise TypeError(
+            f"{name}: params must be float32, got {p.dtype} (keep fp32 master params and pass "
+            "the reduced-precision copies as half_params)"
+        )
+    if p.device.type != "cpu":
+        raise ValueError(f"{name}: params must be CPU tensors, got one on {p.device}")
+    if not p.is_contiguous():
+        raise ValueError(f"{name}: params must be contiguous")
+    if p.grad is not None and p.grad.is_sparse:
+        raise ValueError(f"{name}: sparse gradients are not supported")
+    if half is None:
+        return
+    if half.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"{name}: half_params entries must be bfloat16 or float16, got {half.dtype}")
+    if half.device.type != "cpu" or not half.is_contiguous():
+        raise ValueError(f"{name}: half_params entries must be contiguous CPU tensors")
+    if half.numel() != p.numel():
+        raise ValueError(
+            f"{name}: a half_params entry has {half.numel()} elements but its param has {p.numel()}"
+        )
+
+
+def _advance_step(state: dict[str, Any]) -> int:
+    """Count this step in ``state['step']`` (a float32 scalar tensor, as torch keeps it)."""
+    step = state["step"]
+    if isinstance(step, Tensor):
+        step += 1
+        return int(step.item())
+    state["step"] = torch.tensor(float(step) + 1.0, dtype=torch.float32)
+    return int(step) + 1
+
+
+class _CPUOptimizer(torch.optim.Optimizer):
+    """The step loop shared by the three optimizers; subclasses supply state and updates."""
+
+    op_name: ClassVar[str]
+
+    def __init__(self, params: ParamsT, defaults: dict[str, Any], use_kernel: bool | None) -> None:
+        super().__init__(params, defaults)
+        self.use_kernel = use_kernel
+        self.backend: Backend | None = None  # set by the first step
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # A state dict saved by torch's optimizer lacks our options: take the defaults.
+        for group in self.param_groups:
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
+
+    @torch.no_grad()
+    def step(  # type: ignore[override]
+        self,
+        closure: Callable[[], float] | None = None,
+        half_params: Sequence[Tensor | None] | None = None,
+    ) -> float | None:
+        """One update of every parameter that has a gradient.
+
+        half_params: one tensor (bf16 or fp16, same numel) or None per parameter, in
+        param-group order; each receives its parameter's new values, converted as
+        ``param.to(dtype)`` would.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        params = [p for group in self.param_groups for p in group["params"]]
+        if half_params is not None and len(half_params) != len(params):
+            raise ValueError(
+                f"{type(self).__name__}: half_params has {len(half_params)} entries but the "
+                f"optimizer has {len(params)} params (give one per param, None to skip one)"
+            )
+        module = _resolve(self.op_name, self.use_kernel)
+        self.backend = "fallback" if module is None else "kernel"
+        index = 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                half = half_params[index] if half_params is not None else None
+                index += 1
+                if p.grad is None:
+                    continue
+                _check_param(type(self).__name__, p, half)
+                state = self.state[p]
+                if not state:
+                    self._init_state(p, group, state)
+                grad = p.grad.contiguous()  # the kernel reads grads densely; a no-op for most
+                if module is None:
+                    self._fallback_update(p, grad, state, group, half)
+                else:
+                    self._kernel_update(module, p, grad, state, group, half)
+        return loss
+
+    def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _kernel_update(
+        self,
+        module: ModuleType,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        half: Tensor | None,
+    ) -> None:
+        raise NotImplementedError
+
+    def _fallback_update(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
+    ) -> None:
+        raise NotImplementedError
+
+
+def _check_betas(betas: tuple[float, float]) -> None:
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
+def _check_nonnegative(**values: float) -> None:
+    for name, value in values.items():
+        if not value >= 0.0:
+            raise ValueError(f"Invalid {name.replace('_', ' ')} value: {value}")
+
+
+class CPUAdam(_CPUOptimizer):
+    """Adam (``adamw_mode=False``, L2 penalty) or AdamW (default, decoupled weight decay).
+
+    Matches ``torch.optim.AdamW`` / ``torch.optim.Adam`` with ``bias_correction=True``;
+    ``bias_correction=False`` uses ``lr`` and ``sqrt(exp_avg_sq)`` uncorrected.
+    """
+
+    op_name: ClassVar[str] = "cpu_adam"
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        *,
+        adamw_mode: bool = True,
+        bias_correction: bool = True,
+        use_kernel: bool | None = None,
+    ) -> None:
+        _check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
+        _check_betas(betas)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "adamw_mode": adamw_mode,
+            "bias_correction": bias_correction,
+        }
+        super().__init__(params, defaults, use_kernel)
+
+    def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        state["step"] = torch.tensor(0.0, dtype=torch.float32)
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+
+    def _kernel_update(
+        self,
+        module: ModuleType,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        half: Tensor | None,
+    ) -> None:
+        beta1, beta2 = group["betas"]
+        module.adam_step(
+            p,
+            grad,
+            state["exp_avg"],
+            state["exp_avg_sq"],
+            half,
+            _advance_step(state),
+            float(group["lr"]),
+            float(beta1),
+            float(beta2),
+            float(group["eps"]),
+            float(group["weight_decay"]),
+            bool(group["bias_correction"]),
+            bool(group["adamw_mode"]),
+        )
+
+    def _fallback_update(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
+    ) -> None:
+        # torch.optim.Adam's single-tensor algorithm, step for step.
+        step = _advance_step(state)
+        lr, eps, wd = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
+        beta1, beta2 = group["betas"]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        if wd != 0.0:
+            if group["adamw_mode"]:
+                p.mul_(1.0 - lr * wd)
+            else:
+                grad = grad.add(p, alpha=wd)
+        exp_avg.lerp_(grad, 1.0 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        bc1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
+        bc2 = 1.0 - beta2**step if group["bias_correction"] else 1.0
+        denom = (exp_avg_sq.sqrt() / math.sqrt(bc2)).add_(eps)
+        p.addcdiv_(exp_avg, denom, value=-lr / bc1)
+        if half is not None:
+            half.copy_(p)
+
+
+class CPUAdagrad(_CPUOptimizer):
+    """Adagrad with ``torch.optim.Adagrad`` semantics (lr_decay, weight_decay, initial accumulator)."""
+
+    op_name: ClassVar[str] = "cpu_adagrad"
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        *,
+        use_kernel: bool | None = None,
+    ) -> None:
+        _check_nonnegative(
+            learning_rate=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            epsilon=eps,
+        )
+        defaults = {
+            "lr": lr,
+            "lr_decay": lr_decay,
+            "weight_decay": weight_decay,
+            "initial_accumulator_value": initial_accumulator_value,
+            "eps": eps,
+        }
+        super().__init__(params, defaults, use_kernel)
+
+    def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        state["step"] = torch.tensor(0.0, dtype=torch.float32)
+        init = float(group["initial_accumulator_value"])
+        state["sum"] = torch.full_like(p, init, memory_format=torch.contiguous_format)
+
+    def _kernel_update(
+        self,
+        module: ModuleType,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        half: Tensor | None,
+    ) -> None:
+        module.adagrad_step(
+            p,
+            grad,
+            state["sum"],
+            half,
+            _advance_step(state),
+            float(group["lr"]),
+            float(group["lr_decay"]),
+            float(group["eps"]),
+            float(group["weight_decay"]),
+        )
+
+    def _fallback_update(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
+    ) -> None:
+        # torch.optim.Adagrad's single-tensor algorithm.
+        step = _advance_step(state)
+        wd = float(group["weight_decay"])
+        if wd != 0.0:
+            grad = grad.add(p, alpha=wd)
+        clr = float(group["lr"]) / (1.0 + (step - 1) * float(group["lr_decay"]))
+        state_sum = state["sum"]
+        state_sum.addcmul_(grad, grad, value=1.0)
+        std = state_sum.sqrt().add_(float(group["eps"]))
+        p.addcdiv_(grad, std, value=-clr)
+        if half is not None:
+            half.copy_(p)
+
+
+class CPULion(_CPUOptimizer):
+    """Lion: ``p = p * (1 - lr * wd) - lr * sign(beta1 * m + (1 - beta1) * g)``,
+    then ``m = beta2 * m + (1 - beta2) * g``."""
+
+    op_name: ClassVar[str] = "cpu_lion"
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        *,
+        use_kernel: bool | None = None,
+    ) -> None:
+        _check_nonnegative(learning_rate=lr, weight_decay=weight_decay)
+        _check_betas(betas)
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay}, use_kernel)
+
+    def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+
+    def _kernel_update(
+        self,
+        module: ModuleType,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        half: Tensor | None,
+    ) -> None:
+        beta1, beta2 = group["betas"]
+        module.lion_step(
+            p,
+            grad,
+            state["exp_avg"],
+            half,
+            float(group["lr"]),
+            float(beta1),
+            float(beta2),
+            float(group["weight_decay"]),
+        )
+
+    def _fallback_update(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
+    ) -> None:
+        # The same roundings as the kernel (each product and sum rounded to fp32 on its own):
+        # sign() amplifies any difference in c near zero into a full 2 * lr step.
+        lr, wd = float(group["lr"]), float(group["weight_decay"])
+        beta1, beta2 = group["betas"]
+        exp_avg = state["exp_avg"]
+        c = exp_avg * beta1 + grad * (1.0 - beta1)
+        if wd != 0.0:
+            p.mul_(1.0 - lr * wd)
+        p.add_(c.sign_(), alpha=-lr)
+        exp_avg.mul_(beta2).add_(grad * (1.0 - beta2))
+        if half is not None:
+            half.copy_(p)
