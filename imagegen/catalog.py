@@ -282,3 +282,31 @@ def runtime_package(name: str, distro: str) -> str:
     if distro in _T64_DISTROS:
         return _T64_RENAMES.get(name, name)
     return name
+
+
+def markdown_table() -> str:
+    """The catalog as the Markdown table in docs/imagegen.md (a test keeps the two equal)."""
+    lines = [
+        "| target | devel base | runtime base | distros | Python | torch built | default torch "
+        "| wheel index | default archs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for target in (*CUDA_TARGETS.values(), *ROCM_TARGETS.values(), CPU_TARGET):
+        distro = target.distros[0]
+        if target.accelerator == "cpu":
+            python = CPU_DEFAULT_PYTHON
+            pythons = f"{CPU_PYTHONS[0]}–{CPU_PYTHONS[-1]} (default {python})"
+            archs = "-"
+        else:
+            python = target.default_python(distro)
+            pythons = ", ".join(f"{UBUNTU_PYTHON[d]} ({d})" for d in target.distros)
+            version = target.version or ""
+            archs = ";".join(default_cuda_archs(version) if target.accelerator == "cuda" else default_rocm_archs())
+        built = target.torch_versions()
+        indexes = ", ".join(dict.fromkeys(r.variant for r in target.torch))
+        lines.append(
+            f"| `{target.name}` | `{target.base_devel(distro, python)}` | `{target.base_runtime(distro, python)}` "
+            f"| {', '.join(target.distros)} | {pythons} | {built[0]}–{built[-1]} | {target.default_torch} "
+            f"| {indexes} | {archs} |"
+        )
+    return "\n".join(lines) + "\n"

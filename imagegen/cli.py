@@ -16,7 +16,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from imagegen.commands import build, doctor, dockerfile, matrix, ops, verify
+from imagegen.commands import build, dockerfile, doctor, matrix, ops, verify
 from imagegen.commands._options import JSON_META_KEY
 from imagegen.commands._output import report_error
 from imagegen.errors import ImagegenError

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -60,6 +60,8 @@ class BuildResult:
     tag: str
     image_id: str
     seconds: float
+    # The build's output lines (for reports and benchmarks: which steps ran, which were cached).
+    log: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
 
 # --------------------------------------------------------------------------- detection
@@ -451,11 +453,13 @@ def build_image(
     build_args: Mapping[str, str] | None = None,
     extra_contexts: Mapping[str, Path] | None = None,
     secrets: Mapping[str, Path] | None = None,
+    no_cache: bool = False,
 ) -> BuildResult:
     """Build ``dockerfile`` (its text) in ``context`` up to stage ``target`` and tag it.
 
     ``extra_contexts`` (name -> directory, for ``COPY --from=name``) needs buildx;
     ``secrets`` (id -> file, for ``RUN --mount=type=secret,id=...``) needs BuildKit.
+    ``no_cache`` re-runs every step (BuildKit cache mounts such as ccache are kept).
     Raises BuildFailedError naming the failed op when the log tells; on Ctrl-C the build is
     cancelled before KeyboardInterrupt propagates.
     """
@@ -473,84 +477,79 @@ def build_image(
             f"build secrets ({', '.join(secrets)}) need BuildKit; this engine is the classic builder",
             hint="use a docker client with BuildKit (see `imagegen doctor`), or render with --no-buildkit",
         )
-    args = dict(build_args or {})
     start = time.monotonic()
     # The Dockerfile lives outside the context, so it can never be COPYed by accident and
     # writing it does not invalidate the context's cache.
     with tempfile.TemporaryDirectory(prefix="imagegen-build-") as tmp:
-        dockerfile_path = Path(tmp) / "Dockerfile"
-        dockerfile_path.write_text(dockerfile)
+        request = BuildRequest(
+            context=context,
+            dockerfile_path=Path(tmp) / "Dockerfile",
+            iidfile=Path(tmp) / "iid",
+            tag=tag,
+            target=target,
+            build_args=dict(build_args or {}),
+            extra_contexts=dict(extra_contexts or {}),
+            secrets=dict(secrets or {}),
+            no_cache=no_cache,
+        )
+        request.dockerfile_path.write_text(dockerfile)
         if engine.kind == "classic":
-            image_id = _build_classic(context, dockerfile, tag, target, args)
+            image_id, lines = _build_classic(request, dockerfile)
         else:
-            image_id = _build_cli(
-                engine,
-                context,
-                dockerfile_path,
-                Path(tmp) / "iid",
-                tag,
-                target,
-                args,
-                dict(extra_contexts or {}),
-                dict(secrets or {}),
-            )
-    return BuildResult(tag=tag, image_id=image_id, seconds=time.monotonic() - start)
+            image_id, lines = _build_cli(engine, request)
+    return BuildResult(tag=tag, image_id=image_id, seconds=time.monotonic() - start, log=tuple(lines))
 
 
-def cli_build_argv(
-    engine: Engine,
-    context: Path,
-    dockerfile_path: Path,
-    iidfile: Path,
-    tag: str,
-    target: str,
-    build_args: Mapping[str, str],
-    extra_contexts: Mapping[str, Path],
-    secrets: Mapping[str, Path],
-) -> list[str]:
+@dataclass(frozen=True)
+class BuildRequest:
+    """One build, as the engine back ends take it."""
+
+    context: Path
+    dockerfile_path: Path
+    iidfile: Path
+    tag: str
+    target: str = "runtime"
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    extra_contexts: Mapping[str, Path] = field(default_factory=dict)
+    secrets: Mapping[str, Path] = field(default_factory=dict)
+    no_cache: bool = False
+
+
+def cli_build_argv(engine: Engine, req: BuildRequest) -> list[str]:
     assert engine.client is not None
     argv = (
         [engine.client, "buildx", "build", "--load"] if engine.kind == "buildx" else [engine.client, "build"]
     )
     # Always plain: the log is parsed to name a failed op, and _LogView draws the TTY view.
-    argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(dockerfile_path), "-t", tag]
-    argv += ["--target", target]
-    for key, value in sorted(build_args.items()):
+    argv += ["--progress=plain", "--iidfile", str(req.iidfile), "-f", str(req.dockerfile_path)]
+    argv += ["-t", req.tag, "--target", req.target]
+    if req.no_cache:
+        argv.append("--no-cache")
+    for key, value in sorted(req.build_args.items()):
         argv += ["--build-arg", f"{key}={value}"]
-    for name, path in sorted(extra_contexts.items()):
+    for name, path in sorted(req.extra_contexts.items()):
         argv += ["--build-context", f"{name}={Path(path).resolve()}"]
-    for sid, path in sorted(secrets.items()):
+    for sid, path in sorted(req.secrets.items()):
         argv += ["--secret", f"id={sid},src={Path(path).resolve()}"]
-    argv.append(str(context))
+    argv.append(str(req.context))
     return argv
 
 
-def _build_cli(
-    engine: Engine,
-    context: Path,
-    dockerfile_path: Path,
-    iidfile: Path,
-    tag: str,
-    target: str,
-    build_args: Mapping[str, str],
-    extra_contexts: Mapping[str, Path],
-    secrets: Mapping[str, Path],
-) -> str:
-    argv = cli_build_argv(
-        engine, context, dockerfile_path, iidfile, tag, target, build_args, extra_contexts, secrets
-    )
+def _build_cli(engine: Engine, req: BuildRequest) -> tuple[str, list[str]]:
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
     view = _LogView(engine.kind, _plain_output())
     try:
-        rc = _stream_process(argv, env, view)
+        rc = _stream_process(cli_build_argv(engine, req), env, view)
     finally:
         view.close()
     if rc != 0:
-        raise describe_failure(view.lines, engine.kind, op_sources(), tag, engine_error=f"docker exited {rc}")
+        raise describe_failure(
+            view.lines, engine.kind, op_sources(), req.tag, engine_error=f"docker exited {rc}"
+        )
     try:
-        return iidfile.read_text().strip()
+        return req.iidfile.read_text().strip(), view.lines
     except OSError:
-        return _image_id(tag)
+        return _image_id(req.tag), view.lines
 
 
 def _stream_process(argv: Sequence[str], env: Mapping[str, str], view: _LogView) -> int:
@@ -626,9 +625,7 @@ def context_excludes(context: Path) -> list[str]:
     return list(DEFAULT_EXCLUDES)
 
 
-def _build_classic(
-    context: Path, dockerfile: str, tag: str, target: str, build_args: Mapping[str, str]
-) -> str:
+def _build_classic(req: BuildRequest, dockerfile: str) -> tuple[str, list[str]]:
     from docker.utils import tar
 
     client = _sdk_client(os.environ, timeout=None)
@@ -637,14 +634,16 @@ def _build_classic(
     error: str | None = None
     name = ".imagegen.Dockerfile"
     try:
-        with tar(str(context), exclude=context_excludes(context), dockerfile=(name, dockerfile)) as archive:
+        excludes = context_excludes(req.context)
+        with tar(str(req.context), exclude=excludes, dockerfile=(name, dockerfile)) as archive:
             stream = client.api.build(
                 fileobj=archive,
                 custom_context=True,
                 dockerfile=name,
-                tag=tag,
-                target=target,
-                buildargs=dict(build_args),
+                tag=req.tag,
+                target=req.target,
+                buildargs=dict(req.build_args),
+                nocache=req.no_cache,
                 rm=True,
                 forcerm=True,  # intermediate containers go away on failure too
                 decode=True,
@@ -666,8 +665,8 @@ def _build_classic(
     view.close()
     client.close()
     if error is not None:
-        raise describe_failure(view.lines, "classic", op_sources(), tag, engine_error=error)
-    return image_id or _image_id(tag)
+        raise describe_failure(view.lines, "classic", op_sources(), req.tag, engine_error=error)
+    return image_id or _image_id(req.tag), view.lines
 
 
 # --------------------------------------------------------------------------- images

@@ -59,7 +59,7 @@ def _escape(msg: str) -> str:
 def _fmt(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     return f"{minutes}m{secs:02d}s"
 
 
@@ -76,7 +76,9 @@ def step(title: str) -> Iterator[None]:
         yield
     except BaseException:
         elapsed = _fmt(time.monotonic() - start)
-        _emit(f"[red]<== {_escape(title)}: failed after {elapsed}[/red]", f"<== {title}: failed after {elapsed}")
+        _emit(
+            f"[red]<== {_escape(title)}: failed after {elapsed}[/red]", f"<== {title}: failed after {elapsed}"
+        )
         raise
     elapsed = _fmt(time.monotonic() - start)
     _emit(f"[green]<==[/green] {_escape(title)}: done in {elapsed}", f"<== {title}: done in {elapsed}")

@@ -35,7 +35,7 @@ def _template() -> jinja2.Template:
         loader=jinja2.PackageLoader("imagegen", "templates"),
         undefined=jinja2.StrictUndefined,  # a missing value is a bug, not an empty line
         keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - the output is a Dockerfile, not HTML
+        autoescape=False,
     )
     return env.get_template("Dockerfile.j2")
 
@@ -73,7 +73,11 @@ def runtime_packages(spec: ImageSpec) -> tuple[str, ...]:
 
 def build_environment(spec: ImageSpec) -> tuple[str, ...]:
     """The variables the build stage exports: only the requested ops' DS_BUILD_*, the target, archs."""
-    env = ["DS_BUILD_OPS=0", *(f"{var}=1" for var in spec.build_variables), f"DS_ACCELERATOR={spec.accelerator}"]
+    env = [
+        "DS_BUILD_OPS=0",
+        *(f"{var}=1" for var in spec.build_variables),
+        f"DS_ACCELERATOR={spec.accelerator}",
+    ]
     if spec.accelerator == "cuda":
         env.append(f'TORCH_CUDA_ARCH_LIST="{";".join(spec.cuda_archs)}"')
     elif spec.accelerator == "rocm":
@@ -83,6 +87,7 @@ def build_environment(spec: ImageSpec) -> tuple[str, ...]:
 
 def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
     """OCI labels plus io.imagegen.* (values JSON-quoted, which Dockerfile strings accept)."""
+    version = spec.toolkit_version or ""
     pairs: list[tuple[str, str]] = [
         ("org.opencontainers.image.title", f"imagegen ops image ({spec.target})"),
         ("org.opencontainers.image.description", "Ahead-of-time built ops: " + ", ".join(spec.ops)),
@@ -92,15 +97,15 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
         ("io.imagegen.target", spec.target),
         ("io.imagegen.ops", ",".join(spec.ops)),
         ("io.imagegen.archs", ";".join(spec.archs)),
-        ("io.imagegen.cuda", spec.toolkit_version if spec.accelerator == "cuda" else ""),
-        ("io.imagegen.rocm", spec.toolkit_version if spec.accelerator == "rocm" and spec.toolkit_version else ""),
+        ("io.imagegen.cuda", version if spec.accelerator == "cuda" else ""),
+        ("io.imagegen.rocm", version if spec.accelerator == "rocm" else ""),
         ("io.imagegen.torch", f"{spec.torch}+{spec.torch_variant}"),
         ("io.imagegen.python", spec.python),
         ("io.imagegen.distro", spec.distro),
     ]
     # Each GPU op's own arch list (an op may compile for fewer archs than the image names).
     pairs += [(f"io.imagegen.archs.{name}", ";".join(archs)) for name, archs in spec.op_archs]
-    return tuple((key, json.dumps(value or "")) for key, value in pairs)
+    return tuple((key, json.dumps(value)) for key, value in pairs)
 
 
 def _pip_sources(spec: ImageSpec, index: str | None) -> str:

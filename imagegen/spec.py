@@ -14,14 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagegen import catalog
+from imagegen.catalog import Accelerator, Target
+from imagegen.errors import BadInputError
 from op_builder import ALL_OPS, CUDAOpBuilder
 from op_builder import archs as arch_lib
 from op_builder.errors import ArchError
 from op_builder.suggest import did_you_mean
-
-from imagegen import catalog
-from imagegen.catalog import Accelerator, Target
-from imagegen.errors import BadInputError
 
 # Environment variables read as the middle layer of the cascade.
 ENV_PREFIX = "IMAGEGEN_"
@@ -329,7 +328,8 @@ def _torch(
         if custom_index is None:
             raise BadInputError(
                 f"torch {torch} is not built for {target.name}",
-                hint=f"torch built for {target.name}: {_span(built)} (or pass --torch-index for your own index)",
+                hint=f"torch built for {target.name}: {_span(built)} "
+                "(or pass --torch-index for your own index)",
             )
         # With the user's own index we cannot know what it holds: say so once and go on.
         variant = target.torch[-1].variant
@@ -388,7 +388,9 @@ def _ops(value: str | None, target: Target) -> tuple[tuple[str, ...], bool]:
 def _archs(value: str | None, target: Target) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if target.accelerator == "cpu":
         if value is not None:
-            raise BadInputError("--arch applies to --cuda and --rocm images only", hint="drop --arch for --cpu")
+            raise BadInputError(
+                "--arch applies to --cuda and --rocm images only", hint="drop --arch for --cpu"
+            )
         return (), ()
     try:
         if target.accelerator == "rocm":

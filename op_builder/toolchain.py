@@ -80,14 +80,19 @@ def _run(cmd: list[str], timeout: float = 30) -> str | None:
 
 
 def find_cuda_home(env: Mapping[str, str]) -> str | None:
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if env.get(var) and Path(env[var], "bin", "nvcc").exists():
-            return env[var]
+    """CUDA_HOME / CUDA_PATH, else where nvcc on PATH lives, else /usr/local/cuda.
+
+    A candidate counts only with both ``bin/nvcc`` and the runtime headers: an
+    ``nvcc`` wrapper script in /usr/local/bin must not make /usr/local the home.
+    """
+    candidates = [env.get("CUDA_HOME"), env.get("CUDA_PATH")]
     nvcc = shutil.which("nvcc", path=env.get("PATH"))
     if nvcc:
-        return str(Path(nvcc).resolve().parent.parent)
-    if Path("/usr/local/cuda/bin/nvcc").exists():
-        return "/usr/local/cuda"
+        candidates.append(str(Path(nvcc).resolve().parent.parent))
+    candidates.append("/usr/local/cuda")
+    for home in candidates:
+        if home and Path(home, "bin", "nvcc").exists() and Path(home, "include", "cuda_runtime.h").exists():
+            return home
     return None
 
 

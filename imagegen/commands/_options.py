@@ -32,20 +32,26 @@ OpsOption = Annotated[
     typer.Option("--ops", help="Comma-separated ops, or 'all' (every op of the target). [env: IMAGEGEN_OPS]"),
 ]
 CudaOption = Annotated[
-    Optional[str], typer.Option("--cuda", metavar="X.Y", help="Build for this CUDA version.", rich_help_panel=_TARGET)
+    Optional[str],
+    typer.Option("--cuda", metavar="X.Y", help="Build for this CUDA version.", rich_help_panel=_TARGET),
 ]
 RocmOption = Annotated[
-    Optional[str], typer.Option("--rocm", metavar="X.Y", help="Build for this ROCm version.", rich_help_panel=_TARGET)
+    Optional[str],
+    typer.Option("--rocm", metavar="X.Y", help="Build for this ROCm version.", rich_help_panel=_TARGET),
 ]
 CpuOption = Annotated[bool, typer.Option("--cpu", help="Build for the CPU only.", rich_help_panel=_TARGET)]
 PythonOption = Annotated[
     Optional[str],
-    typer.Option("--python", metavar="X.Y", help="Python version. [env: IMAGEGEN_PYTHON]", rich_help_panel=_IMAGE),
+    typer.Option(
+        "--python", metavar="X.Y", help="Python version. [env: IMAGEGEN_PYTHON]", rich_help_panel=_IMAGE
+    ),
 ]
 TorchOption = Annotated[
     Optional[str],
     typer.Option(
-        "--torch", metavar="X.Y[.Z]", help="torch release (X.Y: newest patch). [env: IMAGEGEN_TORCH]",
+        "--torch",
+        metavar="X.Y[.Z]",
+        help="torch release (X.Y: newest patch). [env: IMAGEGEN_TORCH]",
         rich_help_panel=_IMAGE,
     ),
 ]
@@ -61,18 +67,29 @@ ArchOption = Annotated[
 ]
 DistroOption = Annotated[
     Optional[str],
-    typer.Option("--distro", help="Base distro (bookworm, ubuntu22.04, ...). [env: IMAGEGEN_DISTRO]",
-                 rich_help_panel=_IMAGE),
+    typer.Option(
+        "--distro",
+        help="Base distro (bookworm, ubuntu22.04, ...). [env: IMAGEGEN_DISTRO]",
+        rich_help_panel=_IMAGE,
+    ),
 ]
 BaseDevelOption = Annotated[
     Optional[str],
-    typer.Option("--base-devel", metavar="IMAGE", help="Base of the devel/build stages. [env: IMAGEGEN_BASE_DEVEL]",
-                 rich_help_panel=_IMAGE),
+    typer.Option(
+        "--base-devel",
+        metavar="IMAGE",
+        help="Base of the devel/build stages. [env: IMAGEGEN_BASE_DEVEL]",
+        rich_help_panel=_IMAGE,
+    ),
 ]
 BaseRuntimeOption = Annotated[
     Optional[str],
-    typer.Option("--base-runtime", metavar="IMAGE", help="Base of the runtime stage. [env: IMAGEGEN_BASE_RUNTIME]",
-                 rich_help_panel=_IMAGE),
+    typer.Option(
+        "--base-runtime",
+        metavar="IMAGE",
+        help="Base of the runtime stage. [env: IMAGEGEN_BASE_RUNTIME]",
+        rich_help_panel=_IMAGE,
+    ),
 ]
 StandinsOption = Annotated[
     Optional[bool],
@@ -84,8 +101,12 @@ StandinsOption = Annotated[
 ]
 TorchIndexOption = Annotated[
     Optional[str],
-    typer.Option("--torch-index", metavar="URL", help="Wheel index for torch. [env: IMAGEGEN_TORCH_INDEX]",
-                 rich_help_panel=_SOURCES),
+    typer.Option(
+        "--torch-index",
+        metavar="URL",
+        help="Wheel index for torch. [env: IMAGEGEN_TORCH_INDEX]",
+        rich_help_panel=_SOURCES,
+    ),
 ]
 WheelhouseOption = Annotated[
     Optional[str],
@@ -98,8 +119,11 @@ WheelhouseOption = Annotated[
 ]
 OfflineOption = Annotated[
     Optional[bool],
-    typer.Option("--offline", help="Install wheels from --wheelhouse only (pip --no-index). [env: IMAGEGEN_OFFLINE=1]",
-                 rich_help_panel=_SOURCES),
+    typer.Option(
+        "--offline",
+        help="Install wheels from --wheelhouse only (pip --no-index). [env: IMAGEGEN_OFFLINE=1]",
+        rich_help_panel=_SOURCES,
+    ),
 ]
 CaCertOption = Annotated[
     Optional[str],
@@ -112,13 +136,16 @@ CaCertOption = Annotated[
 ]
 KeepCaCertOption = Annotated[
     bool,
-    typer.Option("--keep-ca-cert", help="Also trust --ca-cert in the runtime image.", rich_help_panel=_SOURCES),
+    typer.Option(
+        "--keep-ca-cert", help="Also trust --ca-cert in the runtime image.", rich_help_panel=_SOURCES
+    ),
 ]
 BuildkitOption = Annotated[
     Optional[bool],
     typer.Option(
         "--buildkit/--no-buildkit",
-        help="BuildKit variant (cache mounts) or the classic one. Default: BuildKit. [env: IMAGEGEN_BUILDKIT]",
+        help="BuildKit variant (cache mounts) or the classic one. Default: BuildKit. "
+        "[env: IMAGEGEN_BUILDKIT]",
         rich_help_panel=_BUILD,
     ),
 ]
@@ -127,7 +154,8 @@ MaxJobsOption = Annotated[
     typer.Option(
         "--max-jobs",
         metavar="N",
-        help="Parallel compile jobs. Default: from the build machine's cores and memory. [env: IMAGEGEN_MAX_JOBS]",
+        help="Parallel compile jobs. Default: from the build machine's cores and memory. "
+        "[env: IMAGEGEN_MAX_JOBS]",
         rich_help_panel=_BUILD,
     ),
 ]

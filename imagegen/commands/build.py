@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -41,11 +40,15 @@ from imagegen.errors import BuildFailedError, VerificationFailedError
 from imagegen.render import render
 from imagegen.spec import ImageSpec
 
-NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Skip loading the ops in a sealed container.")]
+NoVerifyOption = Annotated[
+    bool, typer.Option("--no-verify", help="Skip loading the ops in a sealed container.")
+]
 PushOption = Annotated[bool, typer.Option("--push", help="Push the tag after verification passed.")]
 SourceOption = Annotated[
     Optional[Path],
-    typer.Option("--source", metavar="DIR", help="Project checkout to build from. Default: the one imagegen runs from."),
+    typer.Option(
+        "--source", metavar="DIR", help="Project checkout to build from. Default: the one imagegen runs from."
+    ),
 ]
 
 
@@ -125,6 +128,7 @@ def build(
     summary["build_seconds"] = round(result.seconds, 1)
     summary["size_bytes"] = engine_lib.image_size(engine, spec.tag)
 
+    verified = None
     if not no_verify:
         with log.step(f"verify {spec.tag}"):
             verified = verify_lib.verify_image(spec.tag, ops=spec.ops)
@@ -145,7 +149,7 @@ def build(
             engine_lib.push_image(engine, spec.tag)
         summary["pushed"] = True
     summary["ok"] = True
-    _print(summary, json, None, None)
+    _print(summary, json, verified, verify_lib)
 
 
 def _with_base_hint(exc: BuildFailedError, spec: ImageSpec) -> BuildFailedError:

@@ -77,7 +77,9 @@ def dockerfile(
         log.info(
             "build it from a context holding "
             + " and ".join(
-                p for p, on in (("_imagegen/ca.crt", spec.ca_cert), ("_imagegen/wheelhouse/", spec.wheelhouse)) if on
+                p
+                for p, on in (("_imagegen/ca.crt", spec.ca_cert), ("_imagegen/wheelhouse/", spec.wheelhouse))
+                if on
             )
             + " (imagegen build stages that for you)"
         )

@@ -17,11 +17,14 @@ OutDirOption = Annotated[
     Path, typer.Option("--out", metavar="DIR", help="Where to write (the repository's dockerfiles/).")
 ]
 CheckOption = Annotated[
-    bool, typer.Option("--check", help="Write nothing; exit 1 if the files differ from what the code renders.")
+    bool,
+    typer.Option("--check", help="Write nothing; exit 1 if the files differ from what the code renders."),
 ]
 
 
-def matrix(out: OutDirOption = Path("dockerfiles"), check: CheckOption = False, json: JsonOption = False) -> None:
+def matrix(
+    out: OutDirOption = Path("dockerfiles"), check: CheckOption = False, json: JsonOption = False
+) -> None:
     """Render dockerfiles/<target>/Dockerfile for the standard matrix, and docker-bake.hcl."""
     if check:
         stale = stale_files(out)

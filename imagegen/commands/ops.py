@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from op_builder import ALL_OPS
 from rich.table import Table
 
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
+from op_builder import ALL_OPS
 
 
 def ops_table() -> list[dict[str, Any]]:
@@ -33,5 +33,7 @@ def ops(json: JsonOption = False) -> None:
         return
     table = Table("op", "target", "runtime packages", "description")
     for row in rows:
-        table.add_row(row["name"], row["target"], " ".join(row["runtime_packages"]) or "-", row["description"])
+        table.add_row(
+            row["name"], row["target"], " ".join(row["runtime_packages"]) or "-", row["description"]
+        )
     console().print(table)

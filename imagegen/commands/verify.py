@@ -15,7 +15,9 @@ VerifyOpsOption = Annotated[
     Optional[str],
     typer.Option("--ops", help="Comma-separated ops to check. Default: the image's io.imagegen.ops label."),
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Give up after this long.")]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", metavar="SECONDS", help="Give up after this long.")
+]
 
 
 def verify(

@@ -23,10 +23,18 @@ from op_builder.toolchain import probe
 def main() -> None:
     out, names = Path(sys.argv[1]), sys.argv[2:]
     ctx = resolve_context(os.environ, probe(os.environ))
+    import torch.utils.cpp_extension as cpp_extension
+
+    if cpp_extension.CUDA_HOME is None and ctx.toolchain.cuda is not None:
+        # A CPU build of torch never looks for a toolkit (CUDA_HOME stays None);
+        # point it at the real one so BuildExtension drives the real nvcc.
+        cpp_extension.CUDA_HOME = ctx.toolchain.cuda.home
     extensions = []
     for name in names:
         ext = get_builder(name).extension(ctx)
         ext.sources = [s for s in ext.sources if s.endswith(".cu")]
+        # Device code only: a CPU torch has no c10_cuda / torch_cuda to link against.
+        ext.libraries = [lib for lib in ext.libraries if lib not in ("c10_cuda", "torch_cuda")]
         extensions.append(ext)
     root = Path(get_builder(names[0]).source_paths()[0]).parents[3]
     os.chdir(root)  # setuptools resolves the relative source paths from here

@@ -1,8 +1,9 @@
 """The CPU optimizer ops (cpu_adam, cpu_adagrad, cpu_lion) and their fronts.
 
 References: torch.optim.Adam / AdamW / Adagrad, a plain uncorrected Adam and a plain Lion
-written below. Every comparison runs 50 steps on one optimizer holding params of 1, 7 and
-1,000,003 elements: sizes below one vector, with a tail, and large enough to split across
+written below. Comparisons run 50 steps on one optimizer holding params of 1, 7 and 1003
+elements (below one vector, a tail, many vectors plus a tail) for every instruction set and
+option; one test per optimizer does the same with 1,000,003 elements, which splits across
 threads with a tail in the last thread's block.
 
 Tolerances for Adam and Adagrad (rtol 1e-5, atol 1e-6): the kernel computes the same
@@ -11,14 +12,17 @@ step may differ from torch by a few ulp (~1e-7 relative). The updates are smooth
 of the state, so those differences do not amplify: over 50 steps they stay below ~1e-6
 absolute on params of order 1, an order of magnitude under the bounds, while a wrong
 formula (missing bias correction, decay applied twice, wrong beta) moves params by
-~lr = 1e-2. Lion is compared exactly: its kernel rounds every product and sum like the
-reference's chain of torch ops, which matters because sign() turns an ulp near zero into a
-full 2 * lr step.
+~lr = 1e-2. (eps is 1e-6 rather than 1e-8: where a gradient plus its L2 term cancels to
+~1e-8, an ulp of difference there would otherwise change m / (sqrt(v) + eps) by percent, a
+property of Adam, not of either implementation.) Lion is compared exactly: its kernel
+rounds every product and sum like the reference's chain of torch ops, which matters because
+sign() turns an ulp near zero into a full 2 * lr step.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -34,7 +38,8 @@ from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion, set_simd_level
 from op_builder import get_builder
 from op_builder.errors import OpLoadError
 
-SIZES = (1, 7, 1_000_003)
+SIZES = (1, 7, 1003)
+LARGE_SIZES = (1, 7, 1_000_003)
 STEPS = 50
 RTOL, ATOL = 1e-5, 1e-6
 LEVELS = ("scalar", "avx2", "avx512")
@@ -70,15 +75,21 @@ def level(request: pytest.FixtureRequest, ops: dict[str, ModuleType]) -> str:
 # ------------------------------------------------------------------ helpers
 
 
-def make_params(seed: int = 0) -> list[Tensor]:
+def make_params(seed: int = 0, sizes: tuple[int, ...] = SIZES) -> list[Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randn(n, generator=gen) for n in SIZES]
+    return [torch.randn(n, generator=gen) for n in sizes]
 
 
-def grads_for(step: int, params: list[Tensor]) -> list[Tensor]:
+def grads_for(step: int, params: list[Tensor]) -> tuple[Tensor, ...]:
     """Deterministic gradients, the same for the optimizer under test and its reference."""
+    return _grads(step, tuple(p.numel() for p in params))
+
+
+@functools.lru_cache(maxsize=64)
+def _grads(step: int, sizes: tuple[int, ...]) -> tuple[Tensor, ...]:
+    # Cached: the reference and the kernel run read the same ones (nothing writes to grads).
     gen = torch.Generator().manual_seed(1000 + step)
-    return [torch.randn(p.shape, generator=gen) for p in params]
+    return tuple(torch.randn(n, generator=gen) for n in sizes)
 
 
 def run(
@@ -86,9 +97,10 @@ def run(
     steps: int = STEPS,
     seed: int = 0,
     half_dtypes: tuple[torch.dtype, ...] | None = None,
+    sizes: tuple[int, ...] = SIZES,
 ) -> list[Tensor]:
     """Params after ``steps`` steps; with half_dtypes, also checks each step's half copies."""
-    params = [p.requires_grad_() for p in make_params(seed)]
+    params = [p.requires_grad_() for p in make_params(seed, sizes)]
     opt = make_opt(params)
     halves = None
     if half_dtypes is not None:
@@ -181,7 +193,7 @@ def test_adam_matches_torch(level: str, adamw: bool, wd: float) -> None:
 
 @pytest.mark.parametrize("adamw", [True, False], ids=["adamw", "adam"])
 def test_adam_without_bias_correction(level: str, adamw: bool) -> None:
-    kw: dict[str, Any] = {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.05}
+    kw: dict[str, Any] = {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.05}
     expected = run(lambda ps: PlainAdam(ps, adamw=adamw, **kw))
     actual = run(lambda ps: CPUAdam(ps, adamw_mode=adamw, bias_correction=False, use_kernel=True, **kw))
     assert_params_close(actual, expected)
@@ -205,6 +217,27 @@ def test_lion_matches_reference_exactly(level: str, wd: float) -> None:
     kw: dict[str, Any] = {"lr": 1e-2, "betas": (0.9, 0.99), "weight_decay": wd}
     expected = run(lambda ps: PlainLion(ps, **kw))
     assert_params_close(run(lambda ps: CPULion(ps, use_kernel=True, **kw)), expected, exact=True)
+
+
+@pytest.mark.parametrize("kind", ["adam", "adagrad", "lion"])
+def test_large_tensor_matches_reference(ops: dict[str, ModuleType], kind: str) -> None:
+    """A million-element param across threads, and its half copy at every step.
+
+    The references use torch's fused CPU kernels where torch has one: the same algorithm as
+    the default implementation, fast enough to run 50 steps here.
+    """
+    refs: dict[str, Callable[[list[Tensor]], torch.optim.Optimizer]] = {
+        "adam": lambda ps: torch.optim.AdamW(ps, lr=1e-2, eps=1e-6, weight_decay=0.1, fused=True),
+        "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=1e-2, weight_decay=0.1, fused=True),
+        "lion": lambda ps: PlainLion(ps, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1),
+    }
+    cls: Any = {"adam": functools.partial(CPUAdam, eps=1e-6), "adagrad": CPUAdagrad, "lion": CPULion}[kind]
+    actual = run(
+        lambda ps: cls(ps, lr=1e-2, weight_decay=0.1, use_kernel=True),
+        half_dtypes=(torch.bfloat16, torch.float16, torch.bfloat16),
+        sizes=LARGE_SIZES,
+    )
+    assert_params_close(actual, run(refs[kind], sizes=LARGE_SIZES), exact=kind == "lion")
 
 
 def test_levels_agree_with_each_other(ops: dict[str, ModuleType]) -> None:
@@ -344,8 +377,10 @@ def test_state_dict_round_trip(kind: str, use_kernel: bool) -> None:
 
 def test_param_groups_use_their_own_options() -> None:
     def make_ref(ps: list[Tensor]) -> torch.optim.Optimizer:
-        return torch.optim.AdamW([{"params": ps[:2], "lr": 1e-2}, {"params": ps[2:], "lr": 3e-2,
-                                  "weight_decay": 0.2}])
+        return torch.optim.AdamW(
+            [{"params": ps[:2], "lr": 1e-2}, {"params": ps[2:], "lr": 3e-2, "weight_decay": 0.2}],
+            weight_decay=0.0,  # torch's AdamW defaults to 0.01, CPUAdam to 0
+        )
 
     def make(ps: list[Tensor]) -> torch.optim.Optimizer:
         return CPUAdam([{"params": ps[:2], "lr": 1e-2}, {"params": ps[2:], "lr": 3e-2, "weight_decay": 0.2}],

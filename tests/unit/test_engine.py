@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -126,16 +127,25 @@ def test_buildx_probe(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- build command lines
 
 
+def request(tmp_path: Path, **changes: object) -> eng.BuildRequest:
+    base = eng.BuildRequest(tmp_path, tmp_path / "Dockerfile", tmp_path / "iid", "t:1")
+    return replace(base, **changes)
+
+
 def test_buildx_argv_loads_the_image_and_passes_contexts_and_secrets(tmp_path: Path) -> None:
     engine = Engine("buildx", NEW_CLI, "27.0")
-    argv = eng.cli_build_argv(
-        engine, tmp_path, tmp_path / "Dockerfile", tmp_path / "iid", "t:1", "runtime",
-        {"B": "2", "A": "1"}, {"wheels": tmp_path}, {"ca": tmp_path / "ca.crt"},
-    )  # fmt: skip
+    req = request(
+        tmp_path,
+        build_args={"B": "2", "A": "1"},
+        extra_contexts={"wheels": tmp_path},
+        secrets={"ca": tmp_path / "ca.crt"},
+    )
+    argv = eng.cli_build_argv(engine, req)
     assert argv[:4] == [NEW_CLI, "buildx", "build", "--load"]
-    assert "--progress=plain" in argv
+    assert "--progress=plain" in argv and "--no-cache" not in argv
     assert argv[argv.index("--target") + 1] == "runtime"
     assert argv[argv.index("-t") + 1] == "t:1"
+    assert argv[argv.index("-f") + 1] == str(tmp_path / "Dockerfile")
     # Sorted, so the same inputs give the same command line.
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"] == ["A=1", "B=2"]
     assert f"wheels={tmp_path}" in argv
@@ -145,11 +155,11 @@ def test_buildx_argv_loads_the_image_and_passes_contexts_and_secrets(tmp_path: P
 
 def test_builtin_buildkit_argv_is_plain_docker_build(tmp_path: Path) -> None:
     argv = eng.cli_build_argv(
-        Engine("buildkit", DEBIAN_CLI, "20.10"), tmp_path, tmp_path / "D", tmp_path / "iid", "t", "build",
-        {}, {}, {},
-    )  # fmt: skip
+        Engine("buildkit", DEBIAN_CLI, "20.10"), request(tmp_path, target="build", no_cache=True)
+    )
     assert argv[:2] == [DEBIAN_CLI, "build"]
     assert "buildx" not in argv and "--load" not in argv
+    assert "--no-cache" in argv and argv[argv.index("--target") + 1] == "build"
 
 
 def test_named_contexts_need_buildx(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@
 //   m = beta2 * m + (1 - beta2) * g
 //
 // sign() turns a one-ulp difference in c near zero into a step of 2 * lr, so c and m are
-// rounded exactly like the plain chain of torch ops (two products, then a sum; no FMA):
-// vround keeps the compiler from contracting them. Results then match such a reference
+// rounded exactly like the plain chain of torch ops (two products, then a sum; no FMA),
+// and so is the decayed p: vround keeps the compiler from contracting them. Results then match such a reference
 // bit for bit.
 
 struct LionConsts {
@@ -31,7 +31,7 @@ inline void lion_vector(const LionConsts& c, float* pp, const float* gp, float* 
   isa::V p = isa::vload(pp);
   const isa::V interp =
       isa::vadd(isa::vround(isa::vmul(m, c.beta1)), isa::vround(isa::vmul(g, c.one_minus_beta1)));
-  if (c.use_decay) p = isa::vmul(p, c.decay);
+  if (c.use_decay) p = isa::vround(isa::vmul(p, c.decay));  // not fused into the subtraction
   p = isa::vsub(p, isa::vmul(c.lr, isa::vsign(interp)));  // lr * (+-1 or 0) is exact
   const isa::V m_new = isa::vadd(isa::vround(isa::vmul(m, c.beta2)), isa::vround(isa::vmul(g, c.one_minus_beta2)));
   isa::vstore(pp, p);

@@ -3,6 +3,8 @@
 // Forward reads each row twice (statistics, then output). The statistics use
 // sums of (x - x0) and (x - x0)^2 with x0 the row's first element: one read pass,
 // and none of the cancellation that raw sums of squares suffer when |mean| >> std.
+// The output is formed from (x - x0) - mean(x - x0) for the same reason: rounding
+// the mean itself to fp32 would cost precision when |mean| >> std.
 // Backward: dx from two row sums; dgamma/dbeta as column sums in two steps.
 #include "gpu_reduce.h"
 #include "gpu_transformer.h"
@@ -59,7 +61,7 @@ __global__ void ln_forward_kernel(const T* __restrict__ x, const T* __restrict__
       for (int k = 0; k < VEC; ++k) b[k] = 0.0f;
     }
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * rstd * g[k] + b[k];
+    for (int k = 0; k < VEC; ++k) v[k] = ((v[k] - shift) - shifted_mean) * rstd * g[k] + b[k];
     store_from_float<VEC>(yr + i, v);
   }
 }

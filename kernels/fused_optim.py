@@ -1,0 +1,330 @@
+"""GPU optimizers backed by the ``fused_adam``, ``fused_lamb`` and ``fused_lion`` ops.
+
+``FusedAdam``, ``FusedLamb`` and ``FusedLion`` are ``torch.optim.Optimizer`` subclasses.
+On a CUDA / ROCm device each step updates all parameters of a group that share a
+dtype with one multi-tensor kernel launch (two for Lamb). Parameters may be fp32,
+fp16 or bf16; the optimizer state (``exp_avg``, ``exp_avg_sq``) is fp32 and all math is
+fp32, so half-precision parameters do not lose the small updates.
+
+When the op cannot run (not built and no JIT, tensors on the CPU, float64
+parameters, ...) the step runs a PyTorch implementation of the same update and
+warns once per op and reason. ``use_kernel=False`` forces that fallback,
+``use_kernel=True`` makes it an error; ``opt.backend`` tells which path the last step took.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+from torch.optim.optimizer import ParamsT
+
+from kernels._gpu_load import GpuOp
+
+__all__ = ["FusedAdam", "FusedLamb", "FusedLion"]
+
+Backend = Literal["kernel", "fallback", "mixed"]
+
+# One record per parameter updated in a step: (param, grad, state).
+Entry = tuple[Tensor, Tensor, dict[str, Any]]
+
+
+def _advance_step(state: dict[str, Any]) -> int:
+    """Count this step in ``state['step']`` (a float32 scalar tensor, as torch keeps it)."""
+    step = state["step"]
+    if isinstance(step, Tensor):
+        step += 1
+        return int(step.item())
+    state["step"] = torch.tensor(float(step) + 1.0, dtype=torch.float32)
+    return int(step) + 1
+
+
+def _fp32_state(state: dict[str, Any], key: str, like: Tensor) -> Tensor:
+    """``state[key]`` as fp32 on the param's device (load_state_dict casts it to the param dtype)."""
+    value = state.get(key)
+    if value is None:
+        value = torch.zeros_like(like, dtype=torch.float32, memory_format=torch.contiguous_format)
+    elif value.dtype != torch.float32 or value.device != like.device or not value.is_contiguous():
+        value = value.to(device=like.device, dtype=torch.float32).contiguous()
+    state[key] = value
+    return value
+
+
+def _math_view(p: Tensor) -> Tensor:
+    """The tensor the fallback computes on: p itself when fp32 / fp64, else an fp32 copy."""
+    return p if p.dtype in (torch.float32, torch.float64) else p.float()
+
+
+class _FusedOptimizer(torch.optim.Optimizer):
+    """The step loop of the three optimizers: group, resolve the op, update."""
+
+    op: ClassVar[GpuOp]
+    state_keys: ClassVar[tuple[str, ...]]
+
+    def __init__(self, params: ParamsT, defaults: dict[str, Any], use_kernel: bool | None) -> None:
+        super().__init__(params, defaults)
+        self.use_kernel = use_kernel
+        self.backend: Backend | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        used: set[Backend] = set()
+        for group in self.param_groups:
+            # One launch per (device, dtype, step): the kernel takes one dtype and one step.
+            buckets: dict[tuple[torch.device, torch.dtype, int], list[Entry]] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                self._check(p)
+                state = self.state[p]
+                if "step" not in state:
+                    state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                for key in self.state_keys:
+                    _fp32_state(state, key, p)
+                step = _advance_step(state)
+                grad = p.grad.contiguous()
+                buckets.setdefault((p.device, p.dtype, step), []).append((p, grad, state))
+            for (_device, _dtype, step), entries in buckets.items():
+                tensors = [t for p, g, _ in entries for t in (p, g)]
+                module = self.op.resolve(tensors, self.use_kernel)
+                if module is None:
+                    for p, g, state in entries:
+                        self._fallback(p, g, state, group, step)
+                    used.add("fallback")
+                else:
+                    self._kernel(module, entries, group, step)
+                    used.add("kernel")
+        if used:
+            self.backend = "mixed" if len(used) > 1 else next(iter(used))
+        return loss
+
+    def _check(self, p: Tensor) -> None:
+        name = type(self).__name__
+        assert p.grad is not None
+        if p.grad.is_sparse:
+            raise ValueError(f"{name}: sparse gradients are not supported")
+        if not p.is_floating_point():
+            raise TypeError(f"{name}: params must be floating point, got {p.dtype}")
+        if p.grad.dtype != p.dtype:
+            raise TypeError(f"{name}: a {p.dtype} param has a {p.grad.dtype} grad; they must match")
+        if not p.is_contiguous():
+            raise ValueError(f"{name}: params must be contiguous (the kernels update them in place)")
+
+    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
+        raise NotImplementedError
+
+    def _fallback(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+    ) -> None:
+        raise NotImplementedError
+
+
+def _check_betas(betas: tuple[float, float]) -> None:
+    for beta in betas:
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+
+
+class FusedAdam(_FusedOptimizer):
+    """Adam (``adam_w_mode=False``: L2 penalty added to the grad) or AdamW (default:
+    decoupled weight decay), matching ``torch.optim.Adam`` / ``AdamW`` without amsgrad."""
+
+    op = GpuOp("fused_adam")
+    state_keys = ("exp_avg", "exp_avg_sq")
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        adam_w_mode: bool = True,
+        bias_correction: bool = True,
+        use_kernel: bool | None = None,
+    ) -> None:
+        if lr < 0.0 or eps < 0.0 or weight_decay < 0.0:
+            raise ValueError("lr, eps and weight_decay must be non-negative")
+        _check_betas(betas)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "adam_w_mode": adam_w_mode,
+            "bias_correction": bias_correction,
+        }
+        super().__init__(params, defaults, use_kernel)
+
+    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
+        beta1, beta2 = group["betas"]
+        module.adam(
+            [g for _, g, _ in entries],
+            [p for p, _, _ in entries],
+            [s["exp_avg"] for _, _, s in entries],
+            [s["exp_avg_sq"] for _, _, s in entries],
+            float(group["lr"]),
+            float(beta1),
+            float(beta2),
+            float(group["eps"]),
+            float(group["weight_decay"]),
+            step,
+            bool(group["adam_w_mode"]),
+            bool(group["bias_correction"]),
+        )
+
+    def _fallback(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+    ) -> None:
+        lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
+        beta1, beta2 = group["betas"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        work = _math_view(p)
+        g = grad.to(work.dtype)
+        if decay != 0.0:
+            if group["adam_w_mode"]:
+                work.mul_(1.0 - lr * decay)
+            else:
+                g = g.add(work, alpha=decay)
+        m.mul_(beta1).add_(g, alpha=1.0 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        correction1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
+        correction2_sqrt = math.sqrt(1.0 - beta2**step) if group["bias_correction"] else 1.0
+        denom = (v.sqrt() / correction2_sqrt).add_(eps)
+        work.addcdiv_(m, denom, value=-lr / correction1)
+        if work is not p:
+            p.copy_(work)
+
+
+class FusedLamb(_FusedOptimizer):
+    """Lamb: Adam moments, update u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, and
+    p -= lr * (||p|| / ||u||) * u per tensor (trust ratio 1 when either norm is zero)."""
+
+    op = GpuOp("fused_lamb")
+    state_keys = ("exp_avg", "exp_avg_sq")
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        bias_correction: bool = True,
+        use_kernel: bool | None = None,
+    ) -> None:
+        if lr < 0.0 or eps < 0.0 or weight_decay < 0.0:
+            raise ValueError("lr, eps and weight_decay must be non-negative")
+        _check_betas(betas)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "bias_correction": bias_correction,
+        }
+        super().__init__(params, defaults, use_kernel)
+
+    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
+        beta1, beta2 = group["betas"]
+        module.lamb(
+            [g for _, g, _ in entries],
+            [p for p, _, _ in entries],
+            [s["exp_avg"] for _, _, s in entries],
+            [s["exp_avg_sq"] for _, _, s in entries],
+            float(group["lr"]),
+            float(beta1),
+            float(beta2),
+            float(group["eps"]),
+            float(group["weight_decay"]),
+            step,
+            bool(group["bias_correction"]),
+        )
+
+    def _fallback(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+    ) -> None:
+        lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
+        beta1, beta2 = group["betas"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        work = _math_view(p)
+        g = grad.to(work.dtype)
+        m.mul_(beta1).add_(g, alpha=1.0 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        correction1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
+        correction2 = 1.0 - beta2**step if group["bias_correction"] else 1.0
+        update = (m / correction1) / ((v / correction2).sqrt() + eps)
+        if decay != 0.0:
+            update.add_(work, alpha=decay)
+        param_norm = work.norm()
+        update_norm = update.norm()
+        # Stay on the device: a tensor trust ratio avoids a host sync per parameter.
+        trust = torch.where(
+            (param_norm > 0) & (update_norm > 0), param_norm / update_norm, torch.ones_like(param_norm)
+        )
+        work.sub_(update.mul_(trust * lr))
+        if work is not p:
+            p.copy_(work)
+
+
+class FusedLion(_FusedOptimizer):
+    """Lion: p = p * (1 - lr * wd) - lr * sign(beta1 * m + (1 - beta1) * g);
+    then m = beta2 * m + (1 - beta2) * g."""
+
+    op = GpuOp("fused_lion")
+    state_keys = ("exp_avg",)
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        use_kernel: bool | None = None,
+    ) -> None:
+        if lr < 0.0 or weight_decay < 0.0:
+            raise ValueError("lr and weight_decay must be non-negative")
+        _check_betas(betas)
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay}, use_kernel)
+
+    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
+        beta1, beta2 = group["betas"]
+        module.lion(
+            [g for _, g, _ in entries],
+            [p for p, _, _ in entries],
+            [s["exp_avg"] for _, _, s in entries],
+            float(group["lr"]),
+            float(beta1),
+            float(beta2),
+            float(group["weight_decay"]),
+        )
+
+    def _fallback(
+        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+    ) -> None:
+        lr, decay = float(group["lr"]), float(group["weight_decay"])
+        beta1, beta2 = group["betas"]
+        m = state["exp_avg"]
+        work = _math_view(p)
+        g = grad.to(work.dtype)
+        direction = m.mul(beta1).add_(g, alpha=1.0 - beta1).sign_()
+        if decay != 0.0:
+            work.mul_(1.0 - lr * decay)
+        work.add_(direction, alpha=-lr)
+        m.mul_(beta2).add_(g, alpha=1.0 - beta2)
+        if work is not p:
+            p.copy_(work)

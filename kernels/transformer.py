@@ -1,0 +1,392 @@
+"""Transformer building blocks backed by the ``transformer`` op: LayerNorm, bias + GeLU,
+and scaled masked softmax, each forward and backward.
+
+Functions (``layer_norm``, ``bias_gelu``, ``scaled_masked_softmax``) and modules
+(``FusedLayerNorm``, ``FusedBiasGelu``, ``FusedScaledMaskedSoftmax``). On CUDA / ROCm
+tensors of fp32, fp16 or bf16 they run the compiled kernels (fp32 math). Otherwise
+(CPU tensors, float64, op not available) they run PyTorch code that implements the
+same formulas, forward and backward, and warn once with the reason.
+
+Conventions: LayerNorm normalizes over the trailing ``normalized_shape`` dims;
+``approximate`` is ``"none"`` (erf) or ``"tanh"`` as in ``F.gelu``; the softmax mask is
+boolean with True meaning *masked out*, broadcastable to the input, and ``causal``
+hides key j from query i when j > i + (k_len - q_len). A row with every key hidden
+comes out as zeros (not NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from kernels._gpu_load import GpuOp
+
+__all__ = [
+    "FusedBiasGelu",
+    "FusedLayerNorm",
+    "FusedScaledMaskedSoftmax",
+    "bias_gelu",
+    "layer_norm",
+    "scaled_masked_softmax",
+]
+
+Approximate = Literal["none", "tanh"]
+_OP = GpuOp("transformer")
+
+
+def _math_dtype(t: Tensor) -> torch.dtype:
+    """fp32 math like the kernels; fp64 stays fp64 (gradcheck, reference runs)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _grad_or_none(needed: bool, value: Tensor | None) -> Tensor | None:
+    return value if needed else None
+
+
+# ----------------------------------------------------------------------------- LayerNorm
+
+
+def _ln_forward_torch(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """As the kernel: statistics of x - x0 (x0 the row's first element), so neither the
+    variance nor the centred values lose precision when |mean| >> std."""
+    xf = x.to(_math_dtype(x))
+    n = xf.shape[-1]
+    shifted = xf - xf[:, :1]
+    shifted_mean = shifted.sum(-1) / n
+    var = ((shifted * shifted).sum(-1) / n - shifted_mean * shifted_mean).clamp_min(0.0)
+    mean, rstd = xf[:, 0] + shifted_mean, torch.rsqrt(var + eps)
+    y = (shifted - shifted_mean[:, None]) * rstd[:, None]
+    if weight is not None:
+        y = y * weight.to(xf.dtype)
+    if bias is not None:
+        y = y + bias.to(xf.dtype)
+    return y.to(x.dtype), mean, rstd
+
+
+def _ln_backward_torch(
+    dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, rstd: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    dt = _math_dtype(x)
+    xhat = (x.to(dt) - mean[:, None]) * rstd[:, None]
+    d = dy.to(dt)
+    dyg = d * weight.to(dt) if weight is not None else d
+    c1 = dyg.mean(-1, keepdim=True)
+    c2 = (dyg * xhat).mean(-1, keepdim=True)
+    dx = rstd[:, None] * (dyg - c1 - xhat * c2)
+    return dx.to(x.dtype), (d * xhat).sum(0), d.sum(0)
+
+
+class _LayerNormFunction(torch.autograd.Function):
+    """x: [rows, cols] contiguous. ``module`` None selects the PyTorch implementation."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, module: ModuleType | None
+    ) -> Tensor:
+        if module is not None:
+            y, mean, rstd = module.layer_norm_forward(x, weight, bias, eps)
+        else:
+            y, mean, rstd = _ln_forward_torch(x, weight, bias, eps)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.module = module
+        ctx.has_bias = bias is not None
+        ctx.bias_dtype = bias.dtype if bias is not None else x.dtype
+        return y  # type: ignore[no-any-return]
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight, mean, rstd = ctx.saved_tensors
+        module: ModuleType | None = ctx.module
+        dy = dy.contiguous()
+        affine = weight is not None or ctx.has_bias
+        if module is not None:
+            dx, dweight, dbias = module.layer_norm_backward(dy, x, weight, mean, rstd, affine)
+        else:
+            dx, dweight, dbias = _ln_backward_torch(dy, x, weight, mean, rstd)
+            dweight = dweight.to(weight.dtype) if weight is not None else None
+            dbias = dbias.to(ctx.bias_dtype)
+        return (
+            _grad_or_none(ctx.needs_input_grad[0], dx),
+            _grad_or_none(ctx.needs_input_grad[1] and weight is not None, dweight),
+            _grad_or_none(ctx.needs_input_grad[2] and ctx.has_bias, dbias),
+            None,
+            None,
+        )
+
+
+def layer_norm(
+    x: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    use_kernel: bool | None = None,
+) -> Tensor:
+    """``F.layer_norm`` over the trailing ``normalized_shape`` dims."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.dim() - len(shape) :]) != shape:
+        raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with {shape}")
+    cols = math.prod(shape)
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None and tuple(param.shape) != shape:
+            raise ValueError(f"layer_norm: {name} has shape {tuple(param.shape)}, expected {shape}")
+    x2 = x.reshape(-1, cols).contiguous()
+    w = weight.reshape(cols).contiguous() if weight is not None else None
+    b = bias.reshape(cols).contiguous() if bias is not None else None
+    params = [t for t in (w, b) if t is not None]
+    module = _OP.resolve([x2, *params], use_kernel)
+    if module is not None and any(t.dtype != x2.dtype for t in params):
+        module = None  # mixed dtypes (e.g. fp32 weights under autocast): the kernel takes one dtype
+        if use_kernel:
+            raise RuntimeError("transformer: layer_norm kernels need weight and bias in the input's dtype")
+    y: Tensor = _LayerNormFunction.apply(x2, w, b, eps, module)  # type: ignore[no-untyped-call]
+    return y.reshape(x.shape)
+
+
+class FusedLayerNorm(nn.Module):
+    """Drop-in for ``nn.LayerNorm`` backed by the fused kernels."""
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        use_kernel: bool | None = None,
+    ) -> None:
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape = shape
+        self.eps = eps
+        self.use_kernel = use_kernel
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.ones(shape, **factory)) if elementwise_affine else None  # type: ignore[arg-type]
+        self.bias = nn.Parameter(torch.zeros(shape, **factory)) if elementwise_affine and bias else None  # type: ignore[arg-type]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, self.use_kernel)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+# ----------------------------------------------------------------------------- bias + GeLU
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_TANH_COEFF = 0.044715
+
+
+def _gelu_torch(z: Tensor, approximate: Approximate) -> Tensor:
+    if approximate == "tanh":
+        return 0.5 * z * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (z + _TANH_COEFF * z * z * z)))
+    return 0.5 * z * (1.0 + torch.erf(z * _SQRT_HALF))
+
+
+def _gelu_grad_torch(z: Tensor, approximate: Approximate) -> Tensor:
+    if approximate == "tanh":
+        t = torch.tanh(_SQRT_2_OVER_PI * (z + _TANH_COEFF * z * z * z))
+        return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _TANH_COEFF * z * z)
+    return 0.5 * (1.0 + torch.erf(z * _SQRT_HALF)) + z * _INV_SQRT_2PI * torch.exp(-0.5 * z * z)
+
+
+class _BiasGeluFunction(torch.autograd.Function):
+    """x: [rows, cols] contiguous, bias: [cols]."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: Tensor, bias: Tensor, approximate: Approximate, module: ModuleType | None
+    ) -> Tensor:
+        ctx.save_for_backward(x, bias)
+        ctx.approximate = approximate
+        ctx.module = module
+        if module is not None:
+            return module.bias_gelu_forward(x, bias, approximate)  # type: ignore[no-any-return]
+        dt = _math_dtype(x)
+        return _gelu_torch(x.to(dt) + bias.to(dt), approximate).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        x, bias = ctx.saved_tensors
+        module: ModuleType | None = ctx.module
+        dy = dy.contiguous()
+        if module is not None:
+            dx, dbias = module.bias_gelu_backward(dy, x, bias, ctx.approximate)
+        else:
+            dt = _math_dtype(x)
+            dz = dy.to(dt) * _gelu_grad_torch(x.to(dt) + bias.to(dt), ctx.approximate)
+            dx, dbias = dz.to(x.dtype), dz.sum(0).to(bias.dtype)
+        return (
+            _grad_or_none(ctx.needs_input_grad[0], dx),
+            _grad_or_none(ctx.needs_input_grad[1], dbias),
+            None,
+            None,
+        )
+
+
+def bias_gelu(
+    x: Tensor, bias: Tensor, approximate: Approximate = "none", use_kernel: bool | None = None
+) -> Tensor:
+    """``F.gelu(x + bias, approximate=approximate)`` with bias of shape ``[x.shape[-1]]``."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    cols = x.shape[-1]
+    if tuple(bias.shape) != (cols,):
+        raise ValueError(f"bias_gelu: bias has shape {tuple(bias.shape)}, expected ({cols},)")
+    x2 = x.reshape(-1, cols).contiguous()
+    b = bias.contiguous()
+    module = _OP.resolve([x2, b], use_kernel)
+    if module is not None and b.dtype != x2.dtype:
+        module = None
+        if use_kernel:
+            raise RuntimeError("transformer: bias_gelu kernels need the bias in the input's dtype")
+    y: Tensor = _BiasGeluFunction.apply(x2, b, approximate, module)  # type: ignore[no-untyped-call]
+    return y.reshape(x.shape)
+
+
+class FusedBiasGelu(nn.Module):
+    """``gelu(x + bias)`` with a learned bias of size ``features`` (the last dim of x)."""
+
+    def __init__(
+        self,
+        features: int,
+        approximate: Approximate = "none",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        use_kernel: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate: Approximate = approximate
+        self.use_kernel = use_kernel
+        self.bias = nn.Parameter(torch.zeros(features, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return bias_gelu(x, self.bias, self.approximate, self.use_kernel)
+
+    def extra_repr(self) -> str:
+        return f"features={self.bias.numel()}, approximate={self.approximate!r}"
+
+
+# ----------------------------------------------------------------------------- softmax
+
+
+def _hidden_keys(shape: torch.Size, mask: Tensor | None, causal: bool, device: torch.device) -> Tensor | None:
+    """Boolean [..., q_len, k_len] (broadcastable) of keys each query must not see."""
+    hidden = mask.to(torch.bool) if mask is not None else None
+    if causal:
+        q_len, k_len = shape[-2], shape[-1]
+        q = torch.arange(q_len, device=device)[:, None]
+        k = torch.arange(k_len, device=device)[None, :]
+        above = k > q + (k_len - q_len)
+        hidden = above if hidden is None else hidden | above
+    return hidden
+
+
+class _SoftmaxFunction(torch.autograd.Function):
+    """x: [batch, heads, q_len, k_len] contiguous; mask: [1|batch, 1|heads, q_len, k_len] or None."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: Tensor, mask: Tensor | None, scale: float, causal: bool, module: ModuleType | None
+    ) -> Tensor:
+        if module is not None:
+            y: Tensor = module.softmax_forward(x, mask, scale, causal)
+        else:
+            s = x.to(_math_dtype(x)) * scale
+            hidden = _hidden_keys(x.shape, mask, causal, x.device)
+            if hidden is not None:
+                s = s.masked_fill(hidden, -math.inf)
+            row_max = s.amax(-1, keepdim=True)
+            row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
+            e = torch.exp(s - row_max)
+            total = e.sum(-1, keepdim=True)
+            y = (e / torch.where(total > 0, total, torch.ones_like(total))).to(x.dtype)
+        ctx.save_for_backward(y)
+        ctx.scale = scale
+        ctx.module = module
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        (y,) = ctx.saved_tensors
+        module: ModuleType | None = ctx.module
+        dy = dy.contiguous()
+        if module is not None:
+            dx = module.softmax_backward(dy, y, ctx.scale)
+        else:
+            dt = _math_dtype(y)
+            yf, df = y.to(dt), dy.to(dt)
+            dx = (ctx.scale * yf * (df - (df * yf).sum(-1, keepdim=True))).to(y.dtype)
+        return _grad_or_none(ctx.needs_input_grad[0], dx), None, None, None, None
+
+
+def _as_4d(shape: torch.Size) -> tuple[int, int, int, int]:
+    """[..., q, k] as [batch, heads, q, k]: leading dims fold into batch except the last."""
+    if len(shape) < 2:
+        raise ValueError(f"scaled_masked_softmax: input needs at least 2 dims, got shape {tuple(shape)}")
+    lead = tuple(shape[:-2])
+    heads = lead[-1] if lead else 1
+    batch = math.prod(lead[:-1]) if len(lead) > 1 else 1
+    return batch, heads, shape[-2], shape[-1]
+
+
+def _mask_4d(mask: Tensor, shape: torch.Size, four: tuple[int, int, int, int]) -> Tensor:
+    """The mask as the kernel takes it: [1|batch, 1|heads, q, k], contiguous, bool."""
+    batch, heads, q_len, k_len = four
+    try:
+        full = torch.broadcast_shapes(mask.shape, shape)  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        raise ValueError(
+            f"scaled_masked_softmax: mask of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}"
+        ) from None
+    if full != shape:
+        raise ValueError(f"scaled_masked_softmax: mask of shape {tuple(mask.shape)} would enlarge the input")
+    m = mask.to(torch.bool)
+    if m.dim() == len(shape) == 4 and m.shape[0] in (1, batch) and m.shape[1] in (1, heads):
+        # Keep the broadcast over batch / heads: the kernel indexes it without copies.
+        return m.expand(m.shape[0], m.shape[1], q_len, k_len).contiguous()
+    return m.expand(shape).reshape(batch, heads, q_len, k_len).contiguous()
+
+
+def scaled_masked_softmax(
+    x: Tensor,
+    mask: Tensor | None = None,
+    scale: float = 1.0,
+    causal: bool = False,
+    use_kernel: bool | None = None,
+) -> Tensor:
+    """softmax(scale * x) over the last dim, with masked-out keys (mask True, or causal) at 0."""
+    four = _as_4d(x.shape)
+    x4 = x.reshape(four).contiguous()
+    m4 = _mask_4d(mask, x.shape, four) if mask is not None else None
+    module = _OP.resolve([x4], use_kernel)
+    y: Tensor = _SoftmaxFunction.apply(x4, m4, float(scale), causal, module)  # type: ignore[no-untyped-call]
+    return y.reshape(x.shape)
+
+
+class FusedScaledMaskedSoftmax(nn.Module):
+    """``scaled_masked_softmax`` as a module with a fixed scale and causality."""
+
+    def __init__(self, scale: float = 1.0, causal: bool = False, use_kernel: bool | None = None) -> None:
+        super().__init__()
+        self.scale = scale
+        self.causal = causal
+        self.use_kernel = use_kernel
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        return scaled_masked_softmax(x, mask, self.scale, self.causal, self.use_kernel)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}, causal={self.causal}"

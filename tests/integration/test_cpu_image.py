@@ -1,0 +1,227 @@
+"""A real CPU image of cpu_adam + cpu_lion: built, verified, inspected, run, broken, pushed, interrupted."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import (
+    CA_CERT,
+    CPU_OPS,
+    CPU_TAG,
+    REPO,
+    STANDIN_DEVEL,
+    build_args,
+    imagegen,
+    run_in,
+)
+
+pytestmark = pytest.mark.docker
+
+# How the verifier runs, reused for running real work in the image.
+SEALED: dict[str, Any] = {
+    "network_mode": "none",
+    "read_only": True,
+    "tmpfs": {"/tmp": "rw,size=256m"},
+    "environment": {"HOME": "/tmp"},
+    "cap_drop": ["ALL"],
+}
+
+
+def test_build_summary_says_verified(cpu_image: dict[str, Any]) -> None:
+    assert cpu_image["ok"] is True
+    assert cpu_image["tag"] == CPU_TAG
+    assert cpu_image["ops"] == list(CPU_OPS)
+    verify = cpu_image["verify"]
+    assert verify["ok"] is True
+    assert {op["name"]: op["source"] for op in verify["ops"]} == dict.fromkeys(CPU_OPS, "aot")
+    assert cpu_image["size_bytes"] > 0
+
+
+def test_verify_command_on_the_image(cpu_image: dict[str, Any]) -> None:
+    result = imagegen("verify", CPU_TAG, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = result.json()
+    assert data["ok"] is True and data["torch"].startswith("2.13.0")
+    assert [op["name"] for op in data["ops"]] == list(CPU_OPS)  # from the io.imagegen.ops label
+    assert all(op["source"] == "aot" for op in data["ops"])
+
+
+def test_verify_fails_for_an_op_the_image_lacks(cpu_image: dict[str, Any]) -> None:
+    result = imagegen("verify", CPU_TAG, "--ops", "cpu_adam,cpu_adagrad", "--json")
+    assert result.returncode == 1
+    ops = {op["name"]: op for op in result.json()["ops"]}
+    assert ops["cpu_adam"]["ok"] is True
+    assert ops["cpu_adagrad"]["ok"] is False and ops["cpu_adagrad"]["source"] != "aot"
+
+
+def test_labels(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    labels = docker_client.api.inspect_image(CPU_TAG)["Config"]["Labels"]
+    assert labels["io.imagegen.ops"] == ",".join(CPU_OPS)
+    assert labels["io.imagegen.target"] == "cpu"
+    assert labels["io.imagegen.torch"].startswith("2.13.0")
+    assert labels["io.imagegen.python"] == "3.11"
+    assert labels["io.imagegen.cuda"] == "" and labels["io.imagegen.rocm"] == ""
+    assert "io.imagegen.archs" in labels
+    for key in ("title", "version", "licenses", "base.name"):
+        assert labels[f"org.opencontainers.image.{key}"], key
+    assert labels["org.opencontainers.image.base.name"] == "imagegen-standin/python:3.11-runtime"
+
+
+def test_runs_as_non_root_with_jit_disabled(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    config = docker_client.api.inspect_image(CPU_TAG)["Config"]
+    assert config["User"] and config["User"].split(":")[0] not in ("root", "0")
+    assert "DS_DISABLE_JIT=1" in config["Env"]
+    code, out = run_in(docker_client, CPU_TAG, ["sh", "-c", 'id -u; echo "jit=$DS_DISABLE_JIT"'])
+    assert code == 0
+    uid, jit = out.split()
+    assert int(uid) != 0 and jit == "jit=1"
+
+
+def test_runtime_has_no_compiler(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    compilers = "c++ g++ gcc cc clang nvcc ccache"
+    _, out = run_in(docker_client, CPU_TAG, ["sh", "-c", f"which {compilers}; exit 0"])
+    assert out.strip() == "", f"compilers found in the runtime image: {out}"
+    # The same probe finds them in the devel base, so it can fail.
+    code, out = run_in(docker_client, STANDIN_DEVEL, ["sh", "-c", "which g++"])
+    assert code == 0 and out.strip()
+
+
+def _certs(pem: str) -> set[str]:
+    return {
+        "".join(m.split())
+        for m in re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", pem, re.S)
+    }
+
+
+def test_build_ca_certificate_is_not_in_the_runtime(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    # The certificates --ca-cert added beyond Debian's own bundle (the proxy's CA here).
+    _, debian_bundle = run_in(docker_client, STANDIN_DEVEL, ["cat", "/etc/ssl/certs/ca-certificates.crt"])
+    extra = _certs(CA_CERT.read_text()) - _certs(debian_bundle)
+    if not extra:
+        pytest.skip(f"{CA_CERT} holds no certificate beyond Debian's bundle: nothing to look for")
+    _, out = run_in(
+        docker_client,
+        CPU_TAG,
+        ["sh", "-c", "cat /etc/ssl/certs/*.crt /etc/ssl/certs/*.pem 2>/dev/null; exit 0"],
+    )
+    assert not (extra & _certs(out)), "the build's extra CA certificate reached the runtime image"
+    _, out = run_in(docker_client, CPU_TAG, ["sh", "-c", "ls /usr/local/share/ca-certificates/"])
+    assert "imagegen" not in out
+
+
+CPU_ADAM_STEP = """
+import json, torch
+from kernels.optim import CPUAdam, CPULion
+torch.manual_seed(0)
+start, grads = torch.randn(4099), [torch.randn(4099) for _ in range(3)]
+mine, ref = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+opt = CPUAdam([mine], lr=1e-2, weight_decay=0.01, use_kernel=True)
+ref_opt = torch.optim.AdamW([ref], lr=1e-2, weight_decay=0.01)
+for g in grads:
+    mine.grad, ref.grad = g.clone(), g.clone()
+    opt.step(); ref_opt.step()
+lion = CPULion([torch.nn.Parameter(start.clone())], lr=1e-3, use_kernel=True)
+lion.param_groups[0]["params"][0].grad = grads[0].clone()
+lion.step()
+print(json.dumps({"adam": opt.backend, "lion": lion.backend,
+                  "diff": (mine - ref).abs().max().item(), "moved": (mine - start).abs().max().item()}))
+"""
+
+
+def test_cpu_adam_step_runs_in_the_sealed_image(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    code, out = run_in(docker_client, CPU_TAG, ["python", "-c", CPU_ADAM_STEP], **SEALED)
+    assert code == 0, out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["adam"] == "kernel" and result["lion"] == "kernel"
+    assert result["moved"] > 1e-3  # the step did something ...
+    assert result["diff"] < 1e-5  # ... and what torch.optim.AdamW does
+
+
+def _source_of(op: str) -> str:
+    from op_builder import get_builder
+
+    return get_builder(op).sources[0]
+
+
+def _broken_checkout(tmp_path: Path, op: str) -> Path:
+    """A copy of the project's build inputs with ``op``'s first source made uncompilable."""
+    copy = tmp_path / "checkout"
+    copy.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, copy / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", "*.egg-info")
+    for name in ("op_builder", "kernels"):
+        shutil.copytree(REPO / name, copy / name, ignore=ignore)
+    source = copy / "kernels" / "csrc" / _source_of(op)
+    source.write_text(source.read_text() + "\nstatic int imagegen_broken = undeclared_on_purpose;\n")
+    return copy
+
+
+def test_an_op_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -> None:
+    checkout = _broken_checkout(tmp_path, "cpu_lion")
+    result = imagegen(*build_args("imagegen-it/broken:cpu_lion", ops=["cpu_lion"]), "--source", str(checkout))
+    assert result.returncode == 1
+    error = json.loads(result.stdout)["error"]
+    assert "cpu_lion" in error["message"]
+    assert "undeclared_on_purpose" in error["hint"]  # the compiler's own line, in the hint
+    assert error["exit_code"] == 1
+    # The checkout itself was not touched.
+    assert "undeclared_on_purpose" not in (REPO / "kernels" / "csrc" / _source_of("cpu_lion")).read_text()
+
+
+def test_push_to_a_registry_and_verify_the_pulled_image(
+    cpu_image: dict[str, Any], local_registry: str, docker_client: Any
+) -> None:
+    remote = f"{local_registry}/imagegen-it/cpu:pushed"
+    # Same Dockerfile and context as the session image: every layer comes from the cache.
+    result = imagegen(*build_args(remote), "--push")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.json()["pushed"] is True
+    built_id = docker_client.api.inspect_image(remote)["Id"]
+    docker_client.api.remove_image(remote)
+    docker_client.images.pull(remote)
+    assert docker_client.api.inspect_image(remote)["Id"] == built_id
+    verified = imagegen("verify", remote, "--json")
+    assert verified.returncode == 0 and verified.json()["ok"] is True
+    docker_client.api.remove_image(remote)
+
+
+def _verify_containers(docker_client: Any) -> list[Any]:
+    return list(
+        docker_client.containers.list(all=True, filters={"label": "io.imagegen.verify", "ancestor": CPU_TAG})
+    )
+
+
+def test_ctrl_c_during_verify_leaves_no_container(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    assert _verify_containers(docker_client) == []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imagegen", "verify", CPU_TAG],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _verify_containers(docker_client):
+            assert proc.poll() is None, "verify finished before its container was seen"
+            assert time.monotonic() < deadline, "no verify container appeared"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert _verify_containers(docker_client) == []

@@ -1,0 +1,109 @@
+"""Catalog lookups: targets, base images, torch matrix, arch defaults, package renames."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagegen import catalog
+from op_builder import archs as arch_lib
+
+
+def test_every_listed_cuda_and_rocm_version_is_there() -> None:
+    assert list(catalog.CUDA_TARGETS) == ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0"]
+    assert list(catalog.ROCM_TARGETS) == ["6.1", "6.2", "6.3", "6.4"]
+    assert catalog.lookup("cuda", "12.2") is None
+    assert catalog.lookup("cpu", None) is catalog.CPU_TARGET
+
+
+@pytest.mark.parametrize(
+    ("version", "devel", "runtime"),
+    [
+        ("11.8", "nvidia/cuda:11.8.0-devel-ubuntu22.04", "nvidia/cuda:11.8.0-runtime-ubuntu22.04"),
+        ("12.1", "nvidia/cuda:12.1.1-devel-ubuntu22.04", "nvidia/cuda:12.1.1-runtime-ubuntu22.04"),
+        ("13.0", "nvidia/cuda:13.0.0-devel-ubuntu22.04", "nvidia/cuda:13.0.0-runtime-ubuntu22.04"),
+    ],
+)
+def test_cuda_base_images(version: str, devel: str, runtime: str) -> None:
+    target = catalog.CUDA_TARGETS[version]
+    assert target.base_devel("ubuntu22.04", "3.10") == devel
+    assert target.base_runtime("ubuntu22.04", "3.10") == runtime
+
+
+def test_rocm_and_cpu_base_images() -> None:
+    rocm = catalog.ROCM_TARGETS["6.2"]
+    assert rocm.base_devel("ubuntu24.04", "3.12") == "rocm/dev-ubuntu-24.04:6.2"
+    assert rocm.base_runtime("ubuntu24.04", "3.12") == "ubuntu:24.04"
+    cpu = catalog.CPU_TARGET
+    assert (
+        cpu.base_devel("bookworm", "3.11")
+        == cpu.base_runtime("bookworm", "3.11")
+        == "python:3.11-slim-bookworm"
+    )
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "version", "first", "last", "default"),
+    [
+        ("cuda", "11.8", "2.0.0", "2.7.1", "2.7.1"),
+        ("cuda", "12.1", "2.1.0", "2.5.1", "2.5.1"),
+        ("cuda", "12.4", "2.4.0", "2.6.0", "2.6.0"),
+        ("cuda", "12.6", "2.6.0", "2.10.0", "2.9.1"),
+        ("cuda", "12.8", "2.7.0", "2.11.0", "2.9.1"),
+        ("cuda", "12.9", "2.8.0", "2.9.1", "2.8.0"),
+        ("cuda", "13.0", "2.9.0", "2.15.0", "2.9.1"),
+        ("rocm", "6.1", "2.4.0", "2.6.0", "2.6.0"),
+        ("rocm", "6.2", "2.5.0", "2.7.1", "2.7.1"),
+        ("cpu", None, "2.0.0", "2.15.0", "2.13.0"),
+    ],
+)
+def test_torch_builds_per_target(
+    accelerator: catalog.Accelerator, version: str | None, first: str, last: str, default: str
+) -> None:
+    target = catalog.lookup(accelerator, version)
+    assert target is not None
+    built = target.torch_versions()
+    assert (built[0], built[-1]) == (first, last)
+    assert target.default_torch == default and default in built
+
+
+def test_rocm_index_names_follow_the_patch_release_torch_was_built_against() -> None:
+    rocm = catalog.ROCM_TARGETS["6.2"]
+    assert rocm.torch_range("2.5.1").variant == "rocm6.2"  # type: ignore[union-attr]
+    assert rocm.torch_range("2.6.0").variant == "rocm6.2.4"  # type: ignore[union-attr]
+    assert catalog.torch_index("cu121") == "https://download.pytorch.org/whl/cu121"
+
+
+def test_torch_release_resolution() -> None:
+    assert catalog.resolve_torch_release("2.5") == "2.5.1"
+    assert catalog.resolve_torch_release("2.5.0") == "2.5.0"
+    assert catalog.resolve_torch_release("2.5.1+cu121") == "2.5.1"
+    assert catalog.resolve_torch_release("2.5.7") is None
+    assert catalog.resolve_torch_release("not-a-version") is None
+
+
+def test_python_ranges() -> None:
+    assert catalog.torch_supports_python("2.13.0", "3.11")
+    assert not catalog.torch_supports_python("2.1.2", "3.12")
+    assert not catalog.torch_supports_python("2.9.1", "3.9")
+
+
+def test_default_archs_come_from_op_builder() -> None:
+    for version in catalog.CUDA_TARGETS:
+        expected = tuple(str(a) for a in arch_lib.default_cuda_archs(version))
+        assert catalog.default_cuda_archs(version) == expected
+        # every default arch must compile with that toolkit
+        arch_lib.validate_for_toolkit(arch_lib.parse_cuda_arch_list(";".join(expected)), version)
+
+
+def test_closest_version() -> None:
+    assert catalog.closest_version("cuda", "12.3") == "12.4"
+    assert catalog.closest_version("cuda", "14.0") == "13.0"
+    assert catalog.closest_version("rocm", "5.7") == "6.1"
+    assert catalog.closest_version("rocm", "x") is None
+
+
+def test_runtime_package_renames_for_t64_distros() -> None:
+    assert catalog.runtime_package("libaio1", "bookworm") == "libaio1"
+    assert catalog.runtime_package("libaio1", "trixie") == "libaio1t64"
+    assert catalog.runtime_package("libaio1", "ubuntu24.04") == "libaio1t64"
+    assert catalog.runtime_package("libgomp1", "ubuntu24.04") == "libgomp1"

@@ -1,0 +1,187 @@
+"""The rendered Dockerfile: deterministic text, the three stages, and what each stage holds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from imagegen.render import render, render_classic
+from imagegen.spec import ImageSpec, SpecInput, build_spec
+from op_builder import ALL_OPS
+
+
+def spec(**flags: object) -> ImageSpec:
+    return build_spec(SpecInput(**flags), {})  # type: ignore[arg-type]
+
+
+def stages(text: str) -> dict[str, str]:
+    """Stage name -> its instructions (from its FROM line up to the next FROM)."""
+    found: dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        match = re.match(r"^FROM (\S+) AS (\w+)$", line)
+        if match:
+            name = match[2]
+            found[name] = ""
+        if name is not None:
+            found[name] += line + "\n"
+    return found
+
+
+def labels(text: str) -> dict[str, str]:
+    runtime = stages(text)["runtime"]
+    return dict(re.findall(r'(\S+)="([^"]*)"', runtime[runtime.index("LABEL ") :].split("\nUSER")[0]))
+
+
+def test_same_spec_gives_byte_identical_text() -> None:
+    one = render(spec(cuda="12.8", ops="all", arch="8.0;9.0+PTX"))
+    two = render(spec(cuda="12.8", ops="all", arch="9.0+PTX;8.0"))  # order of input does not matter
+    assert one == two
+    assert render(spec(cpu=True, ops="cpu_lion,cpu_adam")) == render(spec(cpu=True, ops="cpu_adam,cpu_lion"))
+
+
+def test_host_paths_never_appear(tmp_path: Path) -> None:
+    ca = tmp_path / "proxy-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    text = render(spec(cpu=True, ops="all", ca_cert=str(ca), wheelhouse=str(tmp_path)))
+    assert str(tmp_path) not in text
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert render(spec(cpu=True, ops="all", ca_cert=str(ca), wheelhouse=str(other))) == text
+
+
+def test_three_stages_in_order_with_runtime_last() -> None:
+    text = render(spec(cuda="12.1", ops="transformer"))
+    assert list(stages(text)) == ["devel", "build", "runtime"]
+    assert "FROM nvidia/cuda:12.1.1-devel-ubuntu22.04 AS devel" in text
+    assert "FROM devel AS build" in text
+    assert "FROM nvidia/cuda:12.1.1-runtime-ubuntu22.04 AS runtime" in text
+    assert not text.startswith("# syntax")
+
+
+def test_build_stage_sets_only_the_requested_build_variables() -> None:
+    build = stages(render(spec(cpu=True, ops="cpu_adam,cpu_lion")))["build"]
+    assert re.findall(r"DS_BUILD_\w+=\d", build) == [
+        "DS_BUILD_OPS=0",
+        "DS_BUILD_CPU_ADAM=1",
+        "DS_BUILD_CPU_LION=1",
+    ]
+    assert "DS_ACCELERATOR=cpu" in build
+    assert "TORCH_CUDA_ARCH_LIST" not in build
+    assert "python -m op_builder plan" in build
+    assert "pip wheel --no-cache-dir --no-build-isolation --no-deps --wheel-dir /wheels ." in build
+    assert "python -m op_builder verify cpu_adam cpu_lion" in build
+    # only the wheel's inputs are copied, so CLI and doc edits leave the compile cached
+    copies = re.findall(r"^COPY (.*)$", build, flags=re.M)
+    assert copies == ["setup.py pyproject.toml README.md ./", "op_builder/ op_builder/", "kernels/ kernels/"]
+
+
+def test_gpu_targets_pass_their_arch_list_and_label_each_ops_own_list() -> None:
+    text = render(spec(cuda="12.8", ops="fused_adam,fp_quantizer", arch="7.5;9.0+PTX"))
+    assert 'TORCH_CUDA_ARCH_LIST="7.5;9.0+PTX"' in stages(text)["build"]
+    found = labels(text)
+    assert found["io.imagegen.archs"] == "7.5;9.0+PTX"
+    assert found["io.imagegen.archs.fused_adam"] == "7.5;9.0+PTX"
+    assert found["io.imagegen.archs.fp_quantizer"] == "9.0+PTX"  # the op's own limit (>= 8.0)
+    rocm = render(spec(rocm="6.4", ops="quantizer", arch="gfx942;gfx90a"))
+    assert 'PYTORCH_ROCM_ARCH="gfx90a;gfx942"' in rocm and "DS_ACCELERATOR=rocm" in rocm
+
+
+def test_labels() -> None:
+    found = labels(render(spec(cuda="12.4", ops="quantizer,cpu_adam")))
+    assert found["io.imagegen.ops"] == "cpu_adam,quantizer"
+    assert found["io.imagegen.cuda"] == "12.4" and found["io.imagegen.rocm"] == ""
+    assert found["io.imagegen.torch"] == "2.6.0+cu124"
+    assert found["io.imagegen.python"] == "3.10"
+    assert found["io.imagegen.target"] == "cuda12.4"
+    assert found["org.opencontainers.image.base.name"] == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    assert {"org.opencontainers.image.title", "org.opencontainers.image.version"} <= set(found)
+    rocm = labels(render(spec(rocm="6.2", ops="all")))
+    assert rocm["io.imagegen.rocm"] == "6.2" and rocm["io.imagegen.cuda"] == ""
+
+
+def test_runtime_is_non_root_without_jit_and_without_compilers() -> None:
+    runtime = stages(render(spec(cuda="13.0", ops="all")))["runtime"]
+    assert "DS_DISABLE_JIT=1" in runtime
+    assert "PATH=/opt/venv/bin:$PATH" in runtime
+    users = re.findall(r"^USER (.*)$", runtime, flags=re.M)
+    assert users == ["10001:10001"]
+    installed = re.search(r"apt-get install -y --no-install-recommends (.*?) \\", runtime)
+    assert installed is not None
+    for compiler in ("g++", "gcc", "make", "ccache", "build-essential", "-dev"):
+        assert compiler not in installed[1]
+    assert "COPY --from=build /opt/venv /opt/venv" in runtime
+
+
+@pytest.mark.parametrize(
+    ("ops", "distro", "expected"),
+    [
+        ("cpu_adam,cpu_lion", "bookworm", "libgomp1"),
+        ("async_io", "bookworm", "libaio1 libgomp1"),
+        ("async_io", "trixie", "libaio1t64 libgomp1"),
+    ],
+)
+def test_runtime_installs_only_the_selected_ops_packages(ops: str, distro: str, expected: str) -> None:
+    runtime = stages(render(spec(cpu=True, ops=ops, distro=distro)))["runtime"]
+    assert f"apt-get install -y --no-install-recommends {expected} \\" in runtime
+
+
+def test_gpu_runtime_gets_python_from_apt_and_only_gpu_op_packages() -> None:
+    runtime = stages(render(spec(cuda="12.1", ops="transformer")))["runtime"]
+    assert "apt-get install -y --no-install-recommends python3 \\" in runtime
+    expected = sorted({p for p in ALL_OPS["transformer"].all_runtime_packages()} | {"python3"})
+    assert " ".join(expected) in runtime
+
+
+def test_ca_cert_is_trusted_while_building_and_absent_from_runtime(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("pem")
+    parts = stages(render(spec(cpu=True, ops="all", ca_cert=str(ca))))
+    assert "COPY _imagegen/ca.crt /usr/local/share/ca-certificates/imagegen-extra.crt" in parts["devel"]
+    assert "update-ca-certificates" in parts["devel"] and "PIP_CERT=" in parts["devel"]
+    assert "ca.crt" not in parts["runtime"] and "PIP_CERT" not in parts["runtime"]
+    assert "update-ca-certificates" not in parts["runtime"]
+    kept = stages(render(spec(cpu=True, ops="all", ca_cert=str(ca), keep_ca_cert=True)))["runtime"]
+    assert "COPY _imagegen/ca.crt /usr/local/share/ca-certificates/imagegen-extra.crt" in kept
+    assert "update-ca-certificates" in kept and "ca-certificates" in kept
+    plain = render(spec(cpu=True, ops="all"))
+    assert "ca.crt" not in plain and "update-ca-certificates" not in plain
+
+
+def test_wheelhouse_is_bind_mounted_with_buildkit_and_copied_without(tmp_path: Path) -> None:
+    buildkit = stages(render(spec(cpu=True, ops="all", wheelhouse=str(tmp_path))))["devel"]
+    assert "--mount=type=bind,source=_imagegen/wheelhouse,target=/wheelhouse" in buildkit
+    assert "COPY _imagegen/wheelhouse" not in buildkit
+    assert 'pip install --find-links /wheelhouse "torch==2.13.0+cpu"' in buildkit
+    assert "--index-url" not in buildkit  # the wheelhouse stands in for the torch index
+    classic = stages(render(spec(cpu=True, ops="all", wheelhouse=str(tmp_path), buildkit=False)))["devel"]
+    assert "COPY _imagegen/wheelhouse/ /wheelhouse/" in classic and "--mount" not in classic
+    offline = render(spec(cpu=True, ops="all", wheelhouse=str(tmp_path), offline=True))
+    assert 'pip install --no-index --find-links /wheelhouse "torch==2.13.0+cpu"' in offline
+
+
+def test_torch_comes_from_the_targets_index_by_default() -> None:
+    devel = stages(render(spec(cuda="12.6", ops="all")))["devel"]
+    assert 'pip install --index-url https://download.pytorch.org/whl/cu126 "torch==2.9.1+cu126"' in devel
+
+
+def test_classic_variant_has_the_same_stages_and_no_buildkit_syntax() -> None:
+    s = spec(cuda="12.8", ops="all")
+    classic = render_classic(s)
+    assert list(stages(classic)) == ["devel", "build", "runtime"]
+    assert "--mount" not in classic and "ccache" not in classic
+    assert "PIP_NO_CACHE_DIR=1" in classic
+    buildkit = render(s)
+    assert "--mount=type=cache,target=/root/.cache/pip" in buildkit
+    assert "--mount=type=cache,target=/root/.cache/ccache" in buildkit
+    assert stages(classic)["runtime"] == stages(buildkit)["runtime"].replace("BuildKit", "classic")
+
+
+def test_max_jobs_is_a_build_arg_with_a_computed_default() -> None:
+    auto = stages(render(spec(cpu=True, ops="all")))["build"]
+    assert "ARG MAX_JOBS=\n" in auto
+    assert "/proc/meminfo" in auto and "nproc" in auto and 'MAX_JOBS="$jobs"' in auto
+    fixed = stages(render(spec(cpu=True, ops="all", max_jobs=3)))["build"]
+    assert "ARG MAX_JOBS=3\n" in fixed
