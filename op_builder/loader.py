@@ -105,15 +105,23 @@ def _flags_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
 
 
 def _probed_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
-    from op_builder.plan import resolve_context, visible_gpu_capabilities
-    from op_builder.toolchain import probe
+    """The context for an actual compile: probe only what this op's target needs."""
+    from op_builder import toolchain as tc
+    from op_builder.plan import _flag, resolve_context, visible_gpu_capabilities
 
     libraries = tuple((lib.name, lib.header, lib.symbol) for lib in builder.system_libraries)
-    toolchain = probe(env, libraries)
-    ctx = resolve_context(env, toolchain, visible_gpu_capabilities)
-    if builder.target == "cpu":  # CPU ops build the same on every target
-        ctx = BuildContext(accelerator="cpu", toolchain=toolchain, cpu_native=ctx.cpu_native)
-    return ctx
+    if builder.target == "cpu":  # CPU ops build the same on every target: no GPU toolkit probes
+        cxx = env.get("CXX", "c++")
+        host = Toolchain(
+            torch=None,
+            cuda=None,
+            rocm=None,
+            cxx=tc.probe_cxx(env),
+            ninja=tc.probe_ninja(env),
+            libraries={n: tc.probe_library(n, h, s, cxx) for n, h, s in libraries},
+        )
+        return BuildContext(accelerator="cpu", toolchain=host, cpu_native=bool(_flag(env, "DS_CPU_NATIVE")))
+    return resolve_context(env, tc.probe(env, libraries), visible_gpu_capabilities)
 
 
 def build_key(flags: OpFlags) -> str:

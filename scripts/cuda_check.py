@@ -81,6 +81,17 @@ def device_jobs(ctx: BuildContext, nvcc: str, out_dir: Path) -> tuple[list[Job],
     return jobs, skipped
 
 
+def cuda_include_dir(ctx: BuildContext) -> Path:
+    """The toolkit's include dir. An ``nvcc`` on PATH may be a wrapper script outside the
+    toolkit (``/usr/local/bin/nvcc`` exec'ing the real one), so check for the headers."""
+    homes = [Path(ctx.toolchain.cuda.home)] if ctx.toolchain.cuda else []
+    homes.append(Path("/usr/local/cuda"))
+    for home in homes:
+        if (home / "include" / "cuda_runtime.h").exists():
+            return home / "include"
+    return homes[0] / "include"
+
+
 def binding_jobs(ctx: BuildContext, stub_dir: Path) -> list[Job]:
     """Syntax-only g++ checks of the .cpp bindings against this torch's headers.
 
@@ -93,11 +104,10 @@ def binding_jobs(ctx: BuildContext, stub_dir: Path) -> list[Job]:
     macros = stub_dir / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
     macros.parent.mkdir(parents=True, exist_ok=True)
     macros.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-    cuda_home = ctx.toolchain.cuda.home if ctx.toolchain.cuda else "/usr/local/cuda"
     system = [
         f"-I{stub_dir}",
         *(f"-I{d}" for d in cpp.include_paths()),
-        f"-I{Path(cuda_home, 'include')}",
+        f"-I{cuda_include_dir(ctx)}",
         f"-I{sysconfig.get_paths()['include']}",
     ]
     jobs: list[Job] = []

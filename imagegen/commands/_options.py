@@ -29,7 +29,7 @@ JsonOption = Annotated[
 ]
 OpsOption = Annotated[
     Optional[str],
-    typer.Option("--ops", help="Comma-separated ops, or 'all' (every op of the target). [env: IMAGEGEN_OPS]"),
+    typer.Option("--ops", help="Comma-separated ops, or 'all' (every op of the target). (env: IMAGEGEN_OPS)"),
 ]
 CudaOption = Annotated[
     Optional[str],
@@ -43,7 +43,7 @@ CpuOption = Annotated[bool, typer.Option("--cpu", help="Build for the CPU only."
 PythonOption = Annotated[
     Optional[str],
     typer.Option(
-        "--python", metavar="X.Y", help="Python version. [env: IMAGEGEN_PYTHON]", rich_help_panel=_IMAGE
+        "--python", metavar="X.Y", help="Python version. (env: IMAGEGEN_PYTHON)", rich_help_panel=_IMAGE
     ),
 ]
 TorchOption = Annotated[
@@ -51,7 +51,7 @@ TorchOption = Annotated[
     typer.Option(
         "--torch",
         metavar="X.Y[.Z]",
-        help="torch release (X.Y: newest patch). [env: IMAGEGEN_TORCH]",
+        help="torch release (X.Y: newest patch). (env: IMAGEGEN_TORCH)",
         rich_help_panel=_IMAGE,
     ),
 ]
@@ -61,7 +61,7 @@ ArchOption = Annotated[
         "--arch",
         metavar="LIST",
         help="CUDA archs ('8.0;9.0+PTX', 'Ampere') or ROCm gfx targets ('gfx90a;gfx942'). "
-        "Default: the toolkit's list. [env: IMAGEGEN_ARCH]",
+        "Default: the toolkit's list. (env: IMAGEGEN_ARCH)",
         rich_help_panel=_IMAGE,
     ),
 ]
@@ -69,7 +69,7 @@ DistroOption = Annotated[
     Optional[str],
     typer.Option(
         "--distro",
-        help="Base distro (bookworm, ubuntu22.04, ...). [env: IMAGEGEN_DISTRO]",
+        help="Base distro (bookworm, ubuntu22.04, ...). (env: IMAGEGEN_DISTRO)",
         rich_help_panel=_IMAGE,
     ),
 ]
@@ -78,7 +78,7 @@ BaseDevelOption = Annotated[
     typer.Option(
         "--base-devel",
         metavar="IMAGE",
-        help="Base of the devel/build stages. [env: IMAGEGEN_BASE_DEVEL]",
+        help="Base of the devel/build stages. (env: IMAGEGEN_BASE_DEVEL)",
         rich_help_panel=_IMAGE,
     ),
 ]
@@ -87,7 +87,7 @@ BaseRuntimeOption = Annotated[
     typer.Option(
         "--base-runtime",
         metavar="IMAGE",
-        help="Base of the runtime stage. [env: IMAGEGEN_BASE_RUNTIME]",
+        help="Base of the runtime stage. (env: IMAGEGEN_BASE_RUNTIME)",
         rich_help_panel=_IMAGE,
     ),
 ]
@@ -95,7 +95,7 @@ StandinsOption = Annotated[
     Optional[bool],
     typer.Option(
         "--standins",
-        help="Use the local stand-in bases (scripts/standin-images.sh) for --cpu. [env: IMAGEGEN_STANDINS=1]",
+        help="Use the local stand-in bases (scripts/standin-images.sh) for --cpu. (env: IMAGEGEN_STANDINS=1)",
         rich_help_panel=_IMAGE,
     ),
 ]
@@ -104,7 +104,7 @@ TorchIndexOption = Annotated[
     typer.Option(
         "--torch-index",
         metavar="URL",
-        help="Wheel index for torch. [env: IMAGEGEN_TORCH_INDEX]",
+        help="Wheel index for torch. (env: IMAGEGEN_TORCH_INDEX)",
         rich_help_panel=_SOURCES,
     ),
 ]
@@ -113,7 +113,7 @@ WheelhouseOption = Annotated[
     typer.Option(
         "--wheelhouse",
         metavar="DIR",
-        help="Folder of wheels (torch, ...) to install from, before any index. [env: IMAGEGEN_WHEELHOUSE]",
+        help="Folder of wheels (torch, ...) to install from, before any index. (env: IMAGEGEN_WHEELHOUSE)",
         rich_help_panel=_SOURCES,
     ),
 ]
@@ -121,7 +121,7 @@ OfflineOption = Annotated[
     Optional[bool],
     typer.Option(
         "--offline",
-        help="Install wheels from --wheelhouse only (pip --no-index). [env: IMAGEGEN_OFFLINE=1]",
+        help="Install wheels from --wheelhouse only (pip --no-index). (env: IMAGEGEN_OFFLINE=1)",
         rich_help_panel=_SOURCES,
     ),
 ]
@@ -130,7 +130,7 @@ CaCertOption = Annotated[
     typer.Option(
         "--ca-cert",
         metavar="FILE",
-        help="Extra CA bundle trusted while building (not in the runtime image). [env: IMAGEGEN_CA_CERT]",
+        help="Extra CA bundle trusted while building (not in the runtime image). (env: IMAGEGEN_CA_CERT)",
         rich_help_panel=_SOURCES,
     ),
 ]
@@ -145,7 +145,7 @@ BuildkitOption = Annotated[
     typer.Option(
         "--buildkit/--no-buildkit",
         help="BuildKit variant (cache mounts) or the classic one. Default: BuildKit. "
-        "[env: IMAGEGEN_BUILDKIT]",
+        "(env: IMAGEGEN_BUILDKIT)",
         rich_help_panel=_BUILD,
     ),
 ]
@@ -155,7 +155,7 @@ MaxJobsOption = Annotated[
         "--max-jobs",
         metavar="N",
         help="Parallel compile jobs. Default: from the build machine's cores and memory. "
-        "[env: IMAGEGEN_MAX_JOBS]",
+        "(env: IMAGEGEN_MAX_JOBS)",
         rich_help_panel=_BUILD,
     ),
 ]
@@ -164,7 +164,7 @@ TagOption = Annotated[
     typer.Option(
         "--tag",
         "-t",
-        help="Image tag. Default: imagegen:<target>-torch<v>-py<v>-<hash of ops+archs>. [env: IMAGEGEN_TAG]",
+        help="Image tag. Default: imagegen:<target>-torch<v>-py<v>-<hash of ops+archs>. (env: IMAGEGEN_TAG)",
         rich_help_panel=_BUILD,
     ),
 ]

@@ -32,7 +32,6 @@ STANDIN_RUNTIME = "imagegen-standin/python:3.11-runtime"
 CPU_OPS = ("cpu_adam", "cpu_lion")
 CPU_TAG = "imagegen-it/cpu:" + "-".join(CPU_OPS)
 
-pytestmark = pytest.mark.docker
 
 
 def _skip_reason() -> str | None:

@@ -25,7 +25,8 @@ from tests.integration.conftest import (
     run_in,
 )
 
-pytestmark = pytest.mark.docker
+# The first test to use the session image pays for building it (minutes on 2 cores, cold).
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
 # How the verifier runs, reused for running real work in the image.
 SEALED: dict[str, Any] = {

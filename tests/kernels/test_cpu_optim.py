@@ -279,6 +279,22 @@ def test_half_copy_equals_to_dtype(level: str, kind: str, dtypes: tuple[torch.dt
     run(_make_cpu_opt(kind, use_kernel=True), steps=3, half_dtypes=dtypes)
 
 
+@pytest.mark.parametrize("kind", ["adam", "adagrad", "lion"])
+def test_half_copy_into_unaligned_views(level: str, kind: str) -> None:
+    """Copies that start off a vector boundary take the ordinary-store path; same values."""
+    params = [p.requires_grad_() for p in make_params(2, LARGE_SIZES)]
+    bf16 = torch.empty(sum(SIZES) + 3, dtype=torch.bfloat16)
+    fp16 = torch.empty(LARGE_SIZES[2] + 1, dtype=torch.float16)
+    halves = [bf16[1:2], bf16[3:10], fp16[1:]]  # 2-byte offsets from 64-byte aligned storage
+    opt: Any = _make_cpu_opt(kind, use_kernel=True)(params)
+    for step in (1, 2):
+        for p, g in zip(params, grads_for(step, params), strict=True):
+            p.grad = g
+        opt.step(half_params=halves)
+        for p, h in zip(params, halves, strict=True):
+            assert torch.equal(h, p.detach().to(h.dtype))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_half_copy_rounds_every_kind_of_value(level: str, dtype: torch.dtype) -> None:
     """Ties, subnormals, overflow, infinities, NaN: the copy equals p.to(dtype) bit for bit.

@@ -58,9 +58,7 @@ def _run(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], steps: in
 # ----------------------------------------------------------------------------- optimizers
 
 
-@pytest.mark.parametrize(
-    ("adam_w_mode", "reference"), [(True, torch.optim.AdamW), (False, torch.optim.Adam)]
-)
+@pytest.mark.parametrize(("adam_w_mode", "reference"), [(True, torch.optim.AdamW), (False, torch.optim.Adam)])
 def test_fused_adam_matches_torch(adam_w_mode: bool, reference: type[torch.optim.Optimizer]) -> None:
     ours, theirs = _params(), _params()
     kwargs = {"lr": 1e-2, "betas": (0.8, 0.95), "eps": 1e-7, "weight_decay": 0.05}
@@ -70,7 +68,9 @@ def test_fused_adam_matches_torch(adam_w_mode: bool, reference: type[torch.optim
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def _adam_numpy(p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2: float, eps: float) -> np.ndarray:
+def _adam_numpy(
+    p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2: float, eps: float
+) -> np.ndarray:
     """Adam without bias correction, float64, element by element."""
     m = np.zeros_like(p)
     v = np.zeros_like(p)
@@ -137,7 +137,9 @@ def _lamb_numpy(
     return p
 
 
-def _lion_numpy(p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2: float, wd: float) -> np.ndarray:
+def _lion_numpy(
+    p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2: float, wd: float
+) -> np.ndarray:
     out = p.copy().ravel()
     m = np.zeros_like(out)
     for g in grads:
@@ -149,7 +151,9 @@ def _lion_numpy(p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2
     return out.reshape(p.shape)
 
 
-def _collect(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], steps: int) -> list[list[np.ndarray]]:
+def _collect(
+    opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], steps: int
+) -> list[list[np.ndarray]]:
     grads: list[list[np.ndarray]] = [[] for _ in params]
     for step in range(steps):
         _set_grads(params, step)
@@ -425,7 +429,8 @@ def test_int_quantize_matches_loop_reference(bits: int, symmetric: bool) -> None
     else:
         assert q.offset is not None and q.offset.tolist() == offsets
     expected = [
-        _f32(_f32(c * scales[i // 10]) + (0.0 if symmetric else offsets[i // 10])) for i, c in enumerate(codes)
+        _f32(_f32(c * scales[i // 10]) + (0.0 if symmetric else offsets[i // 10]))
+        for i, c in enumerate(codes)
     ]
     restored = dequantize(q)
     assert restored.shape == x.shape and restored.dtype == x.dtype
@@ -537,7 +542,9 @@ def test_software_fp8_codec_matches_reference(tmp_path: Path) -> None:
     source = tmp_path / "codec.cpp"
     source.write_text(_CODEC_MAIN)
     binary = tmp_path / "codec"
-    subprocess.run(["g++", "-O1", "-std=c++17", f"-I{CSRC_INCLUDES}", str(source), "-o", str(binary)], check=True)
+    subprocess.run(
+        ["g++", "-O1", "-std=c++17", f"-I{CSRC_INCLUDES}", str(source), "-o", str(binary)], check=True
+    )
     gen = torch.Generator().manual_seed(11)
     samples = torch.cat(
         [
@@ -547,12 +554,14 @@ def test_software_fp8_codec_matches_reference(tmp_path: Path) -> None:
             torch.randn(100, generator=gen) * 3e4,
             torch.tensor([0.0, -0.0, 448.0, 464.0, 480.0, 1e9, -1e9, 57344.0, 61440.0, math.inf, -math.inf]),
             # exact midpoints between neighbouring codes: ties go to even
-            torch.tensor([1.0625, 1.1875, 0.009765625 * 1.5, 2.0 ** -9 * 0.5, 2.0 ** -16 * 0.5, 1.125, 1.375]),
+            torch.tensor([1.0625, 1.1875, 0.009765625 * 1.5, 2.0**-9 * 0.5, 2.0**-16 * 0.5, 1.125, 1.375]),
         ]
     ).tolist()
     samples.append(math.nan)
     text = "".join(float(np.float32(v)).hex() + "\n" for v in samples)
-    out = subprocess.run([str(binary)], input=text, capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run([str(binary)], input=text, capture_output=True, text=True, check=True).stdout.split(
+        "\n"
+    )
     for line, v in zip(out, samples):
         e4m3, e5m2 = map(int, line.split())
         if math.isnan(v):

@@ -21,7 +21,13 @@ class ProbeBuilder(CPUOpBuilder):
 
 
 if __name__ == "__main__":
-    loaded = load_op(ProbeBuilder(), os.environ)
+    from op_builder.errors import OpLoadError
+
+    try:
+        loaded = load_op(ProbeBuilder(), os.environ)
+    except OpLoadError as exc:  # what a user sees: the message and hint, no traceback
+        print(f"error: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        sys.exit(1)
     print(
         json.dumps({"compiled": loaded.compiled, "source": loaded.source, "answer": loaded.module.answer()})
     )

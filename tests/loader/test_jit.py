@@ -100,3 +100,12 @@ def test_jit_disabled_gives_a_clear_error(tmp_path: Path, probe_source: Path) ->
     assert proc.returncode != 0
     assert "JIT builds are disabled (DS_DISABLE_JIT=1)" in err
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.so"))
+
+
+def test_missing_compiler_is_one_clear_error_and_leaves_nothing(tmp_path: Path, probe_source: Path) -> None:
+    cache = tmp_path / "cache"
+    proc = _start(probe_source, _env(cache, CXX=str(tmp_path / "no-such-c++")))
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "no C++ compiler found" in err
+    assert not list(cache.rglob("*.so")) and not list(cache.rglob("*.o"))

@@ -107,3 +107,10 @@ def test_runtime_package_renames_for_t64_distros() -> None:
     assert catalog.runtime_package("libaio1", "trixie") == "libaio1t64"
     assert catalog.runtime_package("libaio1", "ubuntu24.04") == "libaio1t64"
     assert catalog.runtime_package("libgomp1", "ubuntu24.04") == "libgomp1"
+
+
+def test_docs_catalog_table_matches_the_code() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "imagegen.md").read_text()
+    assert catalog.markdown_table() in docs, "regenerate the table in docs/imagegen.md from catalog.markdown_table()"

@@ -53,7 +53,7 @@ inline std::vector<Range> split_range(std::int64_t nbytes, std::int64_t block, i
     const std::int64_t per_part = (blocks + parts - 1) / parts;
     for (std::int64_t first = 0; first < blocks; first += per_part) {
         const std::int64_t begin = first * block;
-        const std::int64_t end = std::min(nbytes - 1, (first + per_part) * block);
+        const std::int64_t end = std::min(nbytes, (first + per_part) * block);
         out.push_back({begin, end});
     }
     return out;

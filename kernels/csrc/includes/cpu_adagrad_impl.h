@@ -13,7 +13,7 @@ struct AdagradConsts {
       : l2(isa::vset1(a.l2)), eps(isa::vset1(a.eps)), neg_clr(isa::vset1(-a.clr)), use_l2(a.l2 != 0.0f) {}
 };
 
-template <cpu_simd::HalfKind kHalf>
+template <cpu_simd::HalfKind kHalf, bool kStream>
 inline void adagrad_vector(const AdagradConsts& c, float* pp, const float* gp, float* sp, uint16_t* hp) {
   isa::V p = isa::vload(pp);
   isa::V g = isa::vload(gp);
@@ -23,28 +23,43 @@ inline void adagrad_vector(const AdagradConsts& c, float* pp, const float* gp, f
   p = isa::vfmadd(c.neg_clr, isa::vdiv(g, std), p);
   isa::vstore(pp, p);
   isa::vstore(sp, sum);
-  if constexpr (kHalf == cpu_simd::HalfKind::kBF16) isa::vstore_bf16(hp, p);
-  if constexpr (kHalf == cpu_simd::HalfKind::kFP16) isa::vstore_fp16(hp, p);
+  isa::store_half<kHalf, kStream>(hp, p);
 }
 
-template <cpu_simd::HalfKind kHalf>
-void adagrad_range(const AdagradArgs& a, int64_t begin, int64_t end) {
+template <cpu_simd::HalfKind kHalf, bool kStream>
+void adagrad_loop(const AdagradArgs& a, int64_t begin, int64_t end) {
   constexpr int64_t W = isa::kWidth;
   const AdagradConsts c(a);
+  float* const pp = a.p;  // locals: stores through them cannot force reloads
+  const float* const gp = a.g;
+  float* const sp = a.sum;
+  uint16_t* const hp = a.half;
   int64_t i = begin;
   for (; i + W <= end; i += W) {
-    adagrad_vector<kHalf>(c, a.p + i, a.g + i, a.sum + i, kHalf == cpu_simd::HalfKind::kNone ? nullptr : a.half + i);
+    adagrad_vector<kHalf, kStream>(c, pp + i, gp + i, sp + i, hp == nullptr ? nullptr : hp + i);
   }
   if (i < end) {  // the tail through the same vector code, on zero-padded copies
     const int64_t r = end - i;
     float p[W] = {}, g[W] = {}, s[W] = {};
     uint16_t h[W] = {};
-    std::memcpy(p, a.p + i, r * sizeof(float));
-    std::memcpy(g, a.g + i, r * sizeof(float));
-    std::memcpy(s, a.sum + i, r * sizeof(float));
-    adagrad_vector<kHalf>(c, p, g, s, h);
-    std::memcpy(a.p + i, p, r * sizeof(float));
-    std::memcpy(a.sum + i, s, r * sizeof(float));
-    if (kHalf != cpu_simd::HalfKind::kNone) std::memcpy(a.half + i, h, r * sizeof(uint16_t));
+    std::memcpy(p, pp + i, r * sizeof(float));
+    std::memcpy(g, gp + i, r * sizeof(float));
+    std::memcpy(s, sp + i, r * sizeof(float));
+    adagrad_vector<kHalf, false>(c, p, g, s, h);
+    std::memcpy(pp + i, p, r * sizeof(float));
+    std::memcpy(sp + i, s, r * sizeof(float));
+    if (hp != nullptr) std::memcpy(hp + i, h, r * sizeof(uint16_t));
   }
+}
+
+template <cpu_simd::HalfKind kHalf>
+void adagrad_range(const AdagradArgs& a, int64_t begin, int64_t end) {
+  if constexpr (kHalf != cpu_simd::HalfKind::kNone) {
+    if (isa::hstreamable(a.half + begin)) {
+      adagrad_loop<kHalf, true>(a, begin, end);
+      isa::vfence();  // streamed stores are weakly ordered: drain them before the join
+      return;
+    }
+  }
+  adagrad_loop<kHalf, false>(a, begin, end);
 }

@@ -9,9 +9,11 @@
 //   m  = m + (1 - beta1) * (g - m)       (torch's lerp)
 //   v  = beta2 * v + (1 - beta2) * g * g
 //   p  = p - step_size * m / (sqrt(v) / sqrt(bc2) + eps)
+// The last line is computed as p - (step_size * sqrt(bc2)) * m / (sqrt(v) + eps * sqrt(bc2)):
+// the same value with one division instead of two.
 
 struct AdamConsts {
-  isa::V l2, decay, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+  isa::V l2, decay, one_minus_beta1, beta2, one_minus_beta2, eps_bc2, neg_step_bc2;
   bool use_l2, use_decay;
   explicit AdamConsts(const AdamArgs& a)
       : l2(isa::vset1(a.l2)),
@@ -19,14 +21,13 @@ struct AdamConsts {
         one_minus_beta1(isa::vset1(a.one_minus_beta1)),
         beta2(isa::vset1(a.beta2)),
         one_minus_beta2(isa::vset1(a.one_minus_beta2)),
-        bc2_sqrt(isa::vset1(a.bc2_sqrt)),
-        eps(isa::vset1(a.eps)),
-        neg_step_size(isa::vset1(-a.step_size)),
+        eps_bc2(isa::vset1(a.eps * a.bc2_sqrt)),
+        neg_step_bc2(isa::vset1(-a.step_size * a.bc2_sqrt)),
         use_l2(a.l2 != 0.0f),
         use_decay(a.decay != 1.0f) {}
 };
 
-template <cpu_simd::HalfKind kHalf>
+template <cpu_simd::HalfKind kHalf, bool kStream>
 inline void adam_vector(const AdamConsts& c, float* pp, const float* gp, float* mp, float* vp, uint16_t* hp) {
   isa::V p = isa::vload(pp);
   isa::V g = isa::vload(gp);
@@ -35,23 +36,27 @@ inline void adam_vector(const AdamConsts& c, float* pp, const float* gp, float* 
   isa::V m = isa::vload(mp);
   m = isa::vfmadd(c.one_minus_beta1, isa::vsub(g, m), m);
   const isa::V v = isa::vfmadd(c.one_minus_beta2, isa::vmul(g, g), isa::vmul(c.beta2, isa::vload(vp)));
-  const isa::V denom = isa::vadd(isa::vdiv(isa::vsqrt(v), c.bc2_sqrt), c.eps);
-  p = isa::vfmadd(c.neg_step_size, isa::vdiv(m, denom), p);
+  const isa::V denom = isa::vadd(isa::vsqrt(v), c.eps_bc2);
+  p = isa::vfmadd(c.neg_step_bc2, isa::vdiv(m, denom), p);
   isa::vstore(pp, p);
   isa::vstore(mp, m);
   isa::vstore(vp, v);
-  if constexpr (kHalf == cpu_simd::HalfKind::kBF16) isa::vstore_bf16(hp, p);
-  if constexpr (kHalf == cpu_simd::HalfKind::kFP16) isa::vstore_fp16(hp, p);
+  isa::store_half<kHalf, kStream>(hp, p);
 }
 
-// Elements [begin, end) of one tensor: one pass over p, g, m, v (and the half copy).
-template <cpu_simd::HalfKind kHalf>
-void adam_range(const AdamArgs& a, int64_t begin, int64_t end) {
+template <cpu_simd::HalfKind kHalf, bool kStream>
+void adam_loop(const AdamArgs& a, int64_t begin, int64_t end) {
   constexpr int64_t W = isa::kWidth;
   const AdamConsts c(a);
+  // Locals, so that stores through the data pointers cannot make the compiler reload them.
+  float* const pp = a.p;
+  const float* const gp = a.g;
+  float* const mp = a.m;
+  float* const vp = a.v;
+  uint16_t* const hp = a.half;
   int64_t i = begin;
   for (; i + W <= end; i += W) {
-    adam_vector<kHalf>(c, a.p + i, a.g + i, a.m + i, a.v + i, kHalf == cpu_simd::HalfKind::kNone ? nullptr : a.half + i);
+    adam_vector<kHalf, kStream>(c, pp + i, gp + i, mp + i, vp + i, hp == nullptr ? nullptr : hp + i);
   }
   if (i < end) {
     // The tail goes through the same vector code via zero-padded copies, so every element
@@ -59,14 +64,27 @@ void adam_range(const AdamArgs& a, int64_t begin, int64_t end) {
     const int64_t r = end - i;
     float p[W] = {}, g[W] = {}, m[W] = {}, v[W] = {};
     uint16_t h[W] = {};
-    std::memcpy(p, a.p + i, r * sizeof(float));
-    std::memcpy(g, a.g + i, r * sizeof(float));
-    std::memcpy(m, a.m + i, r * sizeof(float));
-    std::memcpy(v, a.v + i, r * sizeof(float));
-    adam_vector<kHalf>(c, p, g, m, v, h);
-    std::memcpy(a.p + i, p, r * sizeof(float));
-    std::memcpy(a.m + i, m, r * sizeof(float));
-    std::memcpy(a.v + i, v, r * sizeof(float));
-    if (kHalf != cpu_simd::HalfKind::kNone) std::memcpy(a.half + i, h, r * sizeof(uint16_t));
+    std::memcpy(p, pp + i, r * sizeof(float));
+    std::memcpy(g, gp + i, r * sizeof(float));
+    std::memcpy(m, mp + i, r * sizeof(float));
+    std::memcpy(v, vp + i, r * sizeof(float));
+    adam_vector<kHalf, false>(c, p, g, m, v, h);
+    std::memcpy(pp + i, p, r * sizeof(float));
+    std::memcpy(mp + i, m, r * sizeof(float));
+    std::memcpy(vp + i, v, r * sizeof(float));
+    if (hp != nullptr) std::memcpy(hp + i, h, r * sizeof(uint16_t));
   }
+}
+
+// Elements [begin, end) of one tensor: one pass over p, g, m, v (and the half copy).
+template <cpu_simd::HalfKind kHalf>
+void adam_range(const AdamArgs& a, int64_t begin, int64_t end) {
+  if constexpr (kHalf != cpu_simd::HalfKind::kNone) {
+    if (isa::hstreamable(a.half + begin)) {
+      adam_loop<kHalf, true>(a, begin, end);
+      isa::vfence();  // streamed stores are weakly ordered: drain them before the join
+      return;
+    }
+  }
+  adam_loop<kHalf, false>(a, begin, end);
 }

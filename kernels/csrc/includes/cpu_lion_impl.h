@@ -7,9 +7,9 @@
 //   m = beta2 * m + (1 - beta2) * g
 //
 // sign() turns a one-ulp difference in c near zero into a step of 2 * lr, so c and m are
-// rounded exactly like the plain chain of torch ops (two products, then a sum; no FMA),
-// and so is the decayed p: vround keeps the compiler from contracting them. Results then match such a reference
-// bit for bit.
+// rounded exactly like the plain chain of torch ops (two products, then a sum; no FMA), and
+// so is the decayed p: vround keeps the compiler from contracting them. Results then match
+// such a reference bit for bit.
 
 struct LionConsts {
   isa::V beta1, one_minus_beta1, beta2, one_minus_beta2, decay, lr;
@@ -24,40 +24,55 @@ struct LionConsts {
         use_decay(a.decay != 1.0f) {}
 };
 
-template <cpu_simd::HalfKind kHalf>
+template <cpu_simd::HalfKind kHalf, bool kStream>
 inline void lion_vector(const LionConsts& c, float* pp, const float* gp, float* mp, uint16_t* hp) {
   const isa::V g = isa::vload(gp);
   const isa::V m = isa::vload(mp);
   isa::V p = isa::vload(pp);
   const isa::V interp =
       isa::vadd(isa::vround(isa::vmul(m, c.beta1)), isa::vround(isa::vmul(g, c.one_minus_beta1)));
-  if (c.use_decay) p = isa::vround(isa::vmul(p, c.decay));  // not fused into the subtraction
+  if (c.use_decay) p = isa::vround(isa::vmul(p, c.decay));
   p = isa::vsub(p, isa::vmul(c.lr, isa::vsign(interp)));  // lr * (+-1 or 0) is exact
   const isa::V m_new = isa::vadd(isa::vround(isa::vmul(m, c.beta2)), isa::vround(isa::vmul(g, c.one_minus_beta2)));
   isa::vstore(pp, p);
   isa::vstore(mp, m_new);
-  if constexpr (kHalf == cpu_simd::HalfKind::kBF16) isa::vstore_bf16(hp, p);
-  if constexpr (kHalf == cpu_simd::HalfKind::kFP16) isa::vstore_fp16(hp, p);
+  isa::store_half<kHalf, kStream>(hp, p);
 }
 
-template <cpu_simd::HalfKind kHalf>
-void lion_range(const LionArgs& a, int64_t begin, int64_t end) {
+template <cpu_simd::HalfKind kHalf, bool kStream>
+void lion_loop(const LionArgs& a, int64_t begin, int64_t end) {
   constexpr int64_t W = isa::kWidth;
   const LionConsts c(a);
+  float* const pp = a.p;  // locals: stores through them cannot force reloads
+  const float* const gp = a.g;
+  float* const mp = a.m;
+  uint16_t* const hp = a.half;
   int64_t i = begin;
   for (; i + W <= end; i += W) {
-    lion_vector<kHalf>(c, a.p + i, a.g + i, a.m + i, kHalf == cpu_simd::HalfKind::kNone ? nullptr : a.half + i);
+    lion_vector<kHalf, kStream>(c, pp + i, gp + i, mp + i, hp == nullptr ? nullptr : hp + i);
   }
   if (i < end) {  // the tail through the same vector code, on zero-padded copies
     const int64_t r = end - i;
     float p[W] = {}, g[W] = {}, m[W] = {};
     uint16_t h[W] = {};
-    std::memcpy(p, a.p + i, r * sizeof(float));
-    std::memcpy(g, a.g + i, r * sizeof(float));
-    std::memcpy(m, a.m + i, r * sizeof(float));
-    lion_vector<kHalf>(c, p, g, m, h);
-    std::memcpy(a.p + i, p, r * sizeof(float));
-    std::memcpy(a.m + i, m, r * sizeof(float));
-    if (kHalf != cpu_simd::HalfKind::kNone) std::memcpy(a.half + i, h, r * sizeof(uint16_t));
+    std::memcpy(p, pp + i, r * sizeof(float));
+    std::memcpy(g, gp + i, r * sizeof(float));
+    std::memcpy(m, mp + i, r * sizeof(float));
+    lion_vector<kHalf, false>(c, p, g, m, h);
+    std::memcpy(pp + i, p, r * sizeof(float));
+    std::memcpy(mp + i, m, r * sizeof(float));
+    if (hp != nullptr) std::memcpy(hp + i, h, r * sizeof(uint16_t));
   }
+}
+
+template <cpu_simd::HalfKind kHalf>
+void lion_range(const LionArgs& a, int64_t begin, int64_t end) {
+  if constexpr (kHalf != cpu_simd::HalfKind::kNone) {
+    if (isa::hstreamable(a.half + begin)) {
+      lion_loop<kHalf, true>(a, begin, end);
+      isa::vfence();  // streamed stores are weakly ordered: drain them before the join
+      return;
+    }
+  }
+  lion_loop<kHalf, false>(a, begin, end);
 }

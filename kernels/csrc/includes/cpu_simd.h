@@ -4,7 +4,7 @@
 // The ops are compiled without -march (images must run on CPUs other than the build host), so
 // each instruction set lives in its own `#pragma GCC target` region and the best one the running
 // CPU supports is picked once, at first use. Every namespace offers the same names (V, kWidth,
-// vload, vstore, ...); an op's kernel body is written once against `isa::` and included once per
+// vload, vstore, ..., store_half); an op's kernel body is written once against `isa::` and included once per
 // namespace (see cpu_optim/cpu_adam.cpp).
 //
 // Torch-free on purpose: only the bindings (cpu_optim_binding.h) see tensors.
@@ -129,8 +129,14 @@ inline V vround(V a) {
   __asm__("" : "+x"(a));
   return a;
 }
-inline void vstore_bf16(uint16_t* dst, V x) { *dst = float_to_bf16(x); }
-inline void vstore_fp16(uint16_t* dst, V x) { *dst = float_to_fp16(x); }
+using H = uint16_t;  // kWidth halves
+inline H vbf16(V x) { return float_to_bf16(x); }
+inline H vfp16(V x) { return float_to_fp16(x); }
+inline void hstore(uint16_t* dst, H h) { *dst = h; }
+inline void hstream(uint16_t* dst, H h) { *dst = h; }
+inline bool hstreamable(const uint16_t*) { return false; }
+inline void vfence() {}
+#include "cpu_simd_half.h"
 }  // namespace scalar
 
 // ---------------------------------------------------------------- AVX2 + FMA + F16C
@@ -160,8 +166,9 @@ inline V vround(V a) {
   __asm__("" : "+x"(a));
   return a;
 }
+using H = __m128i;
 // Same rounding as float_to_bf16, eight lanes at a time with integer ops.
-inline void vstore_bf16(uint16_t* dst, V x) {
+inline H vbf16(V x) {
   const __m256i u = _mm256_castps_si256(x);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
@@ -169,12 +176,16 @@ inline void vstore_bf16(uint16_t* dst, V x) {
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
   // Values are < 2^16 after the shift, so the saturating pack is exact.
-  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), packed);
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
-inline void vstore_fp16(uint16_t* dst, V x) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-}
+inline H vfp16(V x) { return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
+inline void hstore(uint16_t* dst, H h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), h); }
+// Non-temporal: the copy is written once and not read back by the step, so streaming it
+// skips the read-for-ownership a normal store of a cold line costs (2 of every 32 bytes).
+inline void hstream(uint16_t* dst, H h) { _mm_stream_si128(reinterpret_cast<__m128i*>(dst), h); }
+inline bool hstreamable(const uint16_t* p) { return reinterpret_cast<uintptr_t>(p) % sizeof(H) == 0; }
+inline void vfence() { _mm_sfence(); }
+#include "cpu_simd_half.h"
 }  // namespace avx2
 #pragma GCC pop_options
 
@@ -205,7 +216,8 @@ inline V vround(V a) {
   __asm__("" : "+v"(a));
   return a;
 }
-inline void vstore_bf16(uint16_t* dst, V x) {
+using H = __m256i;
+inline H vbf16(V x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
@@ -213,11 +225,14 @@ inline void vstore_bf16(uint16_t* dst, V x) {
   const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   r = _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
   // vpmovdw truncates each lane to its low 16 bits, which hold the whole result.
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(r));
+  return _mm512_cvtepi32_epi16(r);
 }
-inline void vstore_fp16(uint16_t* dst, V x) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-}
+inline H vfp16(V x) { return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
+inline void hstore(uint16_t* dst, H h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h); }
+inline void hstream(uint16_t* dst, H h) { _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), h); }
+inline bool hstreamable(const uint16_t* p) { return reinterpret_cast<uintptr_t>(p) % sizeof(H) == 0; }
+inline void vfence() { _mm_sfence(); }
+#include "cpu_simd_half.h"
 }  // namespace avx512
 #pragma GCC pop_options
 

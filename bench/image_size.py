@@ -1,0 +1,105 @@
+"""Runtime image size against the devel stage it is built from, for the CPU image.
+
+    python bench/image_size.py [--ops cpu_adam,cpu_lion] [--out bench/results/image_size.json]
+
+Builds (or reuses from the build cache) the ``runtime``, ``build`` and ``devel`` stages of the
+CPU image from the local stand-in bases and reports their sizes. Goal: runtime / devel <= 0.5.
+The largest runtime layers and the largest directories of the runtime venv are listed too,
+since they say where the remaining bytes are.
+Needs Docker and the stand-ins (scripts/ensure-docker.sh, scripts/standin-images.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from imagegen import engine as engine_lib  # noqa: E402
+from imagegen.render import render  # noqa: E402
+from imagegen.spec import ImageSpec, SpecInput, build_spec  # noqa: E402
+
+STANDIN_DEVEL = "imagegen-standin/python:3.11-devel"
+STANDIN_RUNTIME = "imagegen-standin/python:3.11-runtime"
+GOAL = 0.5
+
+
+def cpu_spec(ops: str, engine: engine_lib.Engine) -> ImageSpec:
+    """The CPU image the integration tests build, from stand-ins, torch from the local wheelhouse."""
+    return build_spec(
+        SpecInput(
+            ops=ops,
+            cpu=True,
+            base_devel=STANDIN_DEVEL,
+            base_runtime=STANDIN_RUNTIME,
+            wheelhouse=os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels"),
+            ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
+            buildkit=engine.kind != "classic",
+        ),
+        os.environ,
+    )
+
+
+def _largest_layers(tag: str, count: int = 4) -> list[dict[str, Any]]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        history = client.api.history(tag)
+    finally:
+        client.close()
+    layers = sorted(history, key=lambda h: int(h.get("Size", 0)), reverse=True)[:count]
+    return [{"bytes": int(h["Size"]), "created_by": str(h.get("CreatedBy", ""))[:160]} for h in layers]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", default="cpu_adam,cpu_lion")
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "image_size.json"))
+    args = parser.parse_args()
+
+    from imagegen.commands._context import staged_context
+
+    engine = engine_lib.detect_engine()
+    spec = cpu_spec(args.ops, engine)
+    text = render(spec)
+    sizes: dict[str, int] = {}
+    tags = {stage: f"imagegen-bench/cpu:{stage}" for stage in ("runtime", "build", "devel")}
+    with staged_context(spec, REPO) as context:
+        for stage, tag in tags.items():
+            engine_lib.build_image(engine, context, text, tag, target=stage)
+            sizes[stage] = engine_lib.image_size(engine, tag)
+    ratio = sizes["runtime"] / sizes["devel"]
+    results = {
+        "ops": spec.ops,
+        "engine": engine.kind,
+        "base_devel": spec.base_devel,
+        "base_runtime": spec.base_runtime,
+        "runtime_bytes": sizes["runtime"],
+        "build_stage_bytes": sizes["build"],
+        "devel_stage_bytes": sizes["devel"],
+        "ratio_runtime_to_devel": round(ratio, 3),
+        "ratio_runtime_to_build": round(sizes["runtime"] / sizes["build"], 3),
+        "goal_ratio": GOAL,
+        "goal_met": ratio <= GOAL,
+        "largest_runtime_layers": _largest_layers(tags["runtime"]),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    mib = 1024 * 1024
+    print(f"runtime {sizes['runtime'] / mib:.0f} MiB, build stage {sizes['build'] / mib:.0f} MiB, "
+          f"devel stage {sizes['devel'] / mib:.0f} MiB")  # fmt: skip
+    print(f"runtime / devel = {ratio:.3f} (goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})")
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
