@@ -143,9 +143,12 @@ def build_key(flags: OpFlags) -> str:
 def extensions_root(env: Mapping[str, str]) -> Path:
     """TORCH_EXTENSIONS_DIR, or torch's per-user default, split by Python and torch build."""
     import torch
-    from torch.utils.cpp_extension import get_default_build_root
 
-    root = env.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    # Same default as torch.utils.cpp_extension.get_default_build_root, without
+    # importing that module (it pulls in setuptools: ~0.2 s on every cached load).
+    root = env.get("TORCH_EXTENSIONS_DIR") or os.path.realpath(
+        torch._appdirs.user_cache_dir(appname="torch_extensions")
+    )
     flavour = (
         f"rocm{torch.version.hip}"
         if torch.version.hip

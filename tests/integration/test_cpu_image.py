@@ -164,7 +164,8 @@ def _broken_checkout(tmp_path: Path, op: str) -> Path:
     for name in ("op_builder", "kernels"):
         shutil.copytree(REPO / name, copy / name, ignore=ignore)
     source = copy / "kernels" / "csrc" / _source_of(op)
-    source.write_text(source.read_text() + "\nstatic int imagegen_broken = undeclared_on_purpose;\n")
+    # A missing header is a fatal error: the compiler stops at once instead of parsing torch first.
+    source.write_text('#include "imagegen_missing_on_purpose.h"\n' + source.read_text())
     return copy
 
 
@@ -174,10 +175,10 @@ def test_an_op_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -
     assert result.returncode == 1
     error = json.loads(result.stdout)["error"]
     assert "cpu_lion" in error["message"]
-    assert "undeclared_on_purpose" in error["hint"]  # the compiler's own line, in the hint
+    assert "imagegen_missing_on_purpose.h" in error["hint"]  # the compiler's own line, in the hint
     assert error["exit_code"] == 1
     # The checkout itself was not touched.
-    assert "undeclared_on_purpose" not in (REPO / "kernels" / "csrc" / _source_of("cpu_lion")).read_text()
+    assert "imagegen_missing_on_purpose" not in (REPO / "kernels" / "csrc" / _source_of("cpu_lion")).read_text()
 
 
 def test_push_to_a_registry_and_verify_the_pulled_image(

@@ -1,0 +1,173 @@
+"""Benchmark: the quantizer kernels' achieved memory bandwidth, against a device copy.
+
+    python bench/gpu_quantizer.py [--numel 64M] [--group-size 128] [--reps 30] [--out FILE]
+
+The quantizers are memory-bound, so the yardstick is bandwidth: bytes each operation
+must move (read the input, write codes and per-group scales; or the reverse for
+dequantize) over its time, as a percentage of what a device-to-device copy of the same
+input achieves in the same run (``dst.copy_(src)``: bytes read + written over time).
+The PyTorch implementation of the same rules (the fronts' fallback) is timed alongside.
+Medians of CUDA-event times after warmup. Without a GPU it prints why and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu_quantizer.json"
+
+
+@dataclass(frozen=True)
+class Row:
+    op: str
+    dtype: str
+    numel: int
+    ours_ms: float
+    torch_ms: float
+    speedup: float
+    ours_gbps: float
+    copy_gbps: float
+    percent_of_copy: float
+
+
+def parse_size(text: str) -> int:
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    return int(text[:-1]) * scale[text[-1]] if text[-1] in scale else int(text)
+
+
+def cuda_ms(fn: Callable[[], object], reps: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(float(start.elapsed_time(end)))
+    return statistics.median(times)
+
+
+def bench(numel: int, group_size: int, reps: int) -> list[Row]:
+    rows: list[Row] = []
+    groups = numel // group_size
+    for dtype in (torch.bfloat16, torch.float16):
+        width = torch.finfo(dtype).bits // 8
+        x = torch.randn(groups, group_size, device="cuda", dtype=dtype)
+        dst = torch.empty_like(x)
+        copy_ms = cuda_ms(lambda x=x, dst=dst: dst.copy_(x), reps)
+        copy_gbps = 2 * x.numel() * width / copy_ms / 1e6
+        cases: list[tuple[str, Callable[[bool], object], float]] = []
+        for bits, symmetric in ((8, True), (8, False), (4, True)):
+            code_bytes = bits / 8
+            scale_bytes = (4 if symmetric else 8) / group_size
+            name = f"int{bits}_{'sym' if symmetric else 'asym'}"
+            q = quantize(x, bits, group_size, symmetric, use_kernel=True)
+            cases.append(
+                (
+                    f"quantize_{name}",
+                    lambda k, b=bits, s=symmetric, x=x: quantize(x, b, group_size, s, use_kernel=k),
+                    width + code_bytes + scale_bytes,
+                )
+            )
+            cases.append(
+                (
+                    f"dequantize_{name}",
+                    lambda k, q=q: dequantize(q, use_kernel=k),
+                    width + code_bytes + scale_bytes,
+                )
+            )
+        for fmt in ("e4m3", "e5m2"):
+            q8 = quantize_fp8(x, group_size, fmt, use_kernel=True)  # type: ignore[arg-type]
+            cases.append(
+                (
+                    f"quantize_fp8_{fmt}",
+                    lambda k, f=fmt, x=x: quantize_fp8(x, group_size, f, use_kernel=k),  # type: ignore[arg-type]
+                    width + 1 + 4 / group_size,
+                )
+            )
+            cases.append(
+                (
+                    f"dequantize_fp8_{fmt}",
+                    lambda k, q8=q8: dequantize_fp8(q8, use_kernel=k),
+                    width + 1 + 4 / group_size,
+                )
+            )
+        for name, fn, bytes_per_element in cases:
+            ours_ms = cuda_ms(lambda fn=fn: fn(True), reps)
+            torch_ms = cuda_ms(lambda fn=fn: fn(False), max(3, reps // 3))
+            gbps = x.numel() * bytes_per_element / ours_ms / 1e6
+            rows.append(
+                Row(
+                    op=name,
+                    dtype=str(dtype).removeprefix("torch."),
+                    numel=x.numel(),
+                    ours_ms=round(ours_ms, 4),
+                    torch_ms=round(torch_ms, 4),
+                    speedup=round(torch_ms / ours_ms, 2),
+                    ours_gbps=round(gbps, 1),
+                    copy_gbps=round(copy_gbps, 1),
+                    percent_of_copy=round(100 * gbps / copy_gbps, 1),
+                )
+            )
+        del x, dst
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--numel", type=parse_size, default=parse_size("64M"))
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print(f"no GPU visible to torch {torch.__version__}: GPU quantizer benchmark skipped")
+        return 0
+    import warnings
+
+    warnings.simplefilter("ignore", RuntimeWarning)  # the timed PyTorch path warns that it is the fallback
+    rows = bench(args.numel, args.group_size, args.reps)
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.numel} elements, groups of {args.group_size}"
+    )
+    print(
+        f"{'op':<22} {'dtype':<9} {'ours ms':>9} {'torch ms':>9} {'speedup':>8} {'GB/s':>8} {'copy GB/s':>10} {'% copy':>7}"
+    )
+    for r in rows:
+        print(
+            f"{r.op:<22} {r.dtype:<9} {r.ours_ms:>9.4f} {r.torch_ms:>9.4f} {r.speedup:>7.2f}x "
+            f"{r.ours_gbps:>8.1f} {r.copy_gbps:>10.1f} {r.percent_of_copy:>6.1f}%"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "group_size": args.group_size,
+        "rows": [asdict(r) for r in rows],
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Benchmark: the transformer kernels against the torch ops they replace, forward + backward.
+
+    python bench/gpu_transformer.py [--rows 8192] [--reps 30] [--out FILE]
+
+* LayerNorm: ``kernels.transformer.layer_norm`` vs ``F.layer_norm`` (hidden 768, 1024, 4096, 4097);
+* bias + GeLU: ``bias_gelu`` vs ``F.gelu(x + b)`` (erf and tanh);
+* softmax: ``scaled_masked_softmax`` (causal, and with a [batch, 1, q, k] mask) vs
+  ``torch.softmax((x * scale).masked_fill(mask, -inf))``;
+
+each timed forward and forward+backward, for bf16 and fp16 (plus fp32 for LayerNorm).
+Medians of CUDA-event times, ours and torch's interleaved, after warmup. Without a GPU
+it prints why and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from kernels.transformer import bias_gelu, layer_norm, scaled_masked_softmax
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu_transformer.json"
+
+
+@dataclass(frozen=True)
+class Row:
+    op: str
+    shape: str
+    dtype: str
+    mode: str
+    ours_ms: float
+    torch_ms: float
+    speedup: float
+
+
+def cuda_ms(fn: Callable[[], object]) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
+
+
+def race(ours: Callable[[], object], theirs: Callable[[], object], reps: int) -> tuple[float, float]:
+    for _ in range(5):
+        ours()
+        theirs()
+    torch.cuda.synchronize()
+    a, b = [], []
+    for _ in range(reps):
+        a.append(cuda_ms(ours))
+        b.append(cuda_ms(theirs))
+    return statistics.median(a), statistics.median(b)
+
+
+def fwd_bwd(
+    fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], dy: torch.Tensor
+) -> Callable[[], object]:
+    def run() -> object:
+        out = fn(*inputs)
+        return torch.autograd.grad(out, [t for t in inputs if t.requires_grad], dy)
+
+    return run
+
+
+def fwd(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> Callable[[], object]:
+    def run() -> object:
+        with torch.no_grad():
+            return fn(*inputs)
+
+    return run
+
+
+def row(op: str, shape: str, dtype: torch.dtype, mode: str, times: tuple[float, float]) -> Row:
+    ours, theirs = times
+    return Row(
+        op,
+        shape,
+        str(dtype).removeprefix("torch."),
+        mode,
+        round(ours, 4),
+        round(theirs, 4),
+        round(theirs / ours, 2),
+    )
+
+
+def bench_layer_norm(rows: int, reps: int) -> list[Row]:
+    out: list[Row] = []
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for hidden in (768, 1024, 4096, 4097):
+            x = torch.randn(rows, hidden, device="cuda", dtype=dtype, requires_grad=True)
+            w = torch.randn(hidden, device="cuda", dtype=dtype, requires_grad=True)
+            b = torch.randn(hidden, device="cuda", dtype=dtype, requires_grad=True)
+            dy = torch.randn_like(x)
+
+            def ours(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, h: int = hidden) -> torch.Tensor:
+                return layer_norm(x, h, w, b, use_kernel=True)
+
+            def theirs(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, h: int = hidden) -> torch.Tensor:
+                return F.layer_norm(x, (h,), w, b)
+
+            shape = f"{rows}x{hidden}"
+            out.append(
+                row(
+                    "layer_norm",
+                    shape,
+                    dtype,
+                    "fwd",
+                    race(fwd(ours, [x, w, b]), fwd(theirs, [x, w, b]), reps),
+                )
+            )
+            out.append(
+                row(
+                    "layer_norm",
+                    shape,
+                    dtype,
+                    "fwd+bwd",
+                    race(fwd_bwd(ours, [x, w, b], dy), fwd_bwd(theirs, [x, w, b], dy), reps),
+                )
+            )
+    return out
+
+
+def bench_bias_gelu(rows: int, reps: int) -> list[Row]:
+    out: list[Row] = []
+    for dtype in (torch.bfloat16, torch.float16):
+        for approximate in ("none", "tanh"):
+            hidden = 4096
+            x = torch.randn(rows, hidden, device="cuda", dtype=dtype, requires_grad=True)
+            b = torch.randn(hidden, device="cuda", dtype=dtype, requires_grad=True)
+            dy = torch.randn_like(x)
+
+            def ours(x: torch.Tensor, b: torch.Tensor, a: str = approximate) -> torch.Tensor:
+                return bias_gelu(x, b, a, use_kernel=True)  # type: ignore[arg-type]
+
+            def theirs(x: torch.Tensor, b: torch.Tensor, a: str = approximate) -> torch.Tensor:
+                return F.gelu(x + b, approximate=a)
+
+            name = f"bias_gelu[{approximate}]"
+            shape = f"{rows}x{hidden}"
+            out.append(row(name, shape, dtype, "fwd", race(fwd(ours, [x, b]), fwd(theirs, [x, b]), reps)))
+            out.append(
+                row(
+                    name,
+                    shape,
+                    dtype,
+                    "fwd+bwd",
+                    race(fwd_bwd(ours, [x, b], dy), fwd_bwd(theirs, [x, b], dy), reps),
+                )
+            )
+    return out
+
+
+def bench_softmax(reps: int) -> list[Row]:
+    out: list[Row] = []
+    batch, heads, seq = 8, 16, 1024
+    scale = 1.0 / math.sqrt(64)
+    causal_mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool, device="cuda"), diagonal=1)
+    pad_mask = torch.rand(batch, 1, seq, seq, device="cuda") < 0.1
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(batch, heads, seq, seq, device="cuda", dtype=dtype, requires_grad=True)
+        dy = torch.randn_like(x)
+        for kind, mask, causal in (("causal", causal_mask, True), ("mask", pad_mask, False)):
+
+            def ours(x: torch.Tensor, m: torch.Tensor = mask, c: bool = causal) -> torch.Tensor:
+                return scaled_masked_softmax(x, None if c else m, scale, causal=c, use_kernel=True)
+
+            def theirs(x: torch.Tensor, m: torch.Tensor = mask) -> torch.Tensor:
+                return torch.softmax((x * scale).masked_fill(m, -math.inf), dim=-1)
+
+            name = f"softmax[{kind}]"
+            shape = f"{batch}x{heads}x{seq}x{seq}"
+            out.append(row(name, shape, dtype, "fwd", race(fwd(ours, [x]), fwd(theirs, [x]), reps)))
+            out.append(
+                row(
+                    name,
+                    shape,
+                    dtype,
+                    "fwd+bwd",
+                    race(fwd_bwd(ours, [x], dy), fwd_bwd(theirs, [x], dy), reps),
+                )
+            )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rows", type=int, default=8192)
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print(f"no GPU visible to torch {torch.__version__}: GPU transformer benchmark skipped")
+        return 0
+    rows = (
+        bench_layer_norm(args.rows, args.reps)
+        + bench_bias_gelu(args.rows, args.reps)
+        + bench_softmax(args.reps)
+    )
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{'op':<18} {'shape':<18} {'dtype':<9} {'mode':<8} {'ours ms':>9} {'torch ms':>9} {'speedup':>8}")
+    for r in rows:
+        print(
+            f"{r.op:<18} {r.shape:<18} {r.dtype:<9} {r.mode:<8} {r.ours_ms:>9.4f} {r.torch_ms:>9.4f} {r.speedup:>7.2f}x"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "rows": [asdict(r) for r in rows],
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
