@@ -166,7 +166,10 @@ def main() -> int:
         print(f"no GPU visible to torch {torch.__version__}: GPU optimizer benchmark skipped")
         return 0
     rows = bench(args.layers, args.hidden, args.reps)
-    header = f"{'optimizer':<6} {'dtype':<9} {'ours ms':>9} {'torch ms':>9} {'speedup':>8} {'ours GB/s':>10} {'torch GB/s':>10}  torch"
+    header = (
+        f"{'optimizer':<6} {'dtype':<9} {'ours ms':>9} {'torch ms':>9} {'speedup':>8} "
+        f"{'ours GB/s':>10} {'torch GB/s':>10}  torch"
+    )
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {rows[0].params_m}M params")
     print(header)
     for r in rows:

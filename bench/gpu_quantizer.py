@@ -145,10 +145,12 @@ def main() -> int:
     warnings.simplefilter("ignore", RuntimeWarning)  # the timed PyTorch path warns that it is the fallback
     rows = bench(args.numel, args.group_size, args.reps)
     print(
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.numel} elements, groups of {args.group_size}"
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+        f"{args.numel} elements, groups of {args.group_size}"
     )
     print(
-        f"{'op':<22} {'dtype':<9} {'ours ms':>9} {'torch ms':>9} {'speedup':>8} {'GB/s':>8} {'copy GB/s':>10} {'% copy':>7}"
+        f"{'op':<22} {'dtype':<9} {'ours ms':>9} {'torch ms':>9} {'speedup':>8} "
+        f"{'GB/s':>8} {'copy GB/s':>10} {'% copy':>7}"
     )
     for r in rows:
         print(

@@ -213,7 +213,8 @@ def main() -> int:
     print(f"{'op':<18} {'shape':<18} {'dtype':<9} {'mode':<8} {'ours ms':>9} {'torch ms':>9} {'speedup':>8}")
     for r in rows:
         print(
-            f"{r.op:<18} {r.shape:<18} {r.dtype:<9} {r.mode:<8} {r.ours_ms:>9.4f} {r.torch_ms:>9.4f} {r.speedup:>7.2f}x"
+            f"{r.op:<18} {r.shape:<18} {r.dtype:<9} {r.mode:<8} "
+            f"{r.ours_ms:>9.4f} {r.torch_ms:>9.4f} {r.speedup:>7.2f}x"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {

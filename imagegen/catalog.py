@@ -301,11 +301,13 @@ def markdown_table() -> str:
             python = target.default_python(distro)
             pythons = ", ".join(f"{UBUNTU_PYTHON[d]} ({d})" for d in target.distros)
             version = target.version or ""
-            archs = ";".join(default_cuda_archs(version) if target.accelerator == "cuda" else default_rocm_archs())
+            listed = default_cuda_archs(version) if target.accelerator == "cuda" else default_rocm_archs()
+            archs = ";".join(listed)
         built = target.torch_versions()
         indexes = ", ".join(dict.fromkeys(r.variant for r in target.torch))
+        devel, runtime = target.base_devel(distro, python), target.base_runtime(distro, python)
         lines.append(
-            f"| `{target.name}` | `{target.base_devel(distro, python)}` | `{target.base_runtime(distro, python)}` "
+            f"| `{target.name}` | `{devel}` | `{runtime}` "
             f"| {', '.join(target.distros)} | {pythons} | {built[0]}–{built[-1]} | {target.default_torch} "
             f"| {indexes} | {archs} |"
         )

@@ -728,11 +728,10 @@ def remove_image(engine: Engine, tag: str, force: bool = False) -> None:
 
 def push_image(engine: Engine, tag: str) -> None:
     """Push ``tag`` to the registry its name points at (CLI when there is one: credential helpers)."""
-    with log.step(f"push {tag}"):
-        if engine.client is not None:
-            _push_cli(engine.client, tag)
-        else:
-            _push_sdk(tag)
+    if engine.client is not None:
+        _push_cli(engine.client, tag)
+    else:
+        _push_sdk(tag)
 
 
 def _push_cli(client: str, tag: str) -> None:

@@ -13,7 +13,8 @@ with ``os.pwrite`` / ``os.preadv``, after one warning that says why.
     io.sync_pread(into, "/nvme/w.bin")
 
 Operations in flight are not ordered with respect to each other: wait() before
-reading a file that a queued write produces.
+reading a file that a queued write produces. A handle that is dropped finishes its
+queued operations first, but only wait() reports their errors.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class AsyncIO:
         loaded = _load_kernel()
         if isinstance(loaded, OpLoadError):
             if backend == "kernel":
-                raise loaded
+                raise OpLoadError(loaded.message, hint=loaded.hint)
             _warn_fallback(loaded)
             self._handle, self.backend = PythonAIOHandle(*args), "python"
             return
@@ -196,11 +197,20 @@ class _Operation:
     fd: int
     direct_fd: int | None
     futures: list[Future[None]] = field(default_factory=list)
+    remaining: int = 0  # ranges not yet done; the last one closes the files
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
         for fd in (self.fd, self.direct_fd):
-            if fd is not None:
+            if fd is not None and fd >= 0:
                 os.close(fd)
+        self.fd, self.direct_fd = -1, None
+
+    def range_done(self) -> None:
+        with self.lock:
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.close()
 
     def failure(self) -> OSError | None:
         errors = [f.exception() for f in self.futures if f.exception() is not None]
@@ -251,6 +261,12 @@ class PythonAIOHandle:
         self._pool = ThreadPoolExecutor(max_workers=thread_count, thread_name_prefix="async_io")
         self._lock = threading.Lock()
         self._outstanding: list[_Operation] = []
+
+    def __del__(self) -> None:
+        # Like the op's handle: a dropped handle still finishes what it queued.
+        pool = getattr(self, "_pool", None)  # absent when __init__ raised
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     # ---- API
     def async_pwrite(self, tensor: torch.Tensor, path: PathArg) -> int:
@@ -327,7 +343,11 @@ class PythonAIOHandle:
 
     def _start(self, operation: _Operation) -> None:
         view = _tensor_bytes(operation.tensor)
-        for begin, end in _split_range(operation.nbytes, self.block_size, self.thread_count):
+        ranges = _split_range(operation.nbytes, self.block_size, self.thread_count)
+        operation.remaining = len(ranges)
+        if not ranges:  # an empty tensor: opening the file was all there was to do
+            operation.close()
+        for begin, end in ranges:
             task: Callable[[], None] = _RangeTask(operation, view, begin, end, self.block_size)
             operation.futures.append(self._pool.submit(task))
 
@@ -347,7 +367,6 @@ class PythonAIOHandle:
     @staticmethod
     def _finish(operation: _Operation) -> OSError | None:
         wait_futures(operation.futures)
-        operation.close()
         return operation.failure()
 
 
@@ -375,6 +394,7 @@ class _RangeTask:
         finally:
             if bounce is not None:
                 bounce.close()
+            op.range_done()
 
     def _direct(self, fd: int, bounce: mmap.mmap, chunk: memoryview, offset: int) -> None:
         staging = memoryview(bounce)[: len(chunk)]

@@ -17,6 +17,8 @@ a ``torch.optim.AdamW`` or ``Adagrad`` state dict loads into the matching optimi
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -88,9 +90,21 @@ def _resolve(op: str, use_kernel: bool | None) -> ModuleType | None:
         warnings.warn(
             f"{op}: the compiled kernel is unavailable ({reason}); using the PyTorch fallback (slower)",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=_user_stacklevel(),
         )
     return None
+
+
+def _user_stacklevel() -> int:
+    """The warnings stacklevel, seen from our caller, of the first frame outside this module
+    and torch (whose step wrappers sit between the user's ``opt.step()`` and us)."""
+    skip = (os.path.dirname(torch.__file__), __file__)
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(skip):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _check_param(name: str, p: Tensor, half: Tensor | None) -> None:

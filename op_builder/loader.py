@@ -21,6 +21,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -147,7 +148,7 @@ def extensions_root(env: Mapping[str, str]) -> Path:
     # Same default as torch.utils.cpp_extension.get_default_build_root, without
     # importing that module (it pulls in setuptools: ~0.2 s on every cached load).
     root = env.get("TORCH_EXTENSIONS_DIR") or os.path.realpath(
-        torch._appdirs.user_cache_dir(appname="torch_extensions")
+        torch._appdirs.user_cache_dir(appname="torch_extensions")  # type: ignore[no-untyped-call]
     )
     flavour = (
         f"rocm{torch.version.hip}"

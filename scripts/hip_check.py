@@ -65,8 +65,8 @@ def hipify_tree(csrc: Path) -> dict[Path, Path]:
     """Hipify ``csrc`` in place; map each original .cu path to the file to compile."""
     from torch.utils.hipify import hipify_python
 
-    # hipify prints progress on stdout; keep it out of --json output.
-    with contextlib.redirect_stdout(io.StringIO()):
+    # hipify prints progress; keep it out of the report.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         results = hipify_python.hipify(
             project_directory=str(csrc),
             output_directory=str(csrc),

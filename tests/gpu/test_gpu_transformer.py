@@ -124,3 +124,12 @@ def test_softmax_rows_not_multiple_of_block(device: torch.device) -> None:
     x = torch.randn(7, 3, 37, 31, device=device)
     y = scaled_masked_softmax(x, use_kernel=True)
     _close(y, torch.softmax(x, dim=-1), torch.float32)
+
+
+def test_softmax_additive_inf_in_the_input(device: torch.device) -> None:
+    gen = torch.Generator(device=device).manual_seed(3)
+    x = torch.randn(2, 4, 8, 200, device=device, generator=gen)
+    hidden = torch.rand(2, 4, 8, 200, device=device, generator=gen) < 0.5
+    hidden[1, 2, 3] = True  # a row of only -inf
+    y = scaled_masked_softmax(x.masked_fill(hidden, -math.inf), scale=0.3, use_kernel=True)
+    _close(y, _softmax_reference(x, hidden, 0.3), torch.float32)

@@ -7,6 +7,7 @@ every read the bytes that were written; the two backends also read each other's 
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import warnings
 from collections.abc import Iterator
@@ -121,6 +122,15 @@ def test_kernel_and_fallback_read_each_others_files(kernel_ready: None, tmp_path
         assert torch.equal(back, data)
 
 
+def test_dropping_a_handle_finishes_its_queued_writes(backend: aio.Backend, tmp_path: Path) -> None:
+    io = aio.AsyncIO(block_size=BLOCK, thread_count=2, backend=backend)
+    data = random_bytes(8 * BLOCK + 3, seed=5)
+    io.async_pwrite(data, tmp_path / "dropped.bin")
+    del io
+    gc.collect()
+    assert (tmp_path / "dropped.bin").read_bytes() == tensor_bytes(data)
+
+
 def _supports_o_direct(directory: Path) -> bool:
     probe = directory / "o_direct_probe"
     probe.write_bytes(b"")
@@ -171,9 +181,9 @@ def test_size_mismatch_is_a_clear_error(backend: aio.Backend, tmp_path: Path) ->
     io = aio.AsyncIO(backend=backend)
     path = tmp_path / "ten.bin"
     path.write_bytes(bytes(range(10)))
-    with pytest.raises(ValueError, match="tensor is too small for the file.*holds 10 bytes, the tensor 8 bytes"):
+    with pytest.raises(ValueError, match=r"tensor is too small for the file.*10 bytes, the tensor 8 bytes"):
         io.sync_pread(torch.empty(2, dtype=torch.float32), path)
-    with pytest.raises(ValueError, match="file is smaller than the tensor.*holds 10 bytes, the tensor 12 bytes"):
+    with pytest.raises(ValueError, match=r"file is smaller than the tensor.*10 bytes, the tensor 12 bytes"):
         io.sync_pread(torch.empty(3, dtype=torch.float32), path)
 
 

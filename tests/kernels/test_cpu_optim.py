@@ -24,6 +24,8 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -384,12 +386,48 @@ def test_fallback_warns_once_with_the_reason(monkeypatch: pytest.MonkeyPatch) ->
         first.step()
         first.step()
         CPUAdam([p]).step()
-    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert len(messages) == 1, messages
-    assert "no C++ compiler found" in messages[0] and "fallback" in messages[0]
+    ours = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert "no C++ compiler found" in str(ours[0].message) and "fallback" in str(ours[0].message)
+    assert ours[0].filename == __file__  # points at the caller's step(), not at torch internals
     assert first.backend == "fallback"
     with pytest.raises(OpLoadError, match="no C\\+\\+ compiler"):
         CPUAdam([p], use_kernel=True).step()
+
+
+def test_step_releases_the_gil() -> None:
+    """A Python thread keeps running while a kernel step is in progress."""
+    n = 16 << 20
+    p = torch.randn(n).requires_grad_()
+    p.grad = torch.randn(n)
+    opt = CPUAdam([p], use_kernel=True)
+    opt.step()
+    seen: list[float] = []
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            seen.append(time.perf_counter())
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # leave a core to the spinning thread
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        time.sleep(0.01)
+        start = time.perf_counter()
+        opt.step()
+        end = time.perf_counter()
+    finally:
+        stop.set()
+        spinner.join()
+        torch.set_num_threads(threads)
+    # Holding the GIL through the kernel would leave no iteration inside the call, apart from
+    # the Python work at its start; skip that margin.
+    margin = 0.2 * (end - start)
+    assert any(start + margin < t < end - margin for t in seen), (
+        f"no Python ran during a {end - start:.3f}s step"
+    )
 
 
 # ------------------------------------------------------------------ state dict

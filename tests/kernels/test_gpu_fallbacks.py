@@ -346,6 +346,16 @@ def test_softmax_causal(q_len: int, k_len: int) -> None:
     )
 
 
+def test_softmax_additive_inf_mask_in_the_input() -> None:
+    """-inf already in the scores hides those keys; a row of only -inf gives zeros."""
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(1, 2, 3, 9, generator=gen)
+    hidden = torch.rand(1, 2, 3, 9, generator=gen) < 0.4
+    hidden[0, 1, 2] = True
+    scores = x.masked_fill(hidden, -math.inf)
+    torch.testing.assert_close(scaled_masked_softmax(scores, scale=0.5), _softmax_reference(x, hidden, 0.5))
+
+
 def test_softmax_gradcheck_and_shapes() -> None:
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(2, 3, 5, dtype=torch.float64, generator=gen, requires_grad=True)

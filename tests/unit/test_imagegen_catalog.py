@@ -113,4 +113,4 @@ def test_docs_catalog_table_matches_the_code() -> None:
     from pathlib import Path
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "imagegen.md").read_text()
-    assert catalog.markdown_table() in docs, "regenerate the table in docs/imagegen.md from catalog.markdown_table()"
+    assert catalog.markdown_table() in docs, "paste catalog.markdown_table() into docs/imagegen.md"

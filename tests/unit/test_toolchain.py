@@ -74,3 +74,18 @@ def test_damaged_manifest_is_an_error_not_an_empty_install(tmp_path: Path) -> No
     manifest.read_installed.cache_clear()
     with pytest.raises(OpLoadError, match="unreadable"):
         manifest.read_installed(tmp_path)
+
+
+def test_default_jit_cache_matches_torch() -> None:
+    import sys
+
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+
+    from op_builder.loader import extensions_root
+
+    root = extensions_root({})
+    assert root.parent == Path(get_default_build_root())
+    assert root.name == f"py{sys.version_info[0]}{sys.version_info[1]}_" + (
+        "cpu" if torch.version.cuda is None else f"cu{torch.version.cuda.replace('.', '')}"
+    )

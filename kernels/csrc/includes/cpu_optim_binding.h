@@ -59,8 +59,9 @@ inline Level parse_level(const std::string& name) {
   if (name == "auto") return cpu_simd::supported_level();
   if (name == "scalar") return Level::kScalar;
   if (name == "avx2") return Level::kAvx2;
-  if (name == "avx512") return Level::kAvx512;
-  TORCH_CHECK_VALUE(false, "unknown SIMD level '", name, "': expected one of auto, scalar, avx2, avx512");
+  TORCH_CHECK_VALUE(name == "avx512", "unknown SIMD level '", name,
+                    "': expected one of auto, scalar, avx2, avx512");
+  return Level::kAvx512;
 }
 
 // Each op module carries its own copy of the dispatch state; the Python front forwards a

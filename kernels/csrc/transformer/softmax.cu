@@ -2,8 +2,9 @@
 //
 // Forward makes one read pass with an online (running max, running sum) pair,
 // merged across threads with the same rescaling rule, then one pass that writes
-// the output: two reads of the row instead of three. Masked keys (explicit mask or
-// causal) contribute nothing; a row with no visible key comes out as zeros.
+// the output: two reads of the row instead of three. Masked keys (explicit mask,
+// causal, or -inf in the input) contribute nothing; a row with no visible key comes
+// out as zeros.
 #include <cmath>
 
 #include "gpu_reduce.h"
@@ -52,6 +53,7 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, const uint8_t* _
         const int64_t j = i + k;
         if (j > last || (mrow != nullptr && mrow[j] != 0)) continue;
         const float s = v[k] * scale;
+        if (s == -INFINITY) continue;  // an additive -inf mask in the input: a hidden key
         if (s > state.x) {
           state.y = state.y * __expf(state.x - s) + 1.0f;
           state.x = s;
@@ -73,7 +75,7 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, const uint8_t* _
     for (int k = 0; k < VEC; ++k) {
       const int64_t j = i + k;
       const bool hidden = j > last || (mrow != nullptr && mrow[j] != 0);
-      v[k] = hidden ? 0.0f : __expf(v[k] * scale - row_max) * inv_sum;
+      v[k] = (hidden || inv_sum == 0.0f) ? 0.0f : __expf(v[k] * scale - row_max) * inv_sum;
     }
     store_from_float<VEC>(yr + i, v);
   }

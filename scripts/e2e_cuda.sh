@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# End-to-end CUDA build of every GPU op, ahead of time, against the registry's CUDA torch.
+#
+#   bash scripts/e2e_cuda.sh            (make e2e-cuda; not part of CI: downloads several GB)
+#
+# 1. a separate venv (E2E_DIR, default build/e2e-cuda) with `pip install torch`: the
+#    registry's CUDA build (CUDA 13.0 for torch 2.13), unlike the CPU wheel of the dev venv;
+# 2. `pip wheel --no-build-isolation .` with DS_ACCELERATOR=cuda, TORCH_CUDA_ARCH_LIST
+#    (default "8.0;9.0") and DS_BUILD_<OP>=1 for each GPU op: nvcc compiles the device code
+#    and g++ the bindings against torch's real CUDA headers, which the dev venv lacks;
+# 3. install the wheel and run `python -m op_builder verify --json` with JIT disabled,
+#    outside the checkout: every op must load from its ahead-of-time module ("aot").
+# No GPU is needed: importing the modules checks that they link and load.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="${E2E_DIR:-$ROOT/build/e2e-cuda}"
+VENV="$WORK/venv"
+ARCHS="${TORCH_CUDA_ARCH_LIST:-8.0;9.0}"
+PYTHON="${PYTHON:-python3}"
+OPS=(fused_adam fused_lamb fused_lion transformer quantizer fp_quantizer)
+
+step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
+
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "SKIP: no CUDA toolkit (nvcc) found; the e2e CUDA build needs one" >&2
+  exit 0
+fi
+export PATH="$PATH:/usr/local/cuda/bin"
+
+step "venv with the registry's CUDA torch in $VENV"
+mkdir -p "$WORK"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip setuptools wheel
+"$VENV/bin/pip" install -q torch packaging ninja
+"$VENV/bin/python" - <<'PY'
+import torch
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}")
+if torch.version.cuda is None:
+    raise SystemExit("the installed torch is not a CUDA build")
+PY
+
+step "AOT wheel for ${OPS[*]} (TORCH_CUDA_ARCH_LIST=$ARCHS)"
+build_env=(DS_ACCELERATOR=cuda "TORCH_CUDA_ARCH_LIST=$ARCHS" DS_BUILD_OPS=0 "MAX_JOBS=${MAX_JOBS:-2}")
+for op in "${OPS[@]}"; do
+  build_env+=("DS_BUILD_${op^^}=1")
+done
+# Build from a copy, so the checkout's build/ and *.egg-info stay untouched.
+SRC="$WORK/src"
+rm -rf "$WORK/dist" "$SRC"
+mkdir -p "$SRC"
+tar -C "$ROOT" --exclude=./.venv --exclude=./build --exclude=./.git --exclude='*.egg-info' \
+  --exclude='*.so' --exclude=./kernels/_ops/manifest.json -cf - . | tar -C "$SRC" -xf -
+(cd "$SRC" && env "${build_env[@]}" "$VENV/bin/pip" wheel --no-build-isolation --no-deps -w "$WORK/dist" .)
+ls -l "$WORK/dist"
+
+step "install the wheel"
+"$VENV/bin/pip" install -q --force-reinstall --no-deps "$WORK"/dist/imagegen-*.whl
+
+step "verify: every op from its ahead-of-time module"
+cd "$WORK"  # not the checkout: import the installed packages
+DS_DISABLE_JIT=1 "$VENV/bin/python" -m op_builder verify --json "${OPS[@]}" | tee "$WORK/verify.json"
+"$VENV/bin/python" - "$WORK/verify.json" "${OPS[@]}" <<'PY'
+import json
+import sys
+
+report = json.load(open(sys.argv[1]))
+wanted = sys.argv[2:]
+by_name = {op["name"]: op for op in report["ops"]}
+bad = [name for name in wanted if by_name.get(name, {}).get("source") != "aot" or not by_name[name]["ok"]]
+if bad or not report["ok"]:
+    raise SystemExit(f"not loaded ahead of time: {', '.join(bad) or 'see report'}")
+print(f"all {len(wanted)} GPU ops load from their AOT modules (torch {report['torch']}, CUDA {report['cuda']})")
+PY
+step "done"
