@@ -11,7 +11,10 @@ warns once per op per process with the reason. ``use_kernel=False`` forces that 
 ``use_kernel=True`` makes a missing kernel an error; ``opt.backend`` tells which path ran.
 
 State keys and step counters follow torch (``step``, ``exp_avg``, ``exp_avg_sq``, ``sum``), so
-a ``torch.optim.AdamW`` or ``Adagrad`` state dict loads into the matching optimizer.
+a ``torch.optim.Adam`` / ``AdamW`` or ``Adagrad`` state dict loads into the matching optimizer.
+
+``set_simd_level("scalar" | "avx2" | "avx512" | "auto")`` forces the kernels' instruction set
+(tests run each path); by default each op uses the best one the CPU supports, probed once.
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ def _check_param(name: str, p: Tensor, half: Tensor | None) -> None:
         raise ValueError(f"{name}: params must be contiguous")
     if p.grad is not None and p.grad.is_sparse:
         raise ValueError(f"{name}: sparse gradients are not supported")
+    if p.grad is not None and p.grad.dtype != torch.float32:
+        raise TypeError(f"{name}: gradients must be float32, got {p.grad.dtype}")
     if half is None:
         return
     if half.dtype not in (torch.bfloat16, torch.float16):
@@ -265,6 +270,17 @@ class CPUAdam(_CPUOptimizer):
             "bias_correction": bias_correction,
         }
         super().__init__(params, defaults, use_kernel)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A torch.optim.Adam / AdamW state dict says which of the two it is; its other
+        # switches must be off, since this optimizer cannot honour them.
+        for group in state.get("param_groups", ()):
+            if "adamw_mode" not in group and "decoupled_weight_decay" in group:
+                group["adamw_mode"] = bool(group["decoupled_weight_decay"])
+            for unsupported in ("amsgrad", "maximize"):
+                if group.get(unsupported):
+                    raise ValueError(f"CPUAdam does not implement {unsupported}=True")
+        super().__setstate__(state)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["step"] = torch.tensor(0.0, dtype=torch.float32)

@@ -144,11 +144,12 @@ def build_key(flags: OpFlags) -> str:
 def extensions_root(env: Mapping[str, str]) -> Path:
     """TORCH_EXTENSIONS_DIR, or torch's per-user default, split by Python and torch build."""
     import torch
+    from torch import _appdirs
 
     # Same default as torch.utils.cpp_extension.get_default_build_root, without
     # importing that module (it pulls in setuptools: ~0.2 s on every cached load).
     root = env.get("TORCH_EXTENSIONS_DIR") or os.path.realpath(
-        torch._appdirs.user_cache_dir(appname="torch_extensions")  # type: ignore[no-untyped-call]
+        _appdirs.user_cache_dir(appname="torch_extensions")  # type: ignore[no-untyped-call]
     )
     flavour = (
         f"rocm{torch.version.hip}"

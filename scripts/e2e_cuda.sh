@@ -2,6 +2,7 @@
 # End-to-end CUDA build of every GPU op, ahead of time, against the registry's CUDA torch.
 #
 #   bash scripts/e2e_cuda.sh            (make e2e-cuda; not part of CI: downloads several GB)
+#   TORCH_SPEC='torch==2.15.*' TORCH_CUDA_ARCH_LIST='9.0' E2E_DIR=/tmp/e2e bash scripts/e2e_cuda.sh
 #
 # 1. a separate venv (E2E_DIR, default build/e2e-cuda) with `pip install torch`: the
 #    registry's CUDA build (CUDA 13.0 for torch 2.13), unlike the CPU wheel of the dev venv;
@@ -22,17 +23,31 @@ OPS=(fused_adam fused_lamb fused_lion transformer quantizer fp_quantizer)
 
 step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
 
-if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  echo "SKIP: no CUDA toolkit (nvcc) found; the e2e CUDA build needs one" >&2
+# torch's extension builder derives CUDA_HOME from the nvcc on PATH when CUDA_HOME is
+# unset; an nvcc wrapper script outside the toolkit (e.g. /usr/local/bin/nvcc) then gives
+# a CUDA_HOME without headers. Name the toolkit that has them.
+if [ -z "${CUDA_HOME:-}" ]; then
+  for candidate in "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent)")")")" \
+    /usr/local/cuda; do
+    if [ -f "$candidate/include/cuda_runtime.h" ] && [ -x "$candidate/bin/nvcc" ]; then
+      export CUDA_HOME="$candidate"
+      break
+    fi
+  done
+fi
+if [ -z "${CUDA_HOME:-}" ]; then
+  echo "SKIP: no CUDA toolkit (nvcc with cuda_runtime.h) found; set CUDA_HOME" >&2
   exit 0
 fi
-export PATH="$PATH:/usr/local/cuda/bin"
+export PATH="$CUDA_HOME/bin:$PATH"
+echo "CUDA_HOME=$CUDA_HOME"
 
 step "venv with the registry's CUDA torch in $VENV"
 mkdir -p "$WORK"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
-"$VENV/bin/pip" install -q torch packaging ninja
+# TORCH_SPEC pins the torch to build against (default: the registry's newest CUDA build).
+"$VENV/bin/pip" install -q "${TORCH_SPEC:-torch}" packaging ninja
 "$VENV/bin/python" - <<'PY'
 import torch
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}")

@@ -181,6 +181,9 @@ def test_an_op_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -
     assert "imagegen_missing_on_purpose" not in (REPO / "kernels" / "csrc" / _source_of("cpu_lion")).read_text()
 
 
+# About 100 s on 2 cores, nearly all of it docker compressing the ~0.9 GB torch layer for the
+# registry: too much for every CI run (SLOW=1 runs it). Everything else here reuses the image.
+@pytest.mark.slow
 def test_push_to_a_registry_and_verify_the_pulled_image(
     cpu_image: dict[str, Any], local_registry: str, docker_client: Any
 ) -> None:

@@ -472,23 +472,33 @@ def test_param_groups_use_their_own_options() -> None:
     assert_params_close(run(make, steps=10), run(make_ref, steps=10))
 
 
-def test_loads_a_torch_adamw_state_dict() -> None:
-    """State keys follow torch, so training can move from torch.optim.AdamW to CPUAdam."""
+@pytest.mark.parametrize("torch_cls", [torch.optim.AdamW, torch.optim.Adam], ids=["AdamW", "Adam"])
+def test_loads_a_torch_adam_state_dict(torch_cls: type[torch.optim.Optimizer]) -> None:
+    """State keys follow torch, so training can move from torch.optim.Adam(W) to CPUAdam,
+    which takes Adam vs AdamW from the state dict (its own default is AdamW)."""
     torch_params = [p.requires_grad_() for p in make_params(5)]
-    torch_opt = torch.optim.AdamW(torch_params, lr=1e-2, weight_decay=0.1)
+    torch_opt = torch_cls(torch_params, lr=1e-2, eps=1e-6, weight_decay=0.1)
     for step in range(1, 6):
         for p, g in zip(torch_params, grads_for(step, torch_params), strict=True):
             p.grad = g
         torch_opt.step()
     ours_params = [p.detach().clone().requires_grad_() for p in torch_params]
-    ours = CPUAdam(ours_params, lr=1e-2, weight_decay=0.1, use_kernel=True)
+    ours = CPUAdam(ours_params, use_kernel=True)
     ours.load_state_dict(copy.deepcopy(torch_opt.state_dict()))
+    assert ours.param_groups[0]["adamw_mode"] == (torch_cls is torch.optim.AdamW)
     for step in range(6, 11):
         for a, b, g in zip(torch_params, ours_params, grads_for(step, torch_params), strict=True):
-            a.grad, b.grad = g, g.clone()
+            a.grad, b.grad = g, g
         torch_opt.step()
         ours.step()
     assert_params_close([p.detach() for p in ours_params], [p.detach() for p in torch_params])
+
+
+def test_refuses_a_state_dict_with_amsgrad() -> None:
+    p = torch.zeros(3, requires_grad=True)
+    saved = torch.optim.Adam([p], amsgrad=True).state_dict()
+    with pytest.raises(ValueError, match="amsgrad"):
+        CPUAdam([p]).load_state_dict(saved)
 
 
 # ------------------------------------------------------------------ bad input

@@ -601,3 +601,73 @@ def test_gpu_op_reasons() -> None:
     reason = _gpu_load._unsupported([torch.zeros(2, dtype=torch.float64)], _gpu_load.KERNEL_DTYPES)
     assert reason is not None and "tensors are on cpu" in reason
     assert struct.calcsize("f") == 4
+
+
+# ----------------------------------------------------------------------------- host-side packing
+
+_PACKING_MAIN = r"""
+#include <cstdio>
+#include <vector>
+#include "gpu_runtime.h"
+// No GPU here: the packing logic runs on the host, and "launches" only record their packs.
+#undef gpuGetLastError
+#define gpuGetLastError() gpuSuccess
+#include "gpu_multi_tensor.h"
+int main() {
+  int n = 0;
+  if (std::scanf("%d", &n) != 1) return 1;
+  std::vector<long long> sizes(n);
+  std::vector<int64_t> sizes64(n);
+  std::vector<void*> lists[4];
+  for (int t = 0; t < n; ++t) {
+    std::scanf("%lld", &sizes[t]);
+    sizes64[t] = sizes[t];
+    for (int d = 0; d < 4; ++d) lists[d].push_back(reinterpret_cast<void*>((t + 1) * 16 + d));
+  }
+  MtTable<4> table{n, {lists[0].data(), lists[1].data(), lists[2].data(), lists[3].data()}, sizes64.data()};
+  multi_tensor_apply<4>(table, [&](const TensorListMeta<4>& meta, int blocks) {
+    std::printf("launch %d\n", blocks);
+    for (int b = 0; b < blocks; ++b) {
+      const int slot = meta.block_to_tensor[b];
+      std::printf("%d %d %d %lld", slot, meta.tensor_index[slot], meta.block_to_chunk[b],
+                  static_cast<long long>(meta.sizes[slot]));
+      for (int d = 0; d < 4; ++d) std::printf(" %lld", reinterpret_cast<long long>(meta.addresses[d][slot]));
+      std::printf("\n");
+    }
+  });
+}
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason="nvcc not found: cannot build the packing test program"
+)
+def test_multi_tensor_packing_covers_every_chunk_once(tmp_path: Path) -> None:
+    """The optimizers' host-side packing (gpu_multi_tensor.h): every chunk of every tensor
+    goes to exactly one block, with its tensor's pointers, within one launch's capacity."""
+    source = tmp_path / "packing.cu"
+    source.write_text(_PACKING_MAIN)
+    binary = tmp_path / "packing"
+    subprocess.run(["nvcc", "-std=c++17", f"-I{CSRC_INCLUDES}", str(source), "-o", str(binary)], check=True)
+    chunk = 65536
+    sizes = [0, 1, chunk, chunk + 1, 5, 330 * chunk + 1, *([33] * 50), 0, 3 * chunk - 1, *([7] * 40)]
+    text = f"{len(sizes)} " + " ".join(map(str, sizes))
+    out = subprocess.run([str(binary)], input=text, capture_output=True, text=True, check=True).stdout
+    seen: dict[tuple[int, int], int] = {}
+    launches = 0
+    for line in out.splitlines():
+        if line.startswith("launch"):
+            launches += 1
+            assert 0 < int(line.split()[1]) <= 320
+            slots: set[int] = set()
+            continue
+        slot, tensor, chunk_index, size, *addresses = map(int, line.split())
+        slots.add(slot)
+        assert slot < 36 and len(slots) <= 36
+        assert size == sizes[tensor]
+        assert addresses == [(tensor + 1) * 16 + d for d in range(4)]
+        seen[(tensor, chunk_index)] = seen.get((tensor, chunk_index), 0) + 1
+    expected = {(t, c) for t, n in enumerate(sizes) for c in range(-(-n // chunk))}
+    assert set(seen) == expected
+    assert all(count == 1 for count in seen.values())
+    assert launches >= 3  # 330+ chunks and 90+ tensors cannot fit one launch

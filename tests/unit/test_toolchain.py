@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -84,7 +85,19 @@ def test_default_jit_cache_matches_torch() -> None:
 
     from op_builder.loader import extensions_root
 
-    root = extensions_root({})
+    # In a fresh process: nothing else may have imported torch's helper modules.
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from op_builder.loader import extensions_root; print(extensions_root({}))"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    root = Path(done.stdout.strip())
+    assert root == extensions_root({})
     assert root.parent == Path(get_default_build_root())
     assert root.name == f"py{sys.version_info[0]}{sys.version_info[1]}_" + (
         "cpu" if torch.version.cuda is None else f"cu{torch.version.cuda.replace('.', '')}"

@@ -38,10 +38,14 @@ using gpu_bf16 = __nv_bfloat16;
 // wave64 and RDNA wave32; the compiler defines __AMDGCN_WAVEFRONT_SIZE per target.
 // Host code must not size launches by it: blocks are multiples of 64.
 #if defined(GPU_ROCM)
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#if defined(__AMDGCN_WAVEFRONT_SIZE__)  // newer clang spelling
+#define GPU_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE__
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
 #define GPU_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#elif defined(__HIP_DEVICE_COMPILE__)
+#error "the compiler does not say the wavefront size of this target"
 #else
-#define GPU_WARP_SIZE 64
+#define GPU_WARP_SIZE 64  // host pass: device code is not generated from it
 #endif
 #else
 #define GPU_WARP_SIZE 32
