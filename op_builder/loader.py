@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -132,13 +133,37 @@ def build_key(flags: OpFlags) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps(flags.to_json(), sort_keys=True).encode())
     digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{sys.platform}".encode())
-    files = [Path(s) for s in flags.sources]
-    for include in flags.include_dirs:
-        files.extend(sorted(p for p in Path(include).rglob("*") if p.is_file()))
-    for path in files:
+    for path in included_files(flags):
         digest.update(str(path).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+_INCLUDE_RE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+def included_files(flags: OpFlags) -> list[Path]:
+    """The op's sources plus every project header they include, transitively.
+
+    Only headers that resolve inside the source's folder or the op's include dirs
+    count: system and torch headers are covered by the torch version in the key,
+    and another op's header changing must not rebuild this one.
+    """
+    search = [Path(d) for d in flags.include_dirs]
+    seen: dict[Path, None] = {}
+    pending = [Path(s) for s in flags.sources]
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen[path] = None
+        for name in _INCLUDE_RE.findall(path.read_bytes()):
+            for folder in (path.parent, *search):
+                candidate = folder / name.decode()
+                if candidate.is_file():
+                    pending.append(candidate.resolve())
+                    break
+    return sorted(seen)
 
 
 def extensions_root(env: Mapping[str, str]) -> Path:

@@ -1,0 +1,50 @@
+"""The JIT cache key: follows the op's own sources and included headers, nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from op_builder.builder import OpFlags
+from op_builder.loader import build_key, included_files
+
+
+def _flags(tmp_path: Path, cxx: tuple[str, ...] = ("-O3",)) -> OpFlags:
+    return OpFlags(
+        name="probe",
+        module="kernels._ops.probe",
+        sources=(str(tmp_path / "src" / "op.cpp"),),
+        include_dirs=(str(tmp_path / "inc"),),
+        cxx=cxx,
+        device_compiler=None,
+        device=(),
+        archs=(),
+        ldflags=(),
+        libraries=(),
+    )
+
+
+def _tree(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "src" / "op.cpp").write_text('#include "mine.h"\n#include <vector>\nint f();\n')
+    (tmp_path / "inc" / "mine.h").write_text('#pragma once\n#include "deep.h"\n')
+    (tmp_path / "inc" / "deep.h").write_text("#pragma once\n")
+    (tmp_path / "inc" / "other_op.h").write_text("#pragma once\n")
+
+
+def test_included_files_are_transitive_and_project_only(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    names = {p.name for p in included_files(_flags(tmp_path))}
+    assert names == {"op.cpp", "mine.h", "deep.h"}  # not other_op.h, not <vector>
+
+
+def test_key_changes_with_what_the_op_uses_only(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    flags = _flags(tmp_path)
+    base = build_key(flags)
+    (tmp_path / "inc" / "other_op.h").write_text("#pragma once\nint changed;\n")
+    assert build_key(flags) == base  # another op's header: no rebuild
+    (tmp_path / "inc" / "deep.h").write_text("#pragma once\nint changed;\n")
+    changed = build_key(flags)
+    assert changed != base  # a header it includes, two levels down: rebuild
+    assert build_key(_flags(tmp_path, cxx=("-O2",))) != changed  # flags are in the key
