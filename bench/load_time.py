@@ -2,9 +2,11 @@
 
     python bench/load_time.py [--op cpu_adam] [--runs 15] [--out bench/results/load_time.json]
 
-Goals: an installed op loads in under 50 ms (median, as ``verify`` reports it); a
-cached JIT load in under 300 ms. Each figure is reported next to ``import torch``
-measured in the same processes, since the machine's speed moves both.
+Goals: an installed op loads in under 50 ms (median; ``load`` is what ``verify``
+reports as ``seconds``: the op's load after ``import op_builder``); a cached JIT
+load in under 300 ms. Importing op_builder is reported beside it, and every
+figure next to ``import torch`` measured in the same processes, since the
+machine's speed moves both.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import json, os, sys, time
 t0 = time.perf_counter(); import torch; t1 = time.perf_counter()
 from op_builder import get_builder
 from op_builder.loader import load_op
-loaded = load_op(get_builder(sys.argv[1]), os.environ)
 t2 = time.perf_counter()
-print(json.dumps({"torch": t1 - t0, "load": t2 - t1, "source": loaded.source, "compiled": loaded.compiled}))
+loaded = load_op(get_builder(sys.argv[1]), os.environ)
+t3 = time.perf_counter()
+print(json.dumps({"torch": t1 - t0, "import": t2 - t1, "load": t3 - t2, "source": loaded.source,
+                  "compiled": loaded.compiled}))
 """
 
 
@@ -79,10 +83,12 @@ def _series(runs: int, op: str, env: dict[str, str], cwd: Path) -> dict[str, flo
     samples = [_run_probe(op, env, cwd) for _ in range(runs)]
     sources = {str(s["source"]) for s in samples}
     load = statistics.median(float(s["load"]) for s in samples)
+    imports = statistics.median(float(s["import"]) for s in samples)
     torch_import = statistics.median(float(s["torch"]) for s in samples)
     return {
         "source": ",".join(sorted(sources)),
         "load_ms_median": round(load * 1000, 2),
+        "import_op_builder_ms_median": round(imports * 1000, 2),
         "torch_import_ms_median": round(torch_import * 1000, 2),
         "load_over_torch_import": round(load / torch_import, 4),
     }
@@ -113,12 +119,13 @@ def main() -> None:
         "aot": {**aot, "goal_ms": 50},
         "jit_cached": {**jit, "goal_ms": 300},
     }
-    print(f"{'path':12} {'load ms (median)':>17} {'import torch ms':>16} {'ratio':>7} {'goal ms':>8}")
+    print(f"{'path':12} {'load ms':>8} {'import op_builder ms':>21} {'import torch ms':>16} ", end="")
+    print(f"{'ratio':>7} {'goal':>5}")
     for key in ("aot", "jit_cached"):
         row = results[key]
         print(
-            f"{key:12} {row['load_ms_median']:>17} {row['torch_import_ms_median']:>16} "
-            f"{row['load_over_torch_import']:>7} {row['goal_ms']:>8}"
+            f"{key:12} {row['load_ms_median']:>8} {row['import_op_builder_ms_median']:>21} "
+            f"{row['torch_import_ms_median']:>16} {row['load_over_torch_import']:>7} {row['goal_ms']:>5}"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
