@@ -67,7 +67,8 @@ cuda-check: setup
 	$(PY) scripts/cuda_check.py
 
 hip-check: setup
-	$(PY) scripts/hip_check.py
+	bash scripts/system-deps.sh --rocm
+	HIP_PLATFORM=amd $(PY) scripts/hip_check.py
 
 e2e-cuda:
 	bash scripts/e2e_cuda.sh

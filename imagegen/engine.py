@@ -213,6 +213,8 @@ def detect_engine(env: Mapping[str, str] = os.environ, prefer_buildkit: bool = T
 _BK_OUTPUT = re.compile(r"^#(\d+) \d+(?:\.\d+)? (.*)$")
 _BK_HEADER = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
 _BK_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+_BK_STATE = re.compile(r"^#\d+ (?:DONE|CACHED|ERROR|CANCELED)\b")
+_BK_DIGEST = re.compile(r"^#\d+ sha256:[0-9a-f]+$")
 _CLASSIC_STEP = re.compile(r"^Step \d+/\d+ : (.*)$")
 # A compiler / ninja / nvcc error naming a file under kernels/csrc.
 _CSRC_PATH = re.compile(r"kernels/csrc/([\w./+-]+?)\.(?:cpp|cc|cu|cuh|hip|h|hpp|c|o)\b")
@@ -407,12 +409,16 @@ class _LogView:
             return
         from rich.markup import escape
 
+        if _BK_DIGEST.match(line):
+            return  # BuildKit's step digests say nothing to a person
         if self.kind == "classic":
             if _CLASSIC_STEP.match(line):
-                self._console.print(f"[bold]{escape(line)}[/bold]")
-        elif _BK_HEADER.match(line) or re.match(r"^#\d+ (DONE|CACHED|ERROR|CANCELED)", line):
-            self._console.print(escape(line))
-        self._status.update(escape(_strip_buildkit(line))[:150] or "building")
+                self._console.print(f"[bold]{escape(line)}[/bold]", no_wrap=True, overflow="ellipsis")
+        elif _BK_HEADER.match(line) or _BK_STATE.match(line):
+            self._console.print(escape(line), no_wrap=True, overflow="ellipsis")
+        text = _strip_buildkit(line).strip()
+        if text:
+            self._status.update(escape(text[: self._console.width - 4]))
 
     def _classic_timing(self, line: str) -> None:
         # The classic builder prints no timings; add one per step so slow steps show.

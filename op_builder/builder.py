@@ -42,6 +42,23 @@ class SystemLibrary:
     runtime_packages: tuple[str, ...]
 
 
+def cxx_standard(torch_version: str | None) -> str:
+    """The C++ standard torch's headers need: C++20 from torch 2.14 on, else C++17.
+
+    torch 2.15's headers refuse C++17 outright; the toolkits paired with older
+    torch (CUDA 11.8's nvcc) cannot compile C++20, so the standard follows torch.
+    """
+    if torch_version is None:
+        return "c++17"
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion:
+        return "c++17"
+    return "c++20" if release[:2] >= (2, 14) else "c++17"
+
+
 @dataclass(frozen=True)
 class BuildContext:
     """Resolved build settings shared by every op of one build (see ``plan.resolve_context``)."""
@@ -52,6 +69,7 @@ class BuildContext:
     rocm_archs: tuple[str, ...] = ()
     cpu_native: bool = False
     nvcc_threads: int = 1
+    cxx_std: str = "c++17"
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -85,7 +103,8 @@ class OpFlags:
         }
 
 
-_COMMON_CXX = ("-O3", "-std=c++17", "-g0")
+def _common_cxx(ctx: BuildContext) -> tuple[str, ...]:
+    return ("-O3", f"-std={ctx.cxx_std}", "-g0")
 
 
 class OpBuilder:
@@ -151,6 +170,8 @@ class OpBuilder:
         """A setuptools extension for the ahead-of-time build (imports torch)."""
         from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
+        align_torch_cuda_home(ctx)
+
         flags = self.flags(ctx)
         # setuptools wants sources relative to setup.py; include dirs stay absolute
         # because torch's ninja build compiles from inside its build directory.
@@ -177,6 +198,22 @@ class OpBuilder:
         return load_op(self, os.environ if env is None else env).module
 
 
+def align_torch_cuda_home(ctx: BuildContext) -> None:
+    """Point torch's extension builder at the toolkit we probed, when its own guess is unusable.
+
+    torch guesses CUDA_HOME once, at import, from the first ``nvcc`` on PATH; a
+    wrapper script such as /usr/local/bin/nvcc makes that /usr/local, which has no
+    CUDA headers. This sets torch's module attribute, never the environment.
+    """
+    if ctx.accelerator != "cuda" or ctx.toolchain.cuda is None:
+        return
+    import torch.utils.cpp_extension as cpp_extension
+
+    current = cpp_extension.CUDA_HOME
+    if current is None or not Path(current, "include", "cuda_runtime.h").exists():
+        cpp_extension.CUDA_HOME = ctx.toolchain.cuda.home
+
+
 class CPUOpBuilder(OpBuilder):
     """An op compiled by the host C++ compiler with OpenMP; runs on any target."""
 
@@ -185,7 +222,7 @@ class CPUOpBuilder(OpBuilder):
     def flags(self, ctx: BuildContext) -> OpFlags:
         # Portable by default: kernels pick AVX-512/AVX2/scalar at run time, so an
         # image built on one CPU runs on another. -march=native only on request.
-        cxx = [*_COMMON_CXX, "-fopenmp", *self.defines]
+        cxx = [*_common_cxx(ctx), "-fopenmp", *self.defines]
         if ctx.cpu_native:
             cxx.append("-march=native")
         return OpFlags(
@@ -243,7 +280,7 @@ class CUDAOpBuilder(OpBuilder):
         defines = (*self.defines, *self.arch_defines(archs))
         nvcc = [
             "-O3",
-            "-std=c++17",
+            f"-std={ctx.cxx_std}",
             "--use_fast_math",
             # torch's headers disable the half operators by default; our kernels use them.
             "-U__CUDA_NO_HALF_OPERATORS__",
@@ -258,7 +295,7 @@ class CUDAOpBuilder(OpBuilder):
             module=self.module_name,
             sources=self.source_paths(),
             include_dirs=self.include_paths(),
-            cxx=(*_COMMON_CXX, *defines),
+            cxx=(*_common_cxx(ctx), *defines),
             device_compiler="nvcc",
             device=tuple(nvcc),
             archs=tuple(str(a) for a in archs),
@@ -271,7 +308,7 @@ class CUDAOpBuilder(OpBuilder):
         defines = (*self.defines, "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1")
         hipcc = [
             "-O3",
-            "-std=c++17",
+            f"-std={ctx.cxx_std}",
             *arch_lib.hip_offload_flags(ctx.rocm_archs),
             # Kernels read the wavefront size at compile time per target; this tells
             # host code which sizes the fat binary contains.
@@ -283,7 +320,7 @@ class CUDAOpBuilder(OpBuilder):
             module=self.module_name,
             sources=self.source_paths(),
             include_dirs=self.include_paths(),
-            cxx=(*_COMMON_CXX, *defines),
+            cxx=(*_common_cxx(ctx), *defines),
             device_compiler="hipcc",
             device=tuple(hipcc),
             archs=ctx.rocm_archs,

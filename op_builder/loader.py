@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
-from op_builder.builder import BuildContext, OpBuilder, OpFlags
+from op_builder.builder import BuildContext, OpBuilder, OpFlags, align_torch_cuda_home, cxx_standard
 from op_builder.errors import OpBuilderError, OpLoadError
 from op_builder.manifest import read_installed
 from op_builder.toolchain import Toolchain
@@ -97,19 +97,29 @@ def _load_installed(builder: OpBuilder) -> tuple[ModuleType | None, str]:
 def _flags_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
     """The context that decides the flags. CPU ops need no probe for that."""
     if builder.target == "cpu":
-        from op_builder.plan import _flag
-
         nothing = Toolchain(torch=None, cuda=None, rocm=None, cxx=None, ninja=None, libraries={})
-        return BuildContext(
-            accelerator="cpu", toolchain=nothing, cpu_native=bool(_flag(env, "DS_CPU_NATIVE"))
-        )
+        return _cpu_context(nothing, env)
     return _probed_context(builder, env)
+
+
+def _cpu_context(host: Toolchain, env: Mapping[str, str]) -> BuildContext:
+    """CPU ops build the same on every target; only the C++ standard follows torch."""
+    import torch
+
+    from op_builder.plan import env_flag
+
+    return BuildContext(
+        accelerator="cpu",
+        toolchain=host,
+        cpu_native=bool(env_flag(env, "DS_CPU_NATIVE")),
+        cxx_std=cxx_standard(torch.__version__),
+    )
 
 
 def _probed_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
     """The context for an actual compile: probe only what this op's target needs."""
     from op_builder import toolchain as tc
-    from op_builder.plan import _flag, resolve_context, visible_gpu_capabilities
+    from op_builder.plan import resolve_context, visible_gpu_capabilities
 
     libraries = tuple((lib.name, lib.header, lib.symbol) for lib in builder.system_libraries)
     if builder.target == "cpu":  # CPU ops build the same on every target: no GPU toolkit probes
@@ -122,7 +132,7 @@ def _probed_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
             ninja=tc.probe_ninja(env),
             libraries={n: tc.probe_library(n, h, s, cxx) for n, h, s in libraries},
         )
-        return BuildContext(accelerator="cpu", toolchain=host, cpu_native=bool(_flag(env, "DS_CPU_NATIVE")))
+        return _cpu_context(host, env)
     return resolve_context(env, tc.probe(env, libraries), visible_gpu_capabilities)
 
 
@@ -253,6 +263,7 @@ def _compile(builder: OpBuilder, env: Mapping[str, str], module_name: str, build
             hint="pip install ninja",
         )
     flags = builder.flags(ctx)
+    align_torch_cuda_home(ctx)
     build_dir.mkdir(parents=True, exist_ok=True)
     # We hold the flock: a torch baton here was left by a build that died.
     (build_dir / "lock").unlink(missing_ok=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from op_builder import archs as arch_lib
-from op_builder.builder import Accelerator, BuildContext, OpBuilder, OpFlags
+from op_builder.builder import Accelerator, BuildContext, OpBuilder, OpFlags, cxx_standard
 from op_builder.errors import BadInputError, OpBuilderError
 from op_builder.registry import ALL_OPS
 from op_builder.suggest import did_you_mean
@@ -82,7 +82,7 @@ class Plan:
         }
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool | None:
+def env_flag(env: Mapping[str, str], name: str) -> bool | None:
     """True/False for a set boolean variable, None when unset; BadInputError when garbled."""
     if name not in env:
         return None
@@ -151,8 +151,9 @@ def resolve_context(
         toolchain=toolchain,
         cuda_archs=cuda_archs,
         rocm_archs=rocm_archs,
-        cpu_native=bool(_flag(env, "DS_CPU_NATIVE")),
+        cpu_native=bool(env_flag(env, "DS_CPU_NATIVE")),
         nvcc_threads=int(threads),
+        cxx_std=cxx_standard(toolchain.torch.version if toolchain.torch else None),
         warnings=tuple(warnings),
     )
 
@@ -171,9 +172,9 @@ def requested_ops(env: Mapping[str, str]) -> tuple[bool, dict[str, bool]]:
                 f"unknown build variable {variable}",
                 hint=(suggestion + " " if suggestion else "") + "(python -m op_builder report lists the ops)",
             )
-        value = _flag(env, variable)
+        value = env_flag(env, variable)
         explicit[op] = bool(value)
-    return bool(_flag(env, "DS_BUILD_OPS")), explicit
+    return bool(env_flag(env, "DS_BUILD_OPS")), explicit
 
 
 def make_plan(

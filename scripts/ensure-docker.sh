@@ -39,8 +39,13 @@ MSG
 
 start_dockerd() {
     if [ "$(id -u)" -ne 0 ]; then
-        say "dockerd is installed but not running, and starting it needs root."
-        say "run: sudo $0   (or start the docker service: sudo systemctl start docker)"
+        if pgrep -x dockerd >/dev/null 2>&1; then
+            say "dockerd runs but does not answer this user (permission on /var/run/docker.sock?)."
+            say "add the user to the docker group (sudo usermod -aG docker \"\$USER\") and log in again"
+        else
+            say "dockerd is installed but not running, and starting it needs root."
+            say "run: sudo $0   (or start the docker service: sudo systemctl start docker)"
+        fi
         exit 1
     fi
     # A stale pid file from a daemon that died makes a new dockerd refuse to start.

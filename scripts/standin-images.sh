@@ -20,6 +20,8 @@
 #   STANDIN_MIRROR   Debian mirror (default http://deb.debian.org/debian)
 #   STANDIN_CA       CA bundle apt uses for an HTTPS mirror (default /etc/ssl/certs/ca-certificates.crt)
 #   CUDA_HOME        toolkit copied by --cuda (default /usr/local/cuda)
+#   STANDIN_PREFIX   repository prefix of the tags (default imagegen-standin), e.g. to time a
+#                    cold run without replacing the images other builds are cached on
 set -euo pipefail
 
 SUITE=bookworm
@@ -28,10 +30,11 @@ SECURITY_MIRROR="${STANDIN_SECURITY_MIRROR:-http://deb.debian.org/debian-securit
 CA_BUNDLE="${STANDIN_CA:-/etc/ssl/certs/ca-certificates.crt}"
 CUDA_DIR="${CUDA_HOME:-/usr/local/cuda}"
 
-BASE_TAG=imagegen-standin/debian:bookworm
-DEVEL_TAG=imagegen-standin/python:3.11-devel
-RUNTIME_TAG=imagegen-standin/python:3.11-runtime
-CUDA_TAG=imagegen-standin/cuda:13.0-devel
+PREFIX="${STANDIN_PREFIX:-imagegen-standin}"
+BASE_TAG=$PREFIX/debian:bookworm
+DEVEL_TAG=$PREFIX/python:3.11-devel
+RUNTIME_TAG=$PREFIX/python:3.11-runtime
+CUDA_TAG=$PREFIX/cuda:13.0-devel
 LABEL_KEY=io.imagegen.standin
 
 force=0

@@ -9,6 +9,10 @@
 set -euo pipefail
 
 packages=(g++ make ninja-build libaio-dev docker.io debootstrap docker-registry)
+# `--rocm`: Debian's ROCm 5.2 HIP compiler, for `make hip-check` (not needed by `make test`).
+if [ "${1:-}" = "--rocm" ]; then
+  packages+=(hipcc libamdhip64-dev rocm-device-libs)
+fi
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

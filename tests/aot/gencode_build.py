@@ -23,12 +23,6 @@ from op_builder.toolchain import probe
 def main() -> None:
     out, names = Path(sys.argv[1]), sys.argv[2:]
     ctx = resolve_context(os.environ, probe(os.environ))
-    import torch.utils.cpp_extension as cpp_extension
-
-    if cpp_extension.CUDA_HOME is None and ctx.toolchain.cuda is not None:
-        # A CPU build of torch never looks for a toolkit (CUDA_HOME stays None);
-        # point it at the real one so BuildExtension drives the real nvcc.
-        cpp_extension.CUDA_HOME = ctx.toolchain.cuda.home
     extensions = []
     for name in names:
         ext = get_builder(name).extension(ctx)

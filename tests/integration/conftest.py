@@ -33,7 +33,6 @@ CPU_OPS = ("cpu_adam", "cpu_lion")
 CPU_TAG = "imagegen-it/cpu:" + "-".join(CPU_OPS)
 
 
-
 def _skip_reason() -> str | None:
     """Why this tier cannot run here, or None. Starts the daemon and makes the stand-ins."""
     ensure = subprocess.run([str(REPO / "scripts" / "ensure-docker.sh")], capture_output=True, text=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -178,7 +179,9 @@ def test_an_op_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -
     assert "imagegen_missing_on_purpose.h" in error["hint"]  # the compiler's own line, in the hint
     assert error["exit_code"] == 1
     # The checkout itself was not touched.
-    assert "imagegen_missing_on_purpose" not in (REPO / "kernels" / "csrc" / _source_of("cpu_lion")).read_text()
+    assert (
+        "imagegen_missing_on_purpose" not in (REPO / "kernels" / "csrc" / _source_of("cpu_lion")).read_text()
+    )
 
 
 # About 100 s on 2 cores, nearly all of it docker compressing the ~0.9 GB torch layer for the
@@ -230,3 +233,89 @@ def test_ctrl_c_during_verify_leaves_no_container(cpu_image: dict[str, Any], doc
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert _verify_containers(docker_client) == []
+
+
+# Builds the CPU image with the layer cache off through the engine API, so a RUN step is
+# certainly running when the test interrupts it.
+UNCACHED_BUILD = """
+import os, sys
+from pathlib import Path
+from imagegen.commands._context import staged_context
+from imagegen.engine import build_image, detect_engine
+from imagegen.render import render
+from imagegen.spec import SpecInput, build_spec
+
+engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
+spec = build_spec(
+    SpecInput(ops="cpu_lion", cpu=True, base_devel=sys.argv[2], base_runtime=sys.argv[3],
+              wheelhouse=sys.argv[4], ca_cert=sys.argv[5], buildkit=engine.kind != "classic"),
+    os.environ,
+)
+print("engine", engine.kind, flush=True)
+with staged_context(spec) as context:
+    build_image(engine, context, render(spec), "imagegen-it/interrupted:1", no_cache=True)
+"""
+
+
+@pytest.mark.parametrize("builder", ["buildkit", "classic"])
+def test_ctrl_c_during_a_build_stops_it_and_leaves_no_container(
+    builder: str, docker_ready: None, docker_client: Any
+) -> None:
+    from tests.integration.conftest import STANDIN_RUNTIME, WHEELHOUSE
+
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            UNCACHED_BUILD,
+            builder,
+            STANDIN_DEVEL,
+            STANDIN_RUNTIME,
+            str(WHEELHOUSE),
+            str(CA_CERT),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "CI": "true"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "RUN apt-get update" in line:  # the devel stage's first RUN has started
+                break
+        assert f"engine {builder}\n" in lines, "".join(lines[-20:])
+        time.sleep(3)
+        if builder == "classic":
+            # The classic builder runs the step in a real container: make sure there is one to leak.
+            assert {c.id for c in docker_client.containers.list(all=True)} - before
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, rest[-2000:]
+    assert "KeyboardInterrupt" in rest  # interrupted, not failed for another reason
+    deadline = time.monotonic() + 20
+    while (
+        left := {c.id for c in docker_client.containers.list(all=True)} - before
+    ) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"containers left behind: {left}"
+    # The docker CLI runs in its own session: it must have been stopped too, not left building.
+    assert not _processes_mentioning("imagegen-it/interrupted:1")
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # the process ended meanwhile
+            continue
+    return found

@@ -190,3 +190,28 @@ def test_plan_json_shape() -> None:
     assert data["ok"] is True and data["accelerator"] == "cuda"
     assert data["cuda_archs"] == ["7.0", "8.0", "9.0+PTX"]
     assert {"name", "target", "archs", "flags"} <= set(data["ops"][0])
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "std"),
+    [
+        ("2.5.1", "c++17"),
+        ("2.13.0+cpu", "c++17"),
+        ("2.14.0", "c++20"),
+        ("2.15.0+cu132", "c++20"),
+        ("3.0.0", "c++20"),
+    ],
+)
+def test_cxx_standard_follows_torch(torch_version: str, std: str) -> None:
+    from dataclasses import replace
+
+    from op_builder.toolchain import TorchBuild
+
+    toolchain = replace(host("12.8", "12.8"), torch=TorchBuild(torch_version, "12.8", None))
+    plan = make_plan(
+        {"DS_BUILD_CPU_ADAM": "1", "DS_BUILD_FUSED_ADAM": "1", "TORCH_CUDA_ARCH_LIST": "9.0"}, toolchain
+    )
+    assert plan.ok
+    for op in plan.ops:
+        assert f"-std={std}" in op.flags.cxx
+        assert all("-std=" not in f or f == f"-std={std}" for f in op.flags.device)

@@ -78,15 +78,14 @@ def test_damaged_manifest_is_an_error_not_an_empty_install(tmp_path: Path) -> No
 
 
 def test_default_jit_cache_matches_torch() -> None:
+    # In a fresh process: nothing else may have imported torch's helper modules.
+    import subprocess
     import sys
 
     import torch
     from torch.utils.cpp_extension import get_default_build_root
 
     from op_builder.loader import extensions_root
-
-    # In a fresh process: nothing else may have imported torch's helper modules.
-    import subprocess
 
     done = subprocess.run(
         [sys.executable, "-c", "from op_builder.loader import extensions_root; print(extensions_root({}))"],
