@@ -284,9 +284,3 @@ def parse_rocm_arch_list(text: str) -> tuple[str, ...]:
 
 def hip_offload_flags(gfx: Sequence[str]) -> list[str]:
     return [f"--offload-arch={target}" for target in sorted(set(gfx))]
-
-
-def wavefront_sizes(gfx: Sequence[str]) -> tuple[int, ...]:
-    """RDNA (gfx10xx/gfx11xx/gfx12xx) runs wave32; CDNA and GCN run wave64."""
-    sizes = {32 if re.match(r"gfx1[0-9]", target) else 64 for target in gfx}
-    return tuple(sorted(sizes))

@@ -290,40 +290,32 @@ class CUDAOpBuilder(OpBuilder):
             *arch_lib.nvcc_gencode_flags(archs),
             *defines,
         ]
-        return OpFlags(
-            name=self.name,
-            module=self.module_name,
-            sources=self.source_paths(),
-            include_dirs=self.include_paths(),
-            cxx=(*_common_cxx(ctx), *defines),
-            device_compiler="nvcc",
-            device=tuple(nvcc),
-            archs=tuple(str(a) for a in archs),
-            ldflags=(),
-            libraries=tuple(lib.name for lib in self.system_libraries),
-        )
+        return self._device_flags(ctx, "nvcc", nvcc, tuple(str(a) for a in archs), defines)
 
     def _rocm_flags(self, ctx: BuildContext) -> OpFlags:
-        sizes = arch_lib.wavefront_sizes(ctx.rocm_archs)
         defines = (*self.defines, "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1")
-        hipcc = [
-            "-O3",
-            f"-std={ctx.cxx_std}",
-            *arch_lib.hip_offload_flags(ctx.rocm_archs),
-            # Kernels read the wavefront size at compile time per target; this tells
-            # host code which sizes the fat binary contains.
-            f"-DOP_WAVEFRONT_SIZES={'|'.join(map(str, sizes))}",
-            *defines,
-        ]
+        # The wavefront size (64 on CDNA, 32 on RDNA) is fixed per --offload-arch by the
+        # compiler; kernels read it from warpSize, so one source serves both.
+        hipcc = ["-O3", f"-std={ctx.cxx_std}", *arch_lib.hip_offload_flags(ctx.rocm_archs), *defines]
+        return self._device_flags(ctx, "hipcc", hipcc, ctx.rocm_archs, defines)
+
+    def _device_flags(
+        self,
+        ctx: BuildContext,
+        compiler: Literal["nvcc", "hipcc"],
+        device: list[str],
+        archs: tuple[str, ...],
+        defines: tuple[str, ...],
+    ) -> OpFlags:
         return OpFlags(
             name=self.name,
             module=self.module_name,
             sources=self.source_paths(),
             include_dirs=self.include_paths(),
             cxx=(*_common_cxx(ctx), *defines),
-            device_compiler="hipcc",
-            device=tuple(hipcc),
-            archs=ctx.rocm_archs,
+            device_compiler=compiler,
+            device=tuple(device),
+            archs=archs,
             ldflags=(),
             libraries=tuple(lib.name for lib in self.system_libraries),
         )

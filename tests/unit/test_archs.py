@@ -121,7 +121,5 @@ def test_rocm_lists() -> None:
     assert A.parse_rocm_arch_list("gfx942;gfx90a gfx90a") == ("gfx90a", "gfx942")
     assert A.parse_rocm_arch_list("gfx90a:xnack+") == ("gfx90a:xnack+",)
     assert A.hip_offload_flags(["gfx90a", "gfx1030"]) == ["--offload-arch=gfx1030", "--offload-arch=gfx90a"]
-    assert A.wavefront_sizes(["gfx90a", "gfx1030"]) == (32, 64)
-    assert A.wavefront_sizes(["gfx942"]) == (64,)
     with pytest.raises(ArchError):
         A.parse_rocm_arch_list("sm_80")

@@ -175,7 +175,6 @@ def test_rocm_flags() -> None:
     assert flags.device_compiler == "hipcc"
     assert flags.device.count("--offload-arch=gfx90a") == 1 and "--offload-arch=gfx1030" in flags.device
     assert not any("gencode" in f for f in flags.device)
-    assert "-DOP_WAVEFRONT_SIZES=32|64" in flags.device
 
 
 def test_cpu_native_is_opt_in() -> None:
