@@ -19,23 +19,20 @@ compare it with. Writes a table to stdout and JSON to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from _common import RESULTS, Column, parse_size, print_table, speed_columns, time_interleaved, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from kernels import cpu_optim
 from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cpu_optim.json"
+DEFAULT_OUT = RESULTS / "cpu_optim.json"
 # Bytes per element one step must move: fp32 reads + writes of p, g and the state tensors.
 STEP_BYTES = {"adam": 4 * (4 + 3), "adagrad": 4 * (3 + 2), "lion": 4 * (3 + 2)}
 HALF_BYTES = 2  # the bf16 copy written in the same pass
@@ -56,34 +53,6 @@ class Row:
     ours_gbps: float
     torch_gbps: float
     torch_impl: str
-
-
-def parse_size(text: str) -> int:
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    if text and text[-1] in scale:
-        return int(float(text[:-1]) * scale[text[-1]])
-    return int(text)
-
-
-@dataclass(frozen=True)
-class Timing:
-    median: float
-    best: float
-
-
-def time_interleaved(fns: list[Callable[[], object]], reps: int, warmup: int) -> list[Timing]:
-    """Median and best seconds of each fn, runs alternating between them."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, out in zip(fns, samples, strict=True):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
-    return [Timing(statistics.median(s), min(s)) for s in samples]
 
 
 def copy_bandwidth(n: int, reps: int) -> tuple[float, float]:
@@ -219,15 +188,18 @@ def main(argv: list[str] | None = None) -> int:
         f"bandwidth (read + write, median): torch copy_ {copy_gbps:.1f} GB/s, "
         f"in-place mul_ {inplace_gbps:.1f} GB/s"
     )
-    header = f"{'optimizer':<8} {'case':<10} {'ours ms':>8} {'torch ms':>9} {'speedup':>8} {'goal':>5}"
-    header += f" {'ours GB/s':>9} {'torch GB/s':>10} {'best-of speedup':>15}  torch"
-    print(header)
-    for r in rows:
-        print(
-            f"{r.optimizer:<8} {r.case:<10} {r.ours_ms:>8.2f} {r.torch_ms:>9.2f} {r.speedup:>7.2f}x"
-            f" {r.goal:>4.1f}x {r.ours_gbps:>9.1f} {r.torch_gbps:>10.1f} {r.speedup_min:>14.2f}x"
-            f"  {r.torch_impl}"
-        )
+    columns = [
+        Column("optimizer", "optimizer", "<8"),
+        Column("case", "case", "<10"),
+        *speed_columns(2, ours_width=8),
+        Column("goal", "goal", ">5", ".1f", "x"),
+        Column("ours GB/s", "ours_gbps", ">9", ".1f"),
+        Column("torch GB/s", "torch_gbps", ">10", ".1f"),
+        Column("best-of speedup", "speedup_min", ">15", ".2f", "x"),
+        Column("torch", "torch_impl", "", sep="  "),
+    ]
+    table = [asdict(r) for r in rows]
+    print_table(columns, table)
     result = {
         "size": n,
         "threads": args.threads,
@@ -237,11 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": cpu_model(),
         "copy_gbps": copy_gbps,
         "inplace_gbps": inplace_gbps,
-        "rows": [asdict(r) for r in rows],
+        "rows": table,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_json(args.out, result)
     return 0
 
 

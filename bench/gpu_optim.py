@@ -18,20 +18,19 @@ and torch's interleaved, after warmup. Without a GPU it prints why and exits 0.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from _common import RESULTS, Column, cuda_medians, gpu_missing, report_gpu, speed_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu_optim.json"
+DEFAULT_OUT = RESULTS / "gpu_optim.json"
 
 
 @dataclass(frozen=True)
@@ -57,27 +56,6 @@ def make_params(sizes: list[int], dtype: torch.dtype) -> list[torch.Tensor]:
     for p in params:
         p.grad = torch.randn_like(p) * 1e-2
     return params
-
-
-def cuda_ms(fn: Callable[[], object]) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end))
-
-
-def race(ours: Callable[[], object], theirs: Callable[[], object], reps: int) -> tuple[float, float]:
-    for _ in range(3):
-        ours()
-        theirs()
-    torch.cuda.synchronize()
-    a, b = [], []
-    for _ in range(reps):
-        a.append(cuda_ms(ours))
-        b.append(cuda_ms(theirs))
-    return statistics.median(a), statistics.median(b)
 
 
 def foreach_lion(params: list[torch.Tensor], lr: float, beta1: float, beta2: float) -> Callable[[], None]:
@@ -136,7 +114,7 @@ def bench(layers: int, hidden: int, reps: int) -> list[Row]:
             )
         )
         for name, ours, theirs, impl in cases:
-            ours_ms, torch_ms = race(ours.step, theirs, reps)
+            ours_ms, torch_ms = cuda_medians([ours.step, theirs], reps, warmup=3)
             rows.append(
                 Row(
                     optimizer=name,
@@ -162,31 +140,19 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print(f"no GPU visible to torch {torch.__version__}: GPU optimizer benchmark skipped")
+    if gpu_missing("optimizer"):
         return 0
     rows = bench(args.layers, args.hidden, args.reps)
-    header = (
-        f"{'optimizer':<6} {'dtype':<9} {'ours ms':>9} {'torch ms':>9} {'speedup':>8} "
-        f"{'ours GB/s':>10} {'torch GB/s':>10}  torch"
-    )
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {rows[0].params_m}M params")
-    print(header)
-    for r in rows:
-        print(
-            f"{r.optimizer:<6} {r.dtype:<9} {r.ours_ms:>9.3f} {r.torch_ms:>9.3f} {r.speedup:>7.2f}x "
-            f"{r.ours_gbps:>10.1f} {r.torch_gbps:>10.1f}  {r.torch_impl}"
-        )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": torch.version.hip,
-        "rows": [asdict(r) for r in rows],
-    }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    columns = [
+        Column("optimizer", "optimizer", "<6"),
+        Column("dtype", "dtype", "<9"),
+        *speed_columns(3),
+        Column("ours GB/s", "ours_gbps", ">10", ".1f"),
+        Column("torch GB/s", "torch_gbps", ">10", ".1f"),
+        Column("torch", "torch_impl", "", sep="  "),
+    ]
+    report_gpu(columns, [asdict(r) for r in rows], args.out)
     return 0
 
 

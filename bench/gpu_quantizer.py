@@ -13,20 +13,19 @@ Medians of CUDA-event times after warmup. Without a GPU it prints why and exits 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from _common import RESULTS, Column, cuda_medians, gpu_missing, parse_size, report_gpu, speed_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu_quantizer.json"
+DEFAULT_OUT = RESULTS / "gpu_quantizer.json"
 
 
 @dataclass(frozen=True)
@@ -42,27 +41,6 @@ class Row:
     percent_of_copy: float
 
 
-def parse_size(text: str) -> int:
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    return int(text[:-1]) * scale[text[-1]] if text[-1] in scale else int(text)
-
-
-def cuda_ms(fn: Callable[[], object], reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(float(start.elapsed_time(end)))
-    return statistics.median(times)
-
-
 def bench(numel: int, group_size: int, reps: int) -> list[Row]:
     rows: list[Row] = []
     groups = numel // group_size
@@ -70,7 +48,7 @@ def bench(numel: int, group_size: int, reps: int) -> list[Row]:
         width = torch.finfo(dtype).bits // 8
         x = torch.randn(groups, group_size, device="cuda", dtype=dtype)
         dst = torch.empty_like(x)
-        copy_ms = cuda_ms(lambda x=x, dst=dst: dst.copy_(x), reps)
+        (copy_ms,) = cuda_medians([lambda x=x, dst=dst: dst.copy_(x)], reps)
         copy_gbps = 2 * x.numel() * width / copy_ms / 1e6
         cases: list[tuple[str, Callable[[bool], object], float]] = []
         for bits, symmetric in ((8, True), (8, False), (4, True)):
@@ -109,8 +87,8 @@ def bench(numel: int, group_size: int, reps: int) -> list[Row]:
                 )
             )
         for name, fn, bytes_per_element in cases:
-            ours_ms = cuda_ms(lambda fn=fn: fn(True), reps)
-            torch_ms = cuda_ms(lambda fn=fn: fn(False), max(3, reps // 3))
+            (ours_ms,) = cuda_medians([lambda fn=fn: fn(True)], reps)
+            (torch_ms,) = cuda_medians([lambda fn=fn: fn(False)], max(3, reps // 3))
             gbps = x.numel() * bytes_per_element / ours_ms / 1e6
             rows.append(
                 Row(
@@ -137,8 +115,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print(f"no GPU visible to torch {torch.__version__}: GPU quantizer benchmark skipped")
+    if gpu_missing("quantizer"):
         return 0
     import warnings
 
@@ -148,26 +125,15 @@ def main() -> int:
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
         f"{args.numel} elements, groups of {args.group_size}"
     )
-    print(
-        f"{'op':<22} {'dtype':<9} {'ours ms':>9} {'torch ms':>9} {'speedup':>8} "
-        f"{'GB/s':>8} {'copy GB/s':>10} {'% copy':>7}"
-    )
-    for r in rows:
-        print(
-            f"{r.op:<22} {r.dtype:<9} {r.ours_ms:>9.4f} {r.torch_ms:>9.4f} {r.speedup:>7.2f}x "
-            f"{r.ours_gbps:>8.1f} {r.copy_gbps:>10.1f} {r.percent_of_copy:>6.1f}%"
-        )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": torch.version.hip,
-        "group_size": args.group_size,
-        "rows": [asdict(r) for r in rows],
-    }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    columns = [
+        Column("op", "op", "<22"),
+        Column("dtype", "dtype", "<9"),
+        *speed_columns(4),
+        Column("GB/s", "ours_gbps", ">8", ".1f"),
+        Column("copy GB/s", "copy_gbps", ">10", ".1f"),
+        Column("% copy", "percent_of_copy", ">7", ".1f", "%"),
+    ]
+    report_gpu(columns, [asdict(r) for r in rows], args.out, group_size=args.group_size)
     return 0
 
 

@@ -15,9 +15,7 @@ it prints why and exits 0.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -25,12 +23,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _common import RESULTS, Column, cuda_medians, gpu_missing, report_gpu, speed_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from kernels.transformer import bias_gelu, layer_norm, scaled_masked_softmax
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu_transformer.json"
+DEFAULT_OUT = RESULTS / "gpu_transformer.json"
 
 
 @dataclass(frozen=True)
@@ -42,27 +41,6 @@ class Row:
     ours_ms: float
     torch_ms: float
     speedup: float
-
-
-def cuda_ms(fn: Callable[[], object]) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end))
-
-
-def race(ours: Callable[[], object], theirs: Callable[[], object], reps: int) -> tuple[float, float]:
-    for _ in range(5):
-        ours()
-        theirs()
-    torch.cuda.synchronize()
-    a, b = [], []
-    for _ in range(reps):
-        a.append(cuda_ms(ours))
-        b.append(cuda_ms(theirs))
-    return statistics.median(a), statistics.median(b)
 
 
 def fwd_bwd(
@@ -83,17 +61,36 @@ def fwd(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> Callable
     return run
 
 
-def row(op: str, shape: str, dtype: torch.dtype, mode: str, times: tuple[float, float]) -> Row:
-    ours, theirs = times
-    return Row(
-        op,
-        shape,
-        str(dtype).removeprefix("torch."),
-        mode,
-        round(ours, 4),
-        round(theirs, 4),
-        round(theirs / ours, 2),
-    )
+def fwd_and_bwd_rows(
+    op: str,
+    shape: str,
+    dtype: torch.dtype,
+    ours: Callable[..., torch.Tensor],
+    theirs: Callable[..., torch.Tensor],
+    inputs: list[torch.Tensor],
+    dy: torch.Tensor,
+    reps: int,
+) -> list[Row]:
+    """A forward row and a forward+backward row of ours against theirs on ``inputs``."""
+    timed = {
+        "fwd": [fwd(ours, inputs), fwd(theirs, inputs)],
+        "fwd+bwd": [fwd_bwd(ours, inputs, dy), fwd_bwd(theirs, inputs, dy)],
+    }
+    out: list[Row] = []
+    for mode, fns in timed.items():
+        ours_ms, torch_ms = cuda_medians(fns, reps, warmup=5)
+        out.append(
+            Row(
+                op,
+                shape,
+                str(dtype).removeprefix("torch."),
+                mode,
+                round(ours_ms, 4),
+                round(torch_ms, 4),
+                round(torch_ms / ours_ms, 2),
+            )
+        )
+    return out
 
 
 def bench_layer_norm(rows: int, reps: int) -> list[Row]:
@@ -112,24 +109,7 @@ def bench_layer_norm(rows: int, reps: int) -> list[Row]:
                 return F.layer_norm(x, (h,), w, b)
 
             shape = f"{rows}x{hidden}"
-            out.append(
-                row(
-                    "layer_norm",
-                    shape,
-                    dtype,
-                    "fwd",
-                    race(fwd(ours, [x, w, b]), fwd(theirs, [x, w, b]), reps),
-                )
-            )
-            out.append(
-                row(
-                    "layer_norm",
-                    shape,
-                    dtype,
-                    "fwd+bwd",
-                    race(fwd_bwd(ours, [x, w, b], dy), fwd_bwd(theirs, [x, w, b], dy), reps),
-                )
-            )
+            out += fwd_and_bwd_rows("layer_norm", shape, dtype, ours, theirs, [x, w, b], dy, reps)
     return out
 
 
@@ -150,16 +130,7 @@ def bench_bias_gelu(rows: int, reps: int) -> list[Row]:
 
             name = f"bias_gelu[{approximate}]"
             shape = f"{rows}x{hidden}"
-            out.append(row(name, shape, dtype, "fwd", race(fwd(ours, [x, b]), fwd(theirs, [x, b]), reps)))
-            out.append(
-                row(
-                    name,
-                    shape,
-                    dtype,
-                    "fwd+bwd",
-                    race(fwd_bwd(ours, [x, b], dy), fwd_bwd(theirs, [x, b], dy), reps),
-                )
-            )
+            out += fwd_and_bwd_rows(name, shape, dtype, ours, theirs, [x, b], dy, reps)
     return out
 
 
@@ -182,16 +153,7 @@ def bench_softmax(reps: int) -> list[Row]:
 
             name = f"softmax[{kind}]"
             shape = f"{batch}x{heads}x{seq}x{seq}"
-            out.append(row(name, shape, dtype, "fwd", race(fwd(ours, [x]), fwd(theirs, [x]), reps)))
-            out.append(
-                row(
-                    name,
-                    shape,
-                    dtype,
-                    "fwd+bwd",
-                    race(fwd_bwd(ours, [x], dy), fwd_bwd(theirs, [x], dy), reps),
-                )
-            )
+            out += fwd_and_bwd_rows(name, shape, dtype, ours, theirs, [x], dy, reps)
     return out
 
 
@@ -201,8 +163,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print(f"no GPU visible to torch {torch.__version__}: GPU transformer benchmark skipped")
+    if gpu_missing("transformer"):
         return 0
     rows = (
         bench_layer_norm(args.rows, args.reps)
@@ -210,22 +171,14 @@ def main() -> int:
         + bench_softmax(args.reps)
     )
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'op':<18} {'shape':<18} {'dtype':<9} {'mode':<8} {'ours ms':>9} {'torch ms':>9} {'speedup':>8}")
-    for r in rows:
-        print(
-            f"{r.op:<18} {r.shape:<18} {r.dtype:<9} {r.mode:<8} "
-            f"{r.ours_ms:>9.4f} {r.torch_ms:>9.4f} {r.speedup:>7.2f}x"
-        )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": torch.version.hip,
-        "rows": [asdict(r) for r in rows],
-    }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    columns = [
+        Column("op", "op", "<18"),
+        Column("shape", "shape", "<18"),
+        Column("dtype", "dtype", "<9"),
+        Column("mode", "mode", "<8"),
+        *speed_columns(4),
+    ]
+    report_gpu(columns, [asdict(r) for r in rows], args.out)
     return 0
 
 

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import RESULTS, Column, print_table, write_json
+
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels")
 
@@ -98,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", default="cpu_adam")
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "load_time.json"))
+    parser.add_argument("--out", default=str(RESULTS / "load_time.json"))
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="load-bench-") as tmp:
@@ -119,18 +121,16 @@ def main() -> None:
         "aot": {**aot, "goal_ms": 50},
         "jit_cached": {**jit, "goal_ms": 300},
     }
-    print(f"{'path':12} {'load ms':>8} {'import op_builder ms':>21} {'import torch ms':>16} ", end="")
-    print(f"{'ratio':>7} {'goal':>5}")
-    for key in ("aot", "jit_cached"):
-        row = results[key]
-        print(
-            f"{key:12} {row['load_ms_median']:>8} {row['import_op_builder_ms_median']:>21} "
-            f"{row['torch_import_ms_median']:>16} {row['load_over_torch_import']:>7} {row['goal_ms']:>5}"
-        )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"saved {out}")
+    columns = [
+        Column("path", "path", "12"),
+        Column("load ms", "load_ms_median", ">8"),
+        Column("import op_builder ms", "import_op_builder_ms_median", ">21"),
+        Column("import torch ms", "torch_import_ms_median", ">16"),
+        Column("ratio", "load_over_torch_import", ">7"),
+        Column("goal", "goal_ms", ">5"),
+    ]
+    print_table(columns, [{"path": key, **results[key]} for key in ("aot", "jit_cached")])
+    write_json(Path(args.out), results, "saved")
 
 
 if __name__ == "__main__":

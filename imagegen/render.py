@@ -125,6 +125,9 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "variant": "BuildKit" if spec.buildkit else "classic",
         "buildkit": spec.buildkit,
         "target": spec.target,
+        # CPU torch ships its libraries with static symbol tables (~90 MB); stripping them keeps
+        # the dynamic symbols extensions link against. GPU libraries carry device code: left alone.
+        "strip_torch_libs": spec.target == "cpu",
         "ops": spec.ops,
         "ops_csv": ",".join(spec.ops),
         "torch_version": f"{spec.torch}+{spec.torch_variant}",

@@ -14,49 +14,18 @@ Exit status: 0 when everything compiled (or nvcc is absent: skipped, with the re
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _compile_check import ROOT, Job, finish, resolve, run_all, skip  # puts the checkout on sys.path
 
-from op_builder import ALL_OPS  # noqa: E402
-from op_builder.builder import BuildContext  # noqa: E402
-from op_builder.errors import OpBuilderError  # noqa: E402
-from op_builder.plan import resolve_context  # noqa: E402
-from op_builder.toolchain import probe  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Job:
-    op: str
-    source: str  # relative to the repository
-    command: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Result:
-    op: str
-    source: str
-    ok: bool
-    seconds: float
-    command: list[str]
-    output: str
-
-
-def cuda_context(archs: str, env: Mapping[str, str]) -> BuildContext:
-    """The build context of a CUDA build for ``archs`` (the environment's toolkit, never its arch list)."""
-    cuda_env = {**env, "DS_ACCELERATOR": "cuda", "TORCH_CUDA_ARCH_LIST": archs}
-    return resolve_context(cuda_env, probe(cuda_env))
+from op_builder import ALL_OPS
+from op_builder.builder import BuildContext
 
 
 def device_jobs(ctx: BuildContext, nvcc: str, out_dir: Path) -> tuple[list[Job], list[tuple[str, str]]]:
@@ -77,7 +46,7 @@ def device_jobs(ctx: BuildContext, nvcc: str, out_dir: Path) -> tuple[list[Job],
                 continue
             obj = out_dir / f"{name}-{Path(source).stem}.o"
             command = (nvcc, *flags.device, *includes, "-c", source, "-o", str(obj))
-            jobs.append(Job(name, os.path.relpath(source, ROOT), command))
+            jobs.append(Job.of(name, source, command))
     return jobs, skipped
 
 
@@ -128,35 +97,8 @@ def binding_jobs(ctx: BuildContext, stub_dir: Path) -> list[Job]:
                 *system,
                 source,
             )
-            jobs.append(Job(name, os.path.relpath(source, ROOT), command))
+            jobs.append(Job.of(name, source, command))
     return jobs
-
-
-def run_job(job: Job) -> Result:
-    start = time.perf_counter()
-    done = subprocess.run(job.command, capture_output=True, text=True, check=False, cwd=ROOT)
-    return Result(
-        op=job.op,
-        source=job.source,
-        ok=done.returncode == 0,
-        seconds=round(time.perf_counter() - start, 2),
-        command=list(job.command),
-        output=(done.stdout + done.stderr)[-4000:],
-    )
-
-
-def run_all(jobs: Sequence[Job], workers: int, quiet: bool) -> list[Result]:
-    results: list[Result] = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for result in pool.map(run_job, jobs):
-            results.append(result)
-            if not quiet:
-                status = "OK  " if result.ok else "FAIL"
-                print(f"{status} {result.op:<14} {result.source:<50} {result.seconds:6.1f}s", flush=True)
-                if not result.ok:
-                    print("     " + " ".join(result.command))
-                    print("     " + result.output.strip().replace("\n", "\n     "))
-    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,16 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     args = parser.parse_args(argv)
 
-    try:
-        ctx = cuda_context(args.archs, os.environ)
-    except OpBuilderError as exc:
-        print(f"error: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), file=sys.stderr)
+    # The environment's toolkit, never its arch list.
+    ctx = resolve(os.environ, {"DS_ACCELERATOR": "cuda", "TORCH_CUDA_ARCH_LIST": args.archs})
+    if ctx is None:
         return 2
     cuda = ctx.toolchain.cuda
     if cuda is None:
         reason = "nvcc not found (no CUDA toolkit on PATH, CUDA_HOME unset): CUDA compile check skipped"
-        print(json.dumps({"ok": True, "skipped": reason}) if args.json else f"SKIP {reason}")
-        return 0
+        return skip(reason, args.json)
 
     with tempfile.TemporaryDirectory(prefix="cuda_check_") as tmp:
         jobs, skipped = device_jobs(ctx, cuda.nvcc, Path(tmp))
@@ -192,31 +132,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, reason in skipped:
                 print(f"SKIP {name:<14} {reason}")
         start = time.perf_counter()
-        results = run_all(jobs, max(1, args.jobs), quiet=args.json)
+        results = run_all(jobs, args.jobs, quiet=args.json, cwd=ROOT)
         elapsed = time.perf_counter() - start
 
-    ok = all(r.ok for r in results)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": ok,
-                    "nvcc": cuda.version,
-                    "archs": [str(a) for a in ctx.cuda_archs],
-                    "seconds": round(elapsed, 2),
-                    "skipped": [{"op": n, "reason": r} for n, r in skipped],
-                    "results": [asdict(r) for r in results],
-                },
-                indent=2,
-            )
-        )
-    else:
-        failed = sum(not r.ok for r in results)
-        print(
-            f"{len(results) - failed}/{len(results)} compiled in {elapsed:.1f}s"
-            + ("" if ok else f"; {failed} FAILED")
-        )
-    return 0 if ok else 1
+    fields = {
+        "nvcc": cuda.version,
+        "archs": [str(a) for a in ctx.cuda_archs],
+        "seconds": round(elapsed, 2),
+        "skipped": [{"op": n, "reason": r} for n, r in skipped],
+    }
+    return finish(results, elapsed, args.json, fields)
 
 
 if __name__ == "__main__":

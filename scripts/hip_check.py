@@ -17,48 +17,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _compile_check import Job, finish, resolve, run_all, skip  # puts the checkout on sys.path
 
-from op_builder import ALL_OPS  # noqa: E402
-from op_builder.builder import CSRC, BuildContext  # noqa: E402
-from op_builder.errors import OpBuilderError  # noqa: E402
-from op_builder.plan import resolve_context  # noqa: E402
-from op_builder.toolchain import probe  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Job:
-    op: str
-    source: str  # the original source, relative to the repository
-    command: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Result:
-    op: str
-    source: str
-    ok: bool
-    seconds: float
-    command: list[str]
-    output: str
-
-
-def rocm_context(archs: str, env: Mapping[str, str]) -> BuildContext:
-    rocm_env = {**env, "DS_ACCELERATOR": "rocm", "PYTORCH_ROCM_ARCH": archs}
-    return resolve_context(rocm_env, probe(rocm_env))
+from op_builder import ALL_OPS
+from op_builder.builder import CSRC, BuildContext
 
 
 def hipify_tree(csrc: Path) -> dict[Path, Path]:
@@ -101,22 +71,8 @@ def jobs_for(
             language = [] if hipified is not None else ["-x", "hip"]
             obj = out / f"{name}-{Path(source).stem}.o"
             command = (hipcc, *flags.device, *includes, *language, "-c", str(target), "-o", str(obj))
-            jobs.append(Job(name, os.path.relpath(source, ROOT), command))
+            jobs.append(Job.of(name, source, command))
     return jobs
-
-
-def run_job(job: Job) -> Result:
-    start = time.perf_counter()
-    env = {**os.environ, "HIP_PLATFORM": "amd"}
-    done = subprocess.run(job.command, capture_output=True, text=True, check=False, env=env)
-    return Result(
-        op=job.op,
-        source=job.source,
-        ok=done.returncode == 0,
-        seconds=round(time.perf_counter() - start, 2),
-        command=list(job.command),
-        output=(done.stdout + done.stderr)[-4000:],
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,12 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "hipcc not found: HIP compile check skipped "
             "(Debian/Ubuntu: apt-get install hipcc libamdhip64-dev rocm-device-libs)"
         )
-        print(json.dumps({"ok": True, "skipped": reason}) if args.json else f"SKIP {reason}")
-        return 0
-    try:
-        ctx = rocm_context(args.archs, os.environ)
-    except OpBuilderError as exc:
-        print(f"error: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), file=sys.stderr)
+        return skip(reason, args.json)
+    ctx = resolve(os.environ, {"DS_ACCELERATOR": "rocm", "PYTORCH_ROCM_ARCH": args.archs})
+    if ctx is None:
         return 2
 
     with tempfile.TemporaryDirectory(prefix="hip_check_") as tmp:
@@ -151,34 +104,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.json:
             mode = "unmodified sources" if hipified is None else f"hipified in {hipify_seconds:.1f}s"
             print(f"hipcc {hipcc}; archs {';'.join(ctx.rocm_archs)}; {len(jobs)} sources ({mode})")
-        results: list[Result] = []
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for result in pool.map(run_job, jobs):
-                results.append(result)
-                if not args.json:
-                    status = "OK  " if result.ok else "FAIL"
-                    print(f"{status} {result.op:<14} {result.source:<50} {result.seconds:6.1f}s", flush=True)
-                    if not result.ok:
-                        print("     " + " ".join(result.command))
-                        print("     " + result.output.strip().replace("\n", "\n     "))
+        env = {**os.environ, "HIP_PLATFORM": "amd"}
+        results = run_all(jobs, args.jobs, quiet=args.json, env=env)
         elapsed = time.perf_counter() - start
 
-    ok = all(r.ok for r in results)
-    if args.json:
-        report = {
-            "ok": ok,
-            "hipcc": hipcc,
-            "archs": list(ctx.rocm_archs),
-            "hipified": hipified is not None,
-            "seconds": round(elapsed, 2),
-            "results": [asdict(r) for r in results],
-        }
-        print(json.dumps(report, indent=2))
-    else:
-        failed = sum(not r.ok for r in results)
-        summary = f"{len(results) - failed}/{len(results)} compiled in {elapsed:.1f}s"
-        print(summary + ("" if ok else f"; {failed} FAILED"))
-    return 0 if ok else 1
+    fields = {
+        "hipcc": hipcc,
+        "archs": list(ctx.rocm_archs),
+        "hipified": hipified is not None,
+        "seconds": round(elapsed, 2),
+    }
+    return finish(results, elapsed, args.json, fields)
 
 
 if __name__ == "__main__":
