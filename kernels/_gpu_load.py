@@ -9,41 +9,20 @@ kernel, or the build has no bf16 kernels. Nothing is probed or loaded at import.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
+from kernels._op_load import LazyOp
 from op_builder.errors import OpLoadError
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-class GpuOp:
-    """One op's load state for this process: the module, or why it is unavailable."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._module: ModuleType | None = None
-        self._failure: Exception | None = None
-        self._warned: set[str] = set()
-
-    def load(self) -> ModuleType:
-        """The compiled module; raises OpLoadError (or ImportError) when it cannot load."""
-        if self._module is not None:
-            return self._module
-        if self._failure is not None:
-            raise self._failure
-        from op_builder import get_builder
-
-        try:
-            self._module = get_builder(self.name).load()
-        except (OpLoadError, ImportError) as exc:
-            self._failure = exc
-            raise
-        return self._module
+class GpuOp(LazyOp):
+    """One GPU op's load state, and the choice between its kernels and the fallback."""
 
     def resolve(
         self,
@@ -75,14 +54,9 @@ class GpuOp:
         assert reason is not None
         if use_kernel:
             raise RuntimeError(f"{self.name}: {reason}")
-        self._warn_once(reason)
+        # stacklevel 3: the caller of the front function that called us.
+        self.warn_once(reason, f"{self.name}: {reason}; using the PyTorch fallback", stacklevel=3)
         return None
-
-    def _warn_once(self, reason: str) -> None:
-        if reason in self._warned:
-            return
-        self._warned.add(reason)
-        warnings.warn(f"{self.name}: {reason}; using the PyTorch fallback", RuntimeWarning, stacklevel=4)
 
 
 def _unsupported(tensors: list[Tensor], dtypes: tuple[torch.dtype, ...]) -> str | None:

@@ -24,7 +24,6 @@ import errno
 import mmap
 import os
 import threading
-import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -34,7 +33,8 @@ from typing import Literal, Protocol, Union
 
 import torch
 
-from op_builder import OpLoadError, get_builder
+from kernels._op_load import LazyOp
+from op_builder import OpLoadError
 
 __all__ = [
     "DIRECT_IO_ALIGNMENT",
@@ -64,34 +64,21 @@ class AIOHandle(Protocol):
 
 # ---------------------------------------------------------------- loading the op
 
-_kernel: ModuleType | OpLoadError | None = None
-_kernel_lock = threading.Lock()
-_warned = False
+_OP = LazyOp("async_io")
 
 
 def _load_kernel() -> ModuleType | OpLoadError:
     """The compiled module, or why it cannot load; tried once per process, on first use."""
-    global _kernel
-    with _kernel_lock:
-        if _kernel is None:
-            try:
-                _kernel = get_builder("async_io").load()
-            except OpLoadError as exc:
-                _kernel = exc
-        return _kernel
+    try:
+        return _OP.load()
+    except OpLoadError as exc:
+        return exc
 
 
 def _warn_fallback(error: OpLoadError) -> None:
-    global _warned
-    if _warned:
-        return
-    _warned = True
     hint = f" ({error.hint})" if error.hint else ""
-    warnings.warn(
-        f"async_io op unavailable, using the slower Python thread-pool fallback: {error.message}{hint}",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    message = f"async_io op unavailable, using the slower Python thread-pool fallback: {error.message}{hint}"
+    _OP.warn_once("unavailable", message, stacklevel=2)  # the caller of AsyncIO()
 
 
 def active_backend() -> Backend:

@@ -20,9 +20,6 @@ a ``torch.optim.Adam`` / ``AdamW`` or ``Adagrad`` state dict loads into the matc
 from __future__ import annotations
 
 import math
-import os
-import sys
-import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, Literal
@@ -31,6 +28,8 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
+from kernels._op_load import LazyOp
+from kernels._optim_common import KernelOptimizer, Scalar, advance_step, hyperparams
 from op_builder.errors import OpLoadError
 
 __all__ = ["CPUAdagrad", "CPUAdam", "CPULion", "set_simd_level"]
@@ -39,10 +38,8 @@ Backend = Literal["kernel", "fallback"]
 SimdLevel = Literal["auto", "scalar", "avx2", "avx512"]
 _SIMD_LEVELS: tuple[SimdLevel, ...] = ("auto", "scalar", "avx2", "avx512")
 
-# Per process: the loaded op modules, why an op could not load, and which ops have warned.
+# Per process: the op modules loaded so far, and the SIMD level every one of them must use.
 _MODULES: dict[str, ModuleType] = {}
-_FAILURES: dict[str, Exception] = {}
-_WARNED: set[str] = set()
 _simd_level: SimdLevel = "auto"
 
 
@@ -61,53 +58,31 @@ def set_simd_level(level: SimdLevel) -> None:
     _simd_level = level
 
 
-def _load(op: str) -> ModuleType:
-    """The compiled op module (raises OpLoadError / ImportError when it cannot load)."""
-    module = _MODULES.get(op)
-    if module is None:
-        from op_builder import get_builder
+def _on_load(op: str, module: ModuleType) -> None:
+    if _simd_level != "auto":
+        module.set_simd_level(_simd_level)
+    _MODULES[op] = module
 
-        module = get_builder(op).load()
-        if _simd_level != "auto":
-            module.set_simd_level(_simd_level)
-        _MODULES[op] = module
-    return module
+
+_OPS: dict[str, LazyOp] = {name: LazyOp(name, _on_load) for name in ("cpu_adam", "cpu_adagrad", "cpu_lion")}
 
 
 def _resolve(op: str, use_kernel: bool | None) -> ModuleType | None:
     """The op module, or None for the fallback (after warning once why)."""
     if use_kernel is False:
         return None
-    failure = _FAILURES.get(op)
-    if failure is None:
-        try:
-            return _load(op)
-        except (OpLoadError, ImportError) as exc:
-            failure = exc
-        _FAILURES[op] = failure
-    if use_kernel:
-        raise failure
-    if op not in _WARNED:
-        _WARNED.add(op)
-        reason = getattr(failure, "message", None) or str(failure)
-        warnings.warn(
+    lazy = _OPS[op]
+    try:
+        return lazy.load()
+    except (OpLoadError, ImportError) as exc:
+        if use_kernel:
+            raise
+        reason = getattr(exc, "message", None) or str(exc)
+        lazy.warn_once(
+            "unavailable",
             f"{op}: the compiled kernel is unavailable ({reason}); using the PyTorch fallback (slower)",
-            RuntimeWarning,
-            stacklevel=_user_stacklevel(),
         )
     return None
-
-
-def _user_stacklevel() -> int:
-    """The warnings stacklevel, seen from our caller, of the first frame outside this module
-    and torch (whose step wrappers sit between the user's ``opt.step()`` and us)."""
-    skip = (os.path.dirname(torch.__file__), __file__)
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(skip):
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 def _check_param(name: str, p: Tensor, half: Tensor | None) -> None:
@@ -137,32 +112,16 @@ def _check_param(name: str, p: Tensor, half: Tensor | None) -> None:
         )
 
 
-def _advance_step(state: dict[str, Any]) -> int:
-    """Count this step in ``state['step']`` (a float32 scalar tensor, as torch keeps it)."""
-    step = state["step"]
-    if isinstance(step, Tensor):
-        step += 1
-        return int(step.item())
-    state["step"] = torch.tensor(float(step) + 1.0, dtype=torch.float32)
-    return int(step) + 1
+class _CPUOptimizer(KernelOptimizer):
+    """The step loop shared by the three optimizers; subclasses supply state and updates.
 
+    The kernel call is ``module.<kernel_fn>(param, grad, *state[state_keys], half, *scalars)``.
+    """
 
-class _CPUOptimizer(torch.optim.Optimizer):
-    """The step loop shared by the three optimizers; subclasses supply state and updates."""
-
+    backend: Backend | None
     op_name: ClassVar[str]
-
-    def __init__(self, params: ParamsT, defaults: dict[str, Any], use_kernel: bool | None) -> None:
-        super().__init__(params, defaults)
-        self.use_kernel = use_kernel
-        self.backend: Backend | None = None  # set by the first step
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        # A state dict saved by torch's optimizer lacks our options: take the defaults.
-        for group in self.param_groups:
-            for key, value in self.defaults.items():
-                group.setdefault(key, value)
+    kernel_fn: ClassVar[str]
+    state_keys: ClassVar[tuple[str, ...]]
 
     @torch.no_grad()
     def step(  # type: ignore[override]
@@ -176,10 +135,7 @@ class _CPUOptimizer(torch.optim.Optimizer):
         param-group order; each receives its parameter's new values, converted as
         ``param.to(dtype)`` would.
         """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._run_closure(closure)
         params = [p for group in self.param_groups for p in group["params"]]
         if half_params is not None and len(half_params) != len(params):
             raise ValueError(
@@ -203,21 +159,16 @@ class _CPUOptimizer(torch.optim.Optimizer):
                 if module is None:
                     self._fallback_update(p, grad, state, group, half)
                 else:
-                    self._kernel_update(module, p, grad, state, group, half)
+                    tensors = [state[key] for key in self.state_keys]
+                    scalars = self._kernel_scalars(state, group)
+                    getattr(module, self.kernel_fn)(p, grad, *tensors, half, *scalars)
         return loss
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _kernel_update(
-        self,
-        module: ModuleType,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        half: Tensor | None,
-    ) -> None:
+    def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
+        """The kernel's arguments after ``half``; counts the step when the kernel takes one."""
         raise NotImplementedError
 
     def _fallback_update(
@@ -246,6 +197,8 @@ class CPUAdam(_CPUOptimizer):
     """
 
     op_name: ClassVar[str] = "cpu_adam"
+    kernel_fn: ClassVar[str] = "adam_step"
+    state_keys: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq")
 
     def __init__(
         self,
@@ -287,37 +240,15 @@ class CPUAdam(_CPUOptimizer):
         state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
         state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
 
-    def _kernel_update(
-        self,
-        module: ModuleType,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        half: Tensor | None,
-    ) -> None:
-        beta1, beta2 = group["betas"]
-        module.adam_step(
-            p,
-            grad,
-            state["exp_avg"],
-            state["exp_avg_sq"],
-            half,
-            _advance_step(state),
-            float(group["lr"]),
-            float(beta1),
-            float(beta2),
-            float(group["eps"]),
-            float(group["weight_decay"]),
-            bool(group["bias_correction"]),
-            bool(group["adamw_mode"]),
-        )
+    def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
+        floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
+        return (advance_step(state), *floats, bool(group["bias_correction"]), bool(group["adamw_mode"]))
 
     def _fallback_update(
         self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
     ) -> None:
         # torch.optim.Adam's single-tensor algorithm, step for step.
-        step = _advance_step(state)
+        step = advance_step(state)
         lr, eps, wd = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
@@ -340,6 +271,8 @@ class CPUAdagrad(_CPUOptimizer):
     """Adagrad with ``torch.optim.Adagrad`` semantics (lr_decay, weight_decay, initial accumulator)."""
 
     op_name: ClassVar[str] = "cpu_adagrad"
+    kernel_fn: ClassVar[str] = "adagrad_step"
+    state_keys: ClassVar[tuple[str, ...]] = ("sum",)
 
     def __init__(
         self,
@@ -373,32 +306,14 @@ class CPUAdagrad(_CPUOptimizer):
         init = float(group["initial_accumulator_value"])
         state["sum"] = torch.full_like(p, init, memory_format=torch.contiguous_format)
 
-    def _kernel_update(
-        self,
-        module: ModuleType,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        half: Tensor | None,
-    ) -> None:
-        module.adagrad_step(
-            p,
-            grad,
-            state["sum"],
-            half,
-            _advance_step(state),
-            float(group["lr"]),
-            float(group["lr_decay"]),
-            float(group["eps"]),
-            float(group["weight_decay"]),
-        )
+    def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
+        return (advance_step(state), *hyperparams(group, "lr", "lr_decay", "eps", "weight_decay"))
 
     def _fallback_update(
         self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
     ) -> None:
         # torch.optim.Adagrad's single-tensor algorithm.
-        step = _advance_step(state)
+        step = advance_step(state)
         wd = float(group["weight_decay"])
         if wd != 0.0:
             grad = grad.add(p, alpha=wd)
@@ -416,6 +331,8 @@ class CPULion(_CPUOptimizer):
     then ``m = beta2 * m + (1 - beta2) * g``."""
 
     op_name: ClassVar[str] = "cpu_lion"
+    kernel_fn: ClassVar[str] = "lion_step"
+    state_keys: ClassVar[tuple[str, ...]] = ("exp_avg",)
 
     def __init__(
         self,
@@ -433,26 +350,8 @@ class CPULion(_CPUOptimizer):
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
 
-    def _kernel_update(
-        self,
-        module: ModuleType,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        half: Tensor | None,
-    ) -> None:
-        beta1, beta2 = group["betas"]
-        module.lion_step(
-            p,
-            grad,
-            state["exp_avg"],
-            half,
-            float(group["lr"]),
-            float(beta1),
-            float(beta2),
-            float(group["weight_decay"]),
-        )
+    def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
+        return hyperparams(group, "lr", "betas", "weight_decay")
 
     def _fallback_update(
         self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None

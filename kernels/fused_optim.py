@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -24,6 +23,7 @@ from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
 from kernels._gpu_load import GpuOp
+from kernels._optim_common import KernelOptimizer, Scalar, advance_step, hyperparams
 
 __all__ = ["FusedAdam", "FusedLamb", "FusedLion"]
 
@@ -31,16 +31,6 @@ Backend = Literal["kernel", "fallback", "mixed"]
 
 # One record per parameter updated in a step: (param, grad, state).
 Entry = tuple[Tensor, Tensor, dict[str, Any]]
-
-
-def _advance_step(state: dict[str, Any]) -> int:
-    """Count this step in ``state['step']`` (a float32 scalar tensor, as torch keeps it)."""
-    step = state["step"]
-    if isinstance(step, Tensor):
-        step += 1
-        return int(step.item())
-    state["step"] = torch.tensor(float(step) + 1.0, dtype=torch.float32)
-    return int(step) + 1
 
 
 def _fp32_state(state: dict[str, Any], key: str, like: Tensor) -> Tensor:
@@ -59,29 +49,21 @@ def _math_view(p: Tensor) -> Tensor:
     return p if p.dtype in (torch.float32, torch.float64) else p.float()
 
 
-class _FusedOptimizer(torch.optim.Optimizer):
-    """The step loop of the three optimizers: group, resolve the op, update."""
+class _FusedOptimizer(KernelOptimizer):
+    """The step loop of the three optimizers: group, resolve the op, update.
 
+    The kernel call is ``module.<kernel_fn>(grads, params, *state lists, *scalars)``, with one
+    list per name in ``state_keys``.
+    """
+
+    backend: Backend | None
     op: ClassVar[GpuOp]
+    kernel_fn: ClassVar[str]
     state_keys: ClassVar[tuple[str, ...]]
-
-    def __init__(self, params: ParamsT, defaults: dict[str, Any], use_kernel: bool | None) -> None:
-        super().__init__(params, defaults)
-        self.use_kernel = use_kernel
-        self.backend: Backend | None = None
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            for key, value in self.defaults.items():
-                group.setdefault(key, value)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._run_closure(closure)
         used: set[Backend] = set()
         for group in self.param_groups:
             # One launch per (device, dtype, step): the kernel takes one dtype and one step.
@@ -95,7 +77,7 @@ class _FusedOptimizer(torch.optim.Optimizer):
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
                 for key in self.state_keys:
                     _fp32_state(state, key, p)
-                step = _advance_step(state)
+                step = advance_step(state)
                 grad = p.grad.contiguous()
                 buckets.setdefault((p.device, p.dtype, step), []).append((p, grad, state))
             for (_device, _dtype, step), entries in buckets.items():
@@ -106,7 +88,9 @@ class _FusedOptimizer(torch.optim.Optimizer):
                         self._fallback(p, g, state, group, step)
                     used.add("fallback")
                 else:
-                    self._kernel(module, entries, group, step)
+                    lists = [[g for _, g, _ in entries], [p for p, _, _ in entries]]
+                    lists += [[state[key] for _, _, state in entries] for key in self.state_keys]
+                    getattr(module, self.kernel_fn)(*lists, *self._kernel_scalars(group, step))
                     used.add("kernel")
         if used:
             self.backend = "mixed" if len(used) > 1 else next(iter(used))
@@ -124,7 +108,8 @@ class _FusedOptimizer(torch.optim.Optimizer):
         if not p.is_contiguous():
             raise ValueError(f"{name}: params must be contiguous (the kernels update them in place)")
 
-    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
+    def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
+        """The kernel's arguments after the tensor lists."""
         raise NotImplementedError
 
     def _fallback(
@@ -144,6 +129,7 @@ class FusedAdam(_FusedOptimizer):
     decoupled weight decay), matching ``torch.optim.Adam`` / ``AdamW`` without amsgrad."""
 
     op = GpuOp("fused_adam")
+    kernel_fn = "adam"
     state_keys = ("exp_avg", "exp_avg_sq")
 
     def __init__(
@@ -170,22 +156,9 @@ class FusedAdam(_FusedOptimizer):
         }
         super().__init__(params, defaults, use_kernel)
 
-    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
-        beta1, beta2 = group["betas"]
-        module.adam(
-            [g for _, g, _ in entries],
-            [p for p, _, _ in entries],
-            [s["exp_avg"] for _, _, s in entries],
-            [s["exp_avg_sq"] for _, _, s in entries],
-            float(group["lr"]),
-            float(beta1),
-            float(beta2),
-            float(group["eps"]),
-            float(group["weight_decay"]),
-            step,
-            bool(group["adam_w_mode"]),
-            bool(group["bias_correction"]),
-        )
+    def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
+        floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
+        return (*floats, step, bool(group["adam_w_mode"]), bool(group["bias_correction"]))
 
     def _fallback(
         self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
@@ -215,6 +188,7 @@ class FusedLamb(_FusedOptimizer):
     p -= lr * (||p|| / ||u||) * u per tensor (trust ratio 1 when either norm is zero)."""
 
     op = GpuOp("fused_lamb")
+    kernel_fn = "lamb"
     state_keys = ("exp_avg", "exp_avg_sq")
 
     def __init__(
@@ -239,21 +213,9 @@ class FusedLamb(_FusedOptimizer):
         }
         super().__init__(params, defaults, use_kernel)
 
-    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
-        beta1, beta2 = group["betas"]
-        module.lamb(
-            [g for _, g, _ in entries],
-            [p for p, _, _ in entries],
-            [s["exp_avg"] for _, _, s in entries],
-            [s["exp_avg_sq"] for _, _, s in entries],
-            float(group["lr"]),
-            float(beta1),
-            float(beta2),
-            float(group["eps"]),
-            float(group["weight_decay"]),
-            step,
-            bool(group["bias_correction"]),
-        )
+    def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
+        floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
+        return (*floats, step, bool(group["bias_correction"]))
 
     def _fallback(
         self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
@@ -286,6 +248,7 @@ class FusedLion(_FusedOptimizer):
     then m = beta2 * m + (1 - beta2) * g."""
 
     op = GpuOp("fused_lion")
+    kernel_fn = "lion"
     state_keys = ("exp_avg",)
 
     def __init__(
@@ -301,17 +264,8 @@ class FusedLion(_FusedOptimizer):
         _check_betas(betas)
         super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay}, use_kernel)
 
-    def _kernel(self, module: ModuleType, entries: list[Entry], group: dict[str, Any], step: int) -> None:
-        beta1, beta2 = group["betas"]
-        module.lion(
-            [g for _, g, _ in entries],
-            [p for p, _, _ in entries],
-            [s["exp_avg"] for _, _, s in entries],
-            float(group["lr"]),
-            float(beta1),
-            float(beta2),
-            float(group["weight_decay"]),
-        )
+    def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
+        return hyperparams(group, "lr", "betas", "weight_decay")
 
     def _fallback(
         self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int

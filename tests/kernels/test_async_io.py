@@ -12,11 +12,13 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 import kernels.aio as aio
+from kernels._op_load import LazyOp
 from op_builder import OpLoadError, get_builder
 from op_builder.toolchain import probe_library
 
@@ -215,8 +217,13 @@ def test_bad_handle_arguments(backend: aio.Backend) -> None:
 def op_unavailable(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpLoadError]:
     """The front as it is on a host where the op cannot load."""
     error = OpLoadError("async_io cannot be built here: libaio is missing", hint="install libaio-dev")
-    monkeypatch.setattr(aio, "_kernel", error)
-    monkeypatch.setattr(aio, "_warned", False)
+
+    def cannot_load() -> ModuleType:
+        raise error
+
+    op = LazyOp("async_io")  # a fresh load state: nothing loaded, failed or warned yet
+    monkeypatch.setattr(op, "_import", cannot_load)
+    monkeypatch.setattr(aio, "_OP", op)
     yield error
 
 

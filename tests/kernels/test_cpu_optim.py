@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from kernels import cpu_optim
+from kernels._op_load import LazyOp
 from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion, set_simd_level
 from op_builder import get_builder
 from op_builder.errors import OpLoadError
@@ -52,7 +53,7 @@ OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
 def ops() -> dict[str, ModuleType]:
     """The three compiled modules (a JIT build on the first run on a machine, cached after),
     loaded through the front so that set_simd_level reaches them."""
-    modules = {name: cpu_optim._load(name) for name in OPS}
+    modules = {name: cpu_optim._OPS[name].load() for name in OPS}
     assert all(modules[name] is get_builder(name).load() for name in OPS)
     return modules
 
@@ -372,12 +373,12 @@ def test_fallback_matches_reference(kind: str) -> None:
 
 
 def test_fallback_warns_once_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    def cannot_load(op: str) -> ModuleType:
-        raise OpLoadError(f"{op}: no C++ compiler found", hint="install g++")
+    def cannot_load() -> ModuleType:
+        raise OpLoadError("cpu_adam: no C++ compiler found", hint="install g++")
 
-    monkeypatch.setattr(cpu_optim, "_load", cannot_load)
-    monkeypatch.setattr(cpu_optim, "_FAILURES", {})
-    monkeypatch.setattr(cpu_optim, "_WARNED", set())
+    op = LazyOp("cpu_adam")  # a fresh load state: nothing loaded, failed or warned yet
+    monkeypatch.setattr(op, "_import", cannot_load)
+    monkeypatch.setitem(cpu_optim._OPS, "cpu_adam", op)
     p = torch.ones(5, requires_grad=True)
     p.grad = torch.ones(5)
     with warnings.catch_warnings(record=True) as caught:

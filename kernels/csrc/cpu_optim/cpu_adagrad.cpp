@@ -13,41 +13,10 @@ struct AdagradArgs {
   float l2, eps, clr;
 };
 
-namespace adagrad_scalar {
-namespace isa = cpu_simd::scalar;
-#include "cpu_adagrad_impl.h"
-}  // namespace adagrad_scalar
+#define CPU_OPTIM_KERNEL "cpu_adagrad_impl.h"
+#include "cpu_optim_dispatch.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-namespace adagrad_avx2 {
-namespace isa = cpu_simd::avx2;
-#include "cpu_adagrad_impl.h"
-}  // namespace adagrad_avx2
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma,f16c")
-namespace adagrad_avx512 {
-namespace isa = cpu_simd::avx512;
-#include "cpu_adagrad_impl.h"
-}  // namespace adagrad_avx512
-#pragma GCC pop_options
-
-using RangeFn = void (*)(const AdagradArgs&, int64_t, int64_t);
 using cpu_simd::HalfKind;
-
-RangeFn pick(cpu_simd::Level level, HalfKind half) {
-  static constexpr RangeFn table[3][3] = {
-      {adagrad_scalar::adagrad_range<HalfKind::kNone>, adagrad_scalar::adagrad_range<HalfKind::kBF16>,
-       adagrad_scalar::adagrad_range<HalfKind::kFP16>},
-      {adagrad_avx2::adagrad_range<HalfKind::kNone>, adagrad_avx2::adagrad_range<HalfKind::kBF16>,
-       adagrad_avx2::adagrad_range<HalfKind::kFP16>},
-      {adagrad_avx512::adagrad_range<HalfKind::kNone>, adagrad_avx512::adagrad_range<HalfKind::kBF16>,
-       adagrad_avx512::adagrad_range<HalfKind::kFP16>},
-  };
-  return table[static_cast<int>(level)][static_cast<int>(half)];
-}
 
 void adagrad_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& state_sum,
                   const std::optional<at::Tensor>& half, int64_t step, double lr, double lr_decay,
@@ -68,11 +37,7 @@ void adagrad_step(const at::Tensor& params, const at::Tensor& grads, const at::T
   args.eps = static_cast<float>(eps);
   args.clr = static_cast<float>(lr / (1.0 + static_cast<double>(step - 1) * lr_decay));
 
-  const RangeFn fn = pick(cpu_simd::active_level(), half_kind);
-  const int64_t n = params.numel();
-  const int threads = cpu_optim::num_threads();
-  pybind11::gil_scoped_release no_gil;  // other Python threads run while we update
-  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+  cpu_optim::run_parallel(pick(cpu_simd::active_level(), half_kind), args, params.numel());
 }
 
 }  // namespace

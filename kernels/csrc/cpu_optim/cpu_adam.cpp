@@ -16,41 +16,10 @@ struct AdamArgs {
   float one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size;
 };
 
-namespace adam_scalar {
-namespace isa = cpu_simd::scalar;
-#include "cpu_adam_impl.h"
-}  // namespace adam_scalar
+#define CPU_OPTIM_KERNEL "cpu_adam_impl.h"
+#include "cpu_optim_dispatch.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-namespace adam_avx2 {
-namespace isa = cpu_simd::avx2;
-#include "cpu_adam_impl.h"
-}  // namespace adam_avx2
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma,f16c")
-namespace adam_avx512 {
-namespace isa = cpu_simd::avx512;
-#include "cpu_adam_impl.h"
-}  // namespace adam_avx512
-#pragma GCC pop_options
-
-using RangeFn = void (*)(const AdamArgs&, int64_t, int64_t);
 using cpu_simd::HalfKind;
-
-RangeFn pick(cpu_simd::Level level, HalfKind half) {
-  static constexpr RangeFn table[3][3] = {
-      {adam_scalar::adam_range<HalfKind::kNone>, adam_scalar::adam_range<HalfKind::kBF16>,
-       adam_scalar::adam_range<HalfKind::kFP16>},
-      {adam_avx2::adam_range<HalfKind::kNone>, adam_avx2::adam_range<HalfKind::kBF16>,
-       adam_avx2::adam_range<HalfKind::kFP16>},
-      {adam_avx512::adam_range<HalfKind::kNone>, adam_avx512::adam_range<HalfKind::kBF16>,
-       adam_avx512::adam_range<HalfKind::kFP16>},
-  };
-  return table[static_cast<int>(level)][static_cast<int>(half)];
-}
 
 void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                const at::Tensor& exp_avg_sq,
@@ -82,11 +51,7 @@ void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   args.eps = static_cast<float>(eps);
   args.step_size = static_cast<float>(lr / bc1);
 
-  const RangeFn fn = pick(cpu_simd::active_level(), half_kind);
-  const int64_t n = params.numel();
-  const int threads = cpu_optim::num_threads();
-  pybind11::gil_scoped_release no_gil;  // other Python threads run while we update
-  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+  cpu_optim::run_parallel(pick(cpu_simd::active_level(), half_kind), args, params.numel());
 }
 
 }  // namespace

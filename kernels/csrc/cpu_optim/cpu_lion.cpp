@@ -13,41 +13,10 @@ struct LionArgs {
   float beta1, one_minus_beta1, beta2, one_minus_beta2, decay, lr;
 };
 
-namespace lion_scalar {
-namespace isa = cpu_simd::scalar;
-#include "cpu_lion_impl.h"
-}  // namespace lion_scalar
+#define CPU_OPTIM_KERNEL "cpu_lion_impl.h"
+#include "cpu_optim_dispatch.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-namespace lion_avx2 {
-namespace isa = cpu_simd::avx2;
-#include "cpu_lion_impl.h"
-}  // namespace lion_avx2
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma,f16c")
-namespace lion_avx512 {
-namespace isa = cpu_simd::avx512;
-#include "cpu_lion_impl.h"
-}  // namespace lion_avx512
-#pragma GCC pop_options
-
-using RangeFn = void (*)(const LionArgs&, int64_t, int64_t);
 using cpu_simd::HalfKind;
-
-RangeFn pick(cpu_simd::Level level, HalfKind half) {
-  static constexpr RangeFn table[3][3] = {
-      {lion_scalar::lion_range<HalfKind::kNone>, lion_scalar::lion_range<HalfKind::kBF16>,
-       lion_scalar::lion_range<HalfKind::kFP16>},
-      {lion_avx2::lion_range<HalfKind::kNone>, lion_avx2::lion_range<HalfKind::kBF16>,
-       lion_avx2::lion_range<HalfKind::kFP16>},
-      {lion_avx512::lion_range<HalfKind::kNone>, lion_avx512::lion_range<HalfKind::kBF16>,
-       lion_avx512::lion_range<HalfKind::kFP16>},
-  };
-  return table[static_cast<int>(level)][static_cast<int>(half)];
-}
 
 void lion_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                const std::optional<at::Tensor>& half, double lr, double beta1, double beta2,
@@ -72,11 +41,7 @@ void lion_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   args.decay = static_cast<float>(1.0 - lr * weight_decay);
   args.lr = static_cast<float>(lr);
 
-  const RangeFn fn = pick(cpu_simd::active_level(), half_kind);
-  const int64_t n = params.numel();
-  const int threads = cpu_optim::num_threads();
-  pybind11::gil_scoped_release no_gil;  // other Python threads run while we update
-  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+  cpu_optim::run_parallel(pick(cpu_simd::active_level(), half_kind), args, params.numel());
 }
 
 }  // namespace

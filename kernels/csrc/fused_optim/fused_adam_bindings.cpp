@@ -15,18 +15,9 @@ void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
               "fused_adam: grads, params, exp_avgs and exp_avg_sqs must have the same length");
   if (n == 0) return;
   TORCH_CHECK(step >= 1, "fused_adam: step must be >= 1, got ", step);
-  const at::Tensor& first = params[0];
-  gpu_bind::check_gpu_tensor(first, "params[0]");
-  const gpu_ops::DType dtype = gpu_bind::float_dtype(first, "params");
-  std::vector<int64_t> sizes;
-  sizes.reserve(n);
-  for (const at::Tensor& p : params) sizes.push_back(p.numel());
-  const at::Device device = first.device();
-  auto p = gpu_bind::pointers(params, "params", device, first.scalar_type(), &sizes);
-  auto g = gpu_bind::pointers(grads, "grads", device, first.scalar_type(), &sizes);
-  auto m = gpu_bind::pointers(exp_avgs, "exp_avgs", device, at::kFloat, &sizes);
-  auto v = gpu_bind::pointers(exp_avg_sqs, "exp_avg_sqs", device, at::kFloat, &sizes);
-  TORCH_CHECK(n < (1u << 30), "fused_adam: too many tensors");
+  const gpu_bind::OptimizerLists lists = gpu_bind::optimizer_lists("fused_adam", params, grads);
+  const std::vector<float*> m = gpu_bind::fp32_state(exp_avgs, "exp_avgs", lists);
+  const std::vector<float*> v = gpu_bind::fp32_state(exp_avg_sqs, "exp_avg_sqs", lists);
 
   gpu_ops::AdamConfig config{};
   config.lr = static_cast<float>(lr);
@@ -39,11 +30,10 @@ void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   config.bias_correction2_sqrt = bias_correction ? static_cast<float>(std::sqrt(1.0 - std::pow(beta2, s))) : 1.0f;
   config.adam_w_mode = adam_w_mode;
 
-  const c10::cuda::CUDAGuard guard(device);
+  const c10::cuda::CUDAGuard guard(lists.device);
   gpu_bind::check_launch(
-      gpu_ops::fused_adam(static_cast<int>(n), g.data(), p.data(), gpu_bind::typed<float>(m).data(),
-                          gpu_bind::typed<float>(v).data(), sizes.data(), dtype, config,
-                          gpu_bind::current_stream()),
+      gpu_ops::fused_adam(static_cast<int>(n), lists.grads.data(), lists.params.data(), m.data(), v.data(),
+                          lists.sizes.data(), lists.dtype, config, gpu_bind::current_stream()),
       "fused_adam");
 }
 

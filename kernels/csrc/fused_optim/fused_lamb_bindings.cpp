@@ -15,18 +15,10 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
               "fused_lamb: grads, params, exp_avgs and exp_avg_sqs must have the same length");
   if (n == 0) return;
   TORCH_CHECK(step >= 1, "fused_lamb: step must be >= 1, got ", step);
-  TORCH_CHECK(n < (1u << 30), "fused_lamb: too many tensors");
-  const at::Tensor& first = params[0];
-  gpu_bind::check_gpu_tensor(first, "params[0]");
-  const gpu_ops::DType dtype = gpu_bind::float_dtype(first, "params");
-  std::vector<int64_t> sizes;
-  sizes.reserve(n);
-  for (const at::Tensor& p : params) sizes.push_back(p.numel());
-  const at::Device device = first.device();
-  auto p = gpu_bind::pointers(params, "params", device, first.scalar_type(), &sizes);
-  auto g = gpu_bind::pointers(grads, "grads", device, first.scalar_type(), &sizes);
-  auto m = gpu_bind::pointers(exp_avgs, "exp_avgs", device, at::kFloat, &sizes);
-  auto v = gpu_bind::pointers(exp_avg_sqs, "exp_avg_sqs", device, at::kFloat, &sizes);
+  const gpu_bind::OptimizerLists lists = gpu_bind::optimizer_lists("fused_lamb", params, grads);
+  const std::vector<float*> m = gpu_bind::fp32_state(exp_avgs, "exp_avgs", lists);
+  const std::vector<float*> v = gpu_bind::fp32_state(exp_avg_sqs, "exp_avg_sqs", lists);
+  const std::vector<int64_t>& sizes = lists.sizes;
 
   // One scratch allocation; each tensor's slice starts on a 16-byte boundary so the
   // kernels can use vector loads on it.
@@ -36,8 +28,8 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
     offsets[i] = total;
     total += (sizes[i] + 3) / 4 * 4;
   }
-  const c10::cuda::CUDAGuard guard(device);
-  const auto options = first.options().dtype(at::kFloat);
+  const c10::cuda::CUDAGuard guard(lists.device);
+  const auto options = params[0].options().dtype(at::kFloat);
   at::Tensor scratch = at::empty({total}, options);
   at::Tensor norms = at::empty({static_cast<int64_t>(2 * n)}, options);
   std::vector<float*> updates(n);
@@ -54,9 +46,9 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   config.bias_correction2 = bias_correction ? static_cast<float>(1.0 - std::pow(beta2, s)) : 1.0f;
 
   gpu_bind::check_launch(
-      gpu_ops::fused_lamb(static_cast<int>(n), g.data(), p.data(), gpu_bind::typed<float>(m).data(),
-                          gpu_bind::typed<float>(v).data(), updates.data(), norms.data_ptr<float>(),
-                          sizes.data(), dtype, config, gpu_bind::current_stream()),
+      gpu_ops::fused_lamb(static_cast<int>(n), lists.grads.data(), lists.params.data(), m.data(), v.data(),
+                          updates.data(), norms.data_ptr<float>(), sizes.data(), lists.dtype, config,
+                          gpu_bind::current_stream()),
       "fused_lamb");
 }
 

@@ -10,17 +10,8 @@ void lion(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   TORCH_CHECK(grads.size() == n && exp_avgs.size() == n,
               "fused_lion: grads, params and exp_avgs must have the same length");
   if (n == 0) return;
-  TORCH_CHECK(n < (1u << 30), "fused_lion: too many tensors");
-  const at::Tensor& first = params[0];
-  gpu_bind::check_gpu_tensor(first, "params[0]");
-  const gpu_ops::DType dtype = gpu_bind::float_dtype(first, "params");
-  std::vector<int64_t> sizes;
-  sizes.reserve(n);
-  for (const at::Tensor& p : params) sizes.push_back(p.numel());
-  const at::Device device = first.device();
-  auto p = gpu_bind::pointers(params, "params", device, first.scalar_type(), &sizes);
-  auto g = gpu_bind::pointers(grads, "grads", device, first.scalar_type(), &sizes);
-  auto m = gpu_bind::pointers(exp_avgs, "exp_avgs", device, at::kFloat, &sizes);
+  const gpu_bind::OptimizerLists lists = gpu_bind::optimizer_lists("fused_lion", params, grads);
+  const std::vector<float*> m = gpu_bind::fp32_state(exp_avgs, "exp_avgs", lists);
 
   gpu_ops::LionConfig config{};
   config.lr = static_cast<float>(lr);
@@ -28,11 +19,11 @@ void lion(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   config.beta2 = static_cast<float>(beta2);
   config.weight_decay = static_cast<float>(weight_decay);
 
-  const c10::cuda::CUDAGuard guard(device);
-  gpu_bind::check_launch(gpu_ops::fused_lion(static_cast<int>(n), g.data(), p.data(),
-                                             gpu_bind::typed<float>(m).data(), sizes.data(), dtype, config,
-                                             gpu_bind::current_stream()),
-                         "fused_lion");
+  const c10::cuda::CUDAGuard guard(lists.device);
+  gpu_bind::check_launch(
+      gpu_ops::fused_lion(static_cast<int>(n), lists.grads.data(), lists.params.data(), m.data(),
+                          lists.sizes.data(), lists.dtype, config, gpu_bind::current_stream()),
+      "fused_lion");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The Adagrad kernel body, included by cpu_adagrad.cpp once per instruction set inside a
-// namespace where `isa` names that set's primitives (see cpu_adam_impl.h). No include guard.
+// The Adagrad kernel body, included through cpu_optim_dispatch.h by cpu_adagrad.cpp once per
+// instruction set inside a namespace where `isa` names that set's primitives (see
+// cpu_adam_impl.h). No include guard.
 //
 // Per element, as torch.optim.Adagrad (single-tensor implementation):
 //   g   = g + wd * p
@@ -53,7 +54,7 @@ void adagrad_loop(const AdagradArgs& a, int64_t begin, int64_t end) {
 }
 
 template <cpu_simd::HalfKind kHalf>
-void adagrad_range(const AdagradArgs& a, int64_t begin, int64_t end) {
+void step_range(const AdagradArgs& a, int64_t begin, int64_t end) {
   if constexpr (kHalf != cpu_simd::HalfKind::kNone) {
     if (isa::hstreamable(a.half + begin)) {
       adagrad_loop<kHalf, true>(a, begin, end);

@@ -1,7 +1,7 @@
-// The Adam/AdamW kernel body. cpu_adam.cpp includes this file once per instruction set, each
-// time inside its own namespace where `isa` names that set's primitives (cpu_simd.h) and the
-// matching `#pragma GCC target` is active, so one source yields the scalar, AVX2 and AVX-512
-// variants. Hence no include guard.
+// The Adam/AdamW kernel body. cpu_adam.cpp includes this file (through cpu_optim_dispatch.h)
+// once per instruction set, each time inside its own namespace where `isa` names that set's
+// primitives (cpu_simd.h) and the matching `#pragma GCC target` is active, so one source
+// yields the scalar, AVX2 and AVX-512 variants. Hence no include guard.
 //
 // Per element, in torch.optim.Adam's order (single-tensor implementation):
 //   g  = g + wd * p                      (Adam only: L2 penalty)
@@ -78,7 +78,7 @@ void adam_loop(const AdamArgs& a, int64_t begin, int64_t end) {
 
 // Elements [begin, end) of one tensor: one pass over p, g, m, v (and the half copy).
 template <cpu_simd::HalfKind kHalf>
-void adam_range(const AdamArgs& a, int64_t begin, int64_t end) {
+void step_range(const AdamArgs& a, int64_t begin, int64_t end) {
   if constexpr (kHalf != cpu_simd::HalfKind::kNone) {
     if (isa::hstreamable(a.half + begin)) {
       adam_loop<kHalf, true>(a, begin, end);

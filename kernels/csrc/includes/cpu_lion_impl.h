@@ -1,5 +1,6 @@
-// The Lion kernel body, included by cpu_lion.cpp once per instruction set inside a namespace
-// where `isa` names that set's primitives (see cpu_adam_impl.h). No include guard.
+// The Lion kernel body, included through cpu_optim_dispatch.h by cpu_lion.cpp once per
+// instruction set inside a namespace where `isa` names that set's primitives (see
+// cpu_adam_impl.h). No include guard.
 //
 // Per element (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
 //   c = beta1 * m + (1 - beta1) * g
@@ -66,7 +67,7 @@ void lion_loop(const LionArgs& a, int64_t begin, int64_t end) {
 }
 
 template <cpu_simd::HalfKind kHalf>
-void lion_range(const LionArgs& a, int64_t begin, int64_t end) {
+void step_range(const LionArgs& a, int64_t begin, int64_t end) {
   if constexpr (kHalf != cpu_simd::HalfKind::kNone) {
     if (isa::hstreamable(a.half + begin)) {
       lion_loop<kHalf, true>(a, begin, end);

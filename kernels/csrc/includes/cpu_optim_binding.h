@@ -1,5 +1,6 @@
 // What the three CPU optimizer bindings share: tensor checks with clear messages, the
-// optional half-precision copy-out argument, and the Python controls of the SIMD dispatch.
+// optional half-precision copy-out argument, the threaded run, and the Python controls of the
+// SIMD dispatch (the per-instruction-set kernels and their choice: cpu_optim_dispatch.h).
 #pragma once
 
 // Narrow includes instead of <torch/extension.h>: a JIT build on first use compiles in a third
@@ -54,6 +55,15 @@ inline uint16_t* half_data(const std::optional<at::Tensor>& half, HalfKind kind)
 
 // torch.set_num_threads governs these ops too, so one knob sizes every CPU kernel.
 inline int num_threads() { return std::max(1, at::get_num_threads()); }
+
+// fn(args, begin, end) over [0, n) on num_threads() threads. The GIL is released meanwhile, so
+// other Python threads run while we update.
+template <typename Args>
+void run_parallel(void (*fn)(const Args&, int64_t, int64_t), const Args& args, int64_t n) {
+  const int threads = num_threads();
+  pybind11::gil_scoped_release no_gil;
+  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+}
 
 inline Level parse_level(const std::string& name) {
   if (name == "auto") return cpu_simd::supported_level();

@@ -1,5 +1,6 @@
 // Helpers for the torch bindings of the GPU ops: tensor checks, dtype mapping,
-// the current stream, and launch-error reporting. Host-only (included by .cpp).
+// the current stream, launch-error reporting, and the checked tensor lists of the
+// multi-tensor optimizers. Host-only (included by .cpp).
 //
 // Uses c10/cuda headers only: ATen/cuda/CUDAContext.h would pull in cuBLAS and
 // cuSPARSE headers that minimal CUDA toolkits lack. torch's hipify maps these
@@ -11,6 +12,7 @@
 #include <torch/extension.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_runtime.h"
@@ -79,6 +81,38 @@ std::vector<T*> typed(const std::vector<void*>& raw) {
   out.reserve(raw.size());
   for (void* p : raw) out.push_back(static_cast<T*>(p));
   return out;
+}
+
+// The params and grads of a multi-tensor optimizer step, checked: contiguous CUDA tensors of
+// one float dtype on one device, grads[i] with as many elements as params[i].
+struct OptimizerLists {
+  at::Device device;
+  gpu_ops::DType dtype;
+  std::vector<int64_t> sizes;  // params[i].numel()
+  std::vector<void*> params, grads;
+};
+
+// Callers check first that `params` is not empty (the ops return early on empty lists) and
+// that `grads` has as many tensors.
+inline OptimizerLists optimizer_lists(const char* op, const std::vector<at::Tensor>& params,
+                                      const std::vector<at::Tensor>& grads) {
+  TORCH_CHECK(params.size() < (1u << 30), op, ": too many tensors");  // the launchers take an int count
+  const at::Tensor& first = params[0];
+  check_gpu_tensor(first, "params[0]");
+  const gpu_ops::DType dtype = float_dtype(first, "params");
+  std::vector<int64_t> sizes;
+  sizes.reserve(params.size());
+  for (const at::Tensor& p : params) sizes.push_back(p.numel());
+  const at::Device device = first.device();
+  std::vector<void*> p = pointers(params, "params", device, first.scalar_type(), &sizes);
+  std::vector<void*> g = pointers(grads, "grads", device, first.scalar_type(), &sizes);
+  return OptimizerLists{device, dtype, std::move(sizes), std::move(p), std::move(g)};
+}
+
+// An fp32 optimizer state list (exp_avgs, ...), checked against the params' device and sizes.
+inline std::vector<float*> fp32_state(const std::vector<at::Tensor>& list, const char* what,
+                                      const OptimizerLists& lists) {
+  return typed<float>(pointers(list, what, lists.device, at::kFloat, &lists.sizes));
 }
 
 }  // namespace gpu_bind
