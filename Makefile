@@ -55,10 +55,16 @@ bench: setup
 	$(PY) bench/gpu_transformer.py
 	$(PY) bench/gpu_quantizer.py
 
+# Local torch wheels (an air-gapped or proxied machine keeps them here) and the CA bundle
+# that HTTPS through an intercepting proxy needs; both only when present.
+WHEELHOUSE ?= $(wildcard /opt/wheels)
+CA_CERT ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+IMAGE_OPS ?= cpu_adam,cpu_adagrad,cpu_lion,async_io
+
+# The standard CPU image, from the stand-in bases (no registry needed), verified.
 images: setup standins
-	$(VENV)/bin/imagegen build --cpu --ops cpu_adam,cpu_adagrad,cpu_lion,async_io \
-	  --base-devel imagegen-standin/python:3.11-devel --base-runtime imagegen-standin/python:3.11-runtime \
-	  --wheelhouse /opt/wheels --ca-cert /etc/ssl/certs/ca-certificates.crt
+	$(VENV)/bin/imagegen build --cpu --ops $(IMAGE_OPS) --standins \
+	  $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(CA_CERT),--ca-cert $(CA_CERT))
 
 matrix: setup
 	$(VENV)/bin/imagegen matrix
