@@ -36,12 +36,9 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 
 
 def _toolchain(env: Mapping[str, str], cuda_override: str | None) -> Toolchain:
-    from op_builder.toolchain import probe
+    from op_builder.plan import probe_host
 
-    libraries = tuple(
-        (lib.name, lib.header, lib.symbol) for b in ALL_OPS.values() for lib in b.system_libraries
-    )
-    found = probe(env, libraries)
+    found = probe_host(env)
     if cuda_override is None:
         return found
     _check_version(cuda_override)

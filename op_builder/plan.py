@@ -218,15 +218,20 @@ def _planned(builder: OpBuilder, ctx: BuildContext) -> PlannedOp:
     return PlannedOp(builder.name, builder.target, builder.archs_for(ctx), builder.flags(ctx))
 
 
-def plan_from_environment(env: Mapping[str, str] | None = None) -> Plan:
-    """Probe this host and plan against ``env`` (default: the process environment)."""
+def probe_host(env: Mapping[str, str]) -> Toolchain:
+    """Probe this host once, every op's system libraries included."""
     from op_builder.toolchain import probe
 
-    env = os.environ if env is None else env
     libraries = tuple(
         (lib.name, lib.header, lib.symbol) for b in ALL_OPS.values() for lib in b.system_libraries
     )
-    return make_plan(env, probe(env, libraries), native=visible_gpu_capabilities)
+    return probe(env, libraries)
+
+
+def plan_from_environment(env: Mapping[str, str] | None = None) -> Plan:
+    """Probe this host and plan against ``env`` (default: the process environment)."""
+    env = os.environ if env is None else env
+    return make_plan(env, probe_host(env), native=visible_gpu_capabilities)
 
 
 def visible_gpu_capabilities() -> list[str]:

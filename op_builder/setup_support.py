@@ -14,11 +14,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from op_builder.errors import OpBuilderError
 from op_builder.plan import Plan, plan_from_environment, requested_ops
 
 
 def _say(message: str) -> None:
     print(f"op_builder: {message}", file=sys.stderr, flush=True)
+
+
+def _say_error(message: str, hint: str | None) -> None:
+    _say(f"error: {message}" + (f" (hint: {hint})" if hint else ""))
 
 
 def _print_plan(plan: Plan) -> None:
@@ -33,15 +38,15 @@ def _print_plan(plan: Plan) -> None:
         for skipped in plan.skipped:
             _say(f"  - {skipped.name}: {skipped.reason}")
     for error in plan.errors:
-        _say(f"error: {error.message}" + (f" (hint: {error.hint})" if error.hint else ""))
+        _say_error(error.message, error.hint)
 
 
 def planned_extensions(env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any]]:
     """(ext_modules, cmdclass) for setup(); exits with the plan's errors when it has any."""
     try:
         build_all, explicit = requested_ops(env)
-    except Exception as exc:  # BadInputError: report it the same way as plan errors
-        _say(f"error: {exc}" + (f" (hint: {getattr(exc, 'hint', '')})" if getattr(exc, "hint", None) else ""))
+    except OpBuilderError as exc:  # a garbled or unknown DS_BUILD_* name
+        _say_error(exc.message, exc.hint)
         raise SystemExit(1) from None
     if not build_all and not any(explicit.values()):
         return [], {}

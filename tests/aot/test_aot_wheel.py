@@ -69,17 +69,33 @@ def test_wheel_holds_exactly_the_requested_op(cpu_adam_wheel: Path) -> None:
     assert "kernels/csrc/cpu_optim/cpu_lion.cpp" in names
 
 
-def test_explicit_op_that_cannot_build_fails_the_build(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"DS_BUILD_FUSED_ADAM": "1", "DS_ACCELERATOR": "cpu"},
+            "DS_BUILD_FUSED_ADAM=1 but fused_adam cannot be built",
+        ),
+        (
+            {"DS_BUILD_CPU_ADAMW": "1"},
+            "unknown build variable DS_BUILD_CPU_ADAMW (hint: did you mean 'DS_BUILD_CPU_ADAM'",
+        ),
+    ],
+)
+def test_a_build_that_cannot_be_done_fails_before_compiling(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
     src = _copy_tree(tmp_path / "src")
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path), "."],
         cwd=src,
-        env=_clean_env(DS_BUILD_FUSED_ADAM="1", DS_ACCELERATOR="cpu"),
+        env=_clean_env(**env),
         capture_output=True,
         text=True,
     )
     assert done.returncode != 0
-    assert "DS_BUILD_FUSED_ADAM=1 but fused_adam cannot be built" in done.stdout + done.stderr
+    assert message in done.stdout + done.stderr
+    assert "building op" not in done.stdout + done.stderr
     assert not list(tmp_path.glob("*.whl"))
 
 

@@ -53,7 +53,9 @@ def test_every_cuda_source_compiles_for_the_builders_flags() -> None:
     assert _run_check("cuda_check.py", "--archs", "8.0;9.0") == _cu_sources()
 
 
-@pytest.mark.skipif(not HAS_HIPCC, reason="no hipcc: `scripts/system-deps.sh --rocm` installs Debian's ROCm 5.2")
+@pytest.mark.skipif(
+    not HAS_HIPCC, reason="no hipcc: `scripts/system-deps.sh --rocm` installs Debian's ROCm 5.2"
+)
 def test_every_cuda_source_hipifies_and_compiles_for_amd_targets() -> None:
     compiled = _run_check("hip_check.py", "--archs", "gfx90a;gfx1030", HIP_PLATFORM="amd")
     assert compiled == _cu_sources()
