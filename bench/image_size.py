@@ -21,7 +21,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagegen import engine as engine_lib  # noqa: E402
+from imagegen.engine import build_image  # noqa: E402
+from imagegen.engine_probe import Engine, detect_engine  # noqa: E402
+from imagegen.images import image_size  # noqa: E402
 from imagegen.render import render  # noqa: E402
 from imagegen.spec import ImageSpec, SpecInput, build_spec  # noqa: E402
 
@@ -30,7 +32,7 @@ STANDIN_RUNTIME = "imagegen-standin/python:3.11-runtime"
 GOAL = 0.5
 
 
-def cpu_spec(ops: str, engine: engine_lib.Engine) -> ImageSpec:
+def cpu_spec(ops: str, engine: Engine) -> ImageSpec:
     """The CPU image the integration tests build, from stand-ins, torch from the local wheelhouse."""
     return build_spec(
         SpecInput(
@@ -66,15 +68,15 @@ def main() -> int:
 
     from imagegen.commands._context import staged_context
 
-    engine = engine_lib.detect_engine()
+    engine = detect_engine()
     spec = cpu_spec(args.ops, engine)
     text = render(spec)
     sizes: dict[str, int] = {}
     tags = {stage: f"imagegen-bench/cpu:{stage}" for stage in ("runtime", "build", "devel")}
     with staged_context(spec, REPO) as context:
         for stage, tag in tags.items():
-            engine_lib.build_image(engine, context, text, tag, target=stage)
-            sizes[stage] = engine_lib.image_size(engine, tag)
+            build_image(engine, context, text, tag, target=stage)
+            sizes[stage] = image_size(engine, tag)
     ratio = sizes["runtime"] / sizes["devel"]
     results = {
         "ops": spec.ops,

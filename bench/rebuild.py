@@ -28,7 +28,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagegen import engine as engine_lib  # noqa: E402
+from imagegen.engine import build_image  # noqa: E402
+from imagegen.engine_probe import detect_engine  # noqa: E402
 from imagegen.render import render  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -83,7 +84,7 @@ def main() -> int:
 
     from imagegen.commands._context import staged_context
 
-    engine = engine_lib.detect_engine()
+    engine = detect_engine()
     spec = cpu_spec(args.ops, engine)
     text = render(spec)
     tag = "imagegen-bench/cpu:rebuild"
@@ -97,13 +98,13 @@ def main() -> int:
         checkout = Path(tmp)
         _copy_checkout(checkout)
         with staged_context(spec, checkout) as context:
-            cold = engine_lib.build_image(engine, context, text, tag, no_cache=True)
+            cold = build_image(engine, context, text, tag, no_cache=True)
         touched = checkout / args.touch
         touched.write_text(touched.read_text() + "\n# changed by bench/rebuild.py\n")
         time.sleep(1)  # a new mtime even on file systems with one-second resolution
         # A fresh staging, as `imagegen build` does on every run.
         with staged_context(spec, checkout) as context:
-            warm = engine_lib.build_image(engine, context, text, tag)
+            warm = build_image(engine, context, text, tag)
     ratio = warm.seconds / cold.seconds
     warm_steps = step_report(warm.log)
     results = {

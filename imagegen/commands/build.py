@@ -87,11 +87,13 @@ def build(
     root = source or source_root()
     check_sources(root)  # bad input before any engine work
     # Imported here: the engine and verifier need the docker SDK, which `ops`/`dockerfile` do not.
-    from imagegen import engine as engine_lib
     from imagegen import verify as verify_lib
+    from imagegen.engine import build_image
+    from imagegen.engine_probe import detect_engine
+    from imagegen.images import image_size, push_image
 
     with log.step("detect the container engine"):
-        engine = engine_lib.detect_engine(os.environ, prefer_buildkit=spec.buildkit)
+        engine = detect_engine(os.environ, prefer_buildkit=spec.buildkit)
         log.info(f"{engine.kind} builder, server {engine.server_version}")
     if spec.buildkit and engine.kind == "classic":
         log.warn("BuildKit is not available here: building the classic variant (no cache mounts)")
@@ -115,7 +117,7 @@ def build(
 
     with log.step(f"build {spec.tag}"), staged_context(spec, root) as context:
         try:
-            result = engine_lib.build_image(
+            result = build_image(
                 engine,
                 context,
                 text,
@@ -126,7 +128,7 @@ def build(
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None
     summary["build_seconds"] = round(result.seconds, 1)
-    summary["size_bytes"] = engine_lib.image_size(engine, spec.tag)
+    summary["size_bytes"] = image_size(engine, spec.tag)
 
     verified = None
     if not no_verify:
@@ -146,7 +148,7 @@ def build(
             )
     if spec.push:
         with log.step(f"push {spec.tag}"):
-            engine_lib.push_image(engine, spec.tag)
+            push_image(engine, spec.tag)
         summary["pushed"] = True
     summary["ok"] = True
     _print(summary, json, verified, verify_lib)

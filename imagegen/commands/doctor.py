@@ -30,10 +30,10 @@ class Check:
 
 
 def _engine_checks() -> tuple[list[Check], bool]:
-    from imagegen import engine as engine_lib
+    from imagegen.engine_probe import detect_engine
 
     try:
-        engine = engine_lib.detect_engine(os.environ)
+        engine = detect_engine(os.environ)
     except EngineUnavailableError as exc:
         return [Check("engine", False, exc.message, exc.hint)], False
     checks = [

@@ -241,7 +241,8 @@ UNCACHED_BUILD = """
 import os, sys
 from pathlib import Path
 from imagegen.commands._context import staged_context
-from imagegen.engine import build_image, detect_engine
+from imagegen.engine import build_image
+from imagegen.engine_probe import detect_engine
 from imagegen.render import render
 from imagegen.spec import SpecInput, build_spec
 

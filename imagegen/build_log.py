@@ -1,0 +1,176 @@
+"""Read a failed build's output: the failed step, the op whose compilation failed, an excerpt.
+
+Pure functions over the log lines, so tests feed them captured logs. Both BuildKit's
+``--progress=plain`` output and the classic builder's are understood.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+from imagegen.engine_probe import EngineKind
+from imagegen.errors import BuildFailedError
+
+# Lines of compiler output put into a failed build's hint.
+EXCERPT_LINES = 30
+
+# BuildKit --progress=plain: "#8 12.3 text" (a step's output), "#8 [stage 1/3] RUN ..." (its
+# title), "#8 ERROR: why". BK_HEADER and CLASSIC_STEP are shared with imagegen.progress.
+_BK_OUTPUT = re.compile(r"^#(\d+) \d+(?:\.\d+)? (.*)$")
+BK_HEADER = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
+_BK_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+CLASSIC_STEP = re.compile(r"^Step \d+/\d+ : (.*)$")
+# A compiler / ninja / nvcc error naming a file under kernels/csrc.
+_CSRC_PATH = re.compile(r"kernels/csrc/([\w./+-]+?)\.(?:cpp|cc|cu|cuh|hip|h|hpp|c|o)\b")
+# gcc/clang "file:12:3: error:", nvcc "file(12): error", ninja "FAILED:", the linker, setuptools.
+_ERROR_LINE = re.compile(
+    r":\d+(?::\d+)?: (?:fatal )?error\b|\(\d+\): (?:catastrophic )?error\b|^\s*FAILED: "
+    r"|undefined reference|Error compiling|^\s*error: command"
+)
+_INCLUDED_FROM = re.compile(r"^\s*(?:In file included|from) .*kernels/csrc/")
+_OP_MARKERS = (
+    re.compile(r"\bbuilding op[: ]+['\"]?([a-z][a-z0-9_]*)"),
+    # setuptools' own line per extension: building 'kernels._ops.cpu_adam' extension
+    re.compile(r"building '(?:[\w.]*\.)?([a-z][a-z0-9_]*)' extension"),
+)
+_BASE_MISSING = re.compile(
+    r"pull access denied|failed to resolve source metadata|repository does not exist"
+    r"|manifest unknown|failed to do request|no such host|not found: manifest",
+    re.IGNORECASE,
+)
+
+
+def failing_step_output(lines: Sequence[str], kind: EngineKind) -> tuple[str | None, list[str]]:
+    """(title of the step that failed, that step's output lines without log prefixes).
+
+    BuildKit interleaves parallel steps (``#8 12.3 text``), so only the failed step's own
+    lines are kept; a step cancelled because a sibling failed is not "the" failure. The
+    classic builder runs one step at a time: its last step is the one that failed.
+    When the failing step cannot be told, every line is returned.
+    """
+    if kind == "classic":
+        title: str | None = None
+        start = 0
+        for i, line in enumerate(lines):
+            m = CLASSIC_STEP.match(line)
+            if m:
+                title, start = m.group(1), i + 1
+        body = [
+            ln for ln in lines[start:] if not ln.startswith((" ---> ", "Removing intermediate container"))
+        ]
+        return title, body
+
+    titles: dict[str, str] = {}
+    failed: str | None = None
+    for line in lines:
+        header = BK_HEADER.match(line)
+        if header:
+            titles.setdefault(header.group(1), f"[{header.group(2)}] {header.group(3)}")
+            continue
+        err = _BK_ERROR.match(line)
+        if err and failed is None and "context canceled" not in err.group(2):
+            failed = err.group(1)
+    if failed is None:
+        return None, [strip_buildkit(ln) for ln in lines]
+    body = [m.group(2) for m in map(_BK_OUTPUT.match, lines) if m and m.group(1) == failed]
+    return titles.get(failed), body
+
+
+def strip_buildkit(line: str) -> str:
+    m = _BK_OUTPUT.match(line)
+    return m.group(2) if m else line
+
+
+def ops_for_source(path: str, sources_by_op: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """Ops compiling ``path`` (relative to kernels/csrc, with or without extension)."""
+    stem = os.path.splitext(path)[0]
+    return tuple(
+        sorted(
+            op
+            for op, sources in sources_by_op.items()
+            if any(os.path.splitext(s)[0] == stem for s in sources)
+        )
+    )
+
+
+def find_failed_op(output: Sequence[str], sources_by_op: Mapping[str, Sequence[str]]) -> str | None:
+    """The op whose compilation failed, judged from the failed step's output.
+
+    The first error line that names a source of exactly one op decides; for an error in a
+    shared header, the "In file included from" lines just above it name the source. Failing
+    that, the op being built when the first error appeared (setuptools' "building '...'
+    extension" line, or op_builder's "building op NAME").
+    """
+    current: str | None = None
+    for i, line in enumerate(output):
+        for marker in _OP_MARKERS:
+            m = marker.search(line)
+            if m and m.group(1) in sources_by_op:
+                current = m.group(1)
+        if not _ERROR_LINE.search(line):
+            continue
+        candidates = [line]
+        # Walk up the include chain (at most a screenful) to the source that pulled the header in.
+        j = i - 1
+        while j >= 0 and i - j <= 20 and _INCLUDED_FROM.match(output[j]):
+            candidates.append(output[j])
+            j -= 1
+        for text in candidates:
+            for path in _CSRC_PATH.findall(text):
+                ops = ops_for_source(path, sources_by_op)
+                if len(ops) == 1:
+                    return ops[0]
+        if current is not None:
+            return current
+    return current
+
+
+def compiler_excerpt(output: Sequence[str], limit: int = EXCERPT_LINES) -> list[str]:
+    """About ``limit`` lines worth reading: from just before the first compiler error, else the tail."""
+    for i, line in enumerate(output):
+        if _ERROR_LINE.search(line) and not line.lstrip().startswith("FAILED: "):
+            start = max(0, i - 3)
+            # Include the "In file included from" chain above the error in full.
+            while start > 0 and _INCLUDED_FROM.match(output[start - 1]):
+                start -= 1
+            return list(output[start : start + limit])
+    return list(output[-limit:])
+
+
+def describe_failure(
+    lines: Sequence[str],
+    kind: EngineKind,
+    sources_by_op: Mapping[str, Sequence[str]],
+    tag: str,
+    engine_error: str | None = None,
+) -> BuildFailedError:
+    """Turn a failed build's log into one message naming the op (if known) and a hint."""
+    title, output = failing_step_output(lines, kind)
+    op = find_failed_op(output, sources_by_op)
+    excerpt = compiler_excerpt(output)
+    joined = "\n".join([*lines[-40:], engine_error or ""])
+    if op is not None:
+        message = f"building {tag} failed: op {op} did not compile"
+    elif _BASE_MISSING.search(joined):
+        return BuildFailedError(
+            f"building {tag} failed: a base image is not available locally and could not be pulled",
+            hint=(
+                "no registry may be reachable from here: build local stand-ins with "
+                "scripts/standin-images.sh and pass --base-devel/--base-runtime\n" + "\n".join(lines[-5:])
+            ),
+        )
+    elif title:
+        message = f"building {tag} failed at step {title}"
+    else:
+        message = f"building {tag} failed" + (f": {engine_error}" if engine_error else "")
+    hint = "last lines of the build output:\n" + "\n".join(excerpt) if excerpt else None
+    return BuildFailedError(message, hint=hint)
+
+
+def op_sources() -> dict[str, tuple[str, ...]]:
+    """Sources of every known op, relative to kernels/csrc (imported late: op_builder probes nothing)."""
+    from op_builder import ALL_OPS, get_builder
+
+    return {name: tuple(get_builder(name).sources) for name in ALL_OPS}
