@@ -19,13 +19,12 @@ from imagegen.catalog import Accelerator, Target
 from imagegen.errors import BadInputError
 from op_builder import ALL_OPS, CUDAOpBuilder
 from op_builder import archs as arch_lib
-from op_builder.errors import ArchError
+from op_builder.errors import ArchError, OpBuilderError
+from op_builder.plan import env_flag
 from op_builder.suggest import did_you_mean
 
 # Environment variables read as the middle layer of the cascade.
 ENV_PREFIX = "IMAGEGEN_"
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
 
 # Docker image reference: lower-case path components, optional registry port, optional tag.
 _REFERENCE_RE = re.compile(
@@ -135,15 +134,11 @@ def _pick(flag: str | None, env: Mapping[str, str], name: str) -> str | None:
 def _pick_bool(flag: bool | None, env: Mapping[str, str], name: str, default: bool) -> bool:
     if flag is not None:
         return flag
-    variable = ENV_PREFIX + name
-    if variable not in env:
-        return default
-    value = env[variable].strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise BadInputError(f"{variable}={env[variable]!r} is not a boolean", hint=f"use {variable}=1 or 0")
+    try:  # the same spellings as op_builder's DS_* switches
+        value = env_flag(env, ENV_PREFIX + name)
+    except OpBuilderError as exc:
+        raise BadInputError(exc.message, hint=exc.hint) from None
+    return default if value is None else value
 
 
 def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
