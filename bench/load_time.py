@@ -23,7 +23,6 @@ from pathlib import Path
 from _common import RESULTS, Column, print_table, write_json
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels")
 
 # Runs in the fresh process: times import torch, then the op's load, separately.
 PROBE = """
@@ -47,18 +46,10 @@ def _run_probe(op: str, env: dict[str, str], cwd: Path) -> dict[str, float | str
 
 
 def _install_aot(op: str, work: Path) -> Path:
-    src, target = work / "src", work / "site"
-    src.mkdir()
-    for name in SHIPPED:
-        path = REPO / name
-        if path.is_dir():
-            import shutil
+    from imagegen.sources import copy_build_inputs
 
-            shutil.copytree(
-                path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "manifest.json")
-            )
-        else:
-            (src / name).write_bytes(path.read_bytes())
+    src = copy_build_inputs(REPO, work / "src")
+    target = work / "site"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DS_")}
     env.update(DS_BUILD_OPS="0", **{f"DS_BUILD_{op.upper()}": "1"})
     print(f"building {op} ahead of time...", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from imagegen import log
-from imagegen.commands._context import check_sources, source_root, staged_context
+from imagegen.commands._context import staged_context
 from imagegen.commands._images import missing_base_hint
 from imagegen.commands._options import (
     ArchOption,
@@ -38,6 +38,7 @@ from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BuildFailedError, VerificationFailedError
 from imagegen.render import render
+from imagegen.sources import check_sources, source_root
 from imagegen.spec import ImageSpec
 
 NoVerifyOption = Annotated[

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,22 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from imagegen.sources import copy_build_inputs
+
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen")
-
-
-def _copy_tree(dest: Path) -> Path:
-    """The packaging inputs only, so the test never writes build/ into the checkout."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(
-                source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "manifest.json")
-            )
-        else:
-            shutil.copy2(source, dest / name)
-    return dest
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -39,7 +25,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cpu_adam_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = _copy_tree(tmp_path_factory.mktemp("src"))
+    src = copy_build_inputs(REPO, tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("wheels")
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out), "."],
@@ -85,7 +71,7 @@ def test_wheel_holds_exactly_the_requested_op(cpu_adam_wheel: Path) -> None:
 def test_a_build_that_cannot_be_done_fails_before_compiling(
     tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
-    src = _copy_tree(tmp_path / "src")
+    src = copy_build_inputs(REPO, tmp_path / "src")
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path), "."],
         cwd=src,

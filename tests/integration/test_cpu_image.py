@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from imagegen.sources import copy_build_inputs
 from tests.integration.conftest import (
     CA_CERT,
     CPU_OPS,
@@ -157,13 +157,7 @@ def _source_of(op: str) -> str:
 
 def _broken_checkout(tmp_path: Path, op: str) -> Path:
     """A copy of the project's build inputs with ``op``'s first source made uncompilable."""
-    copy = tmp_path / "checkout"
-    copy.mkdir()
-    for name in ("setup.py", "pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, copy / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", "*.egg-info")
-    for name in ("op_builder", "kernels"):
-        shutil.copytree(REPO / name, copy / name, ignore=ignore)
+    copy = copy_build_inputs(REPO, tmp_path / "checkout")
     source = copy / "kernels" / "csrc" / _source_of(op)
     # A missing header is a fatal error: the compiler stops at once instead of parsing torch first.
     source.write_text('#include "imagegen_missing_on_purpose.h"\n' + source.read_text())
