@@ -9,8 +9,8 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system-deps docker standins test test-fast lint format bench images matrix \
-        cuda-check hip-check e2e-cuda clean
+.PHONY: setup system-deps docker standins test test-fast lint format bench bench-images images \
+        image-cuda matrix cuda-check hip-check e2e-cuda clean
 
 setup: $(STAMP)
 
@@ -65,6 +65,23 @@ IMAGE_OPS ?= cpu_adam,cpu_adagrad,cpu_lion,async_io
 images: setup standins
 	$(VENV)/bin/imagegen build --cpu --ops $(IMAGE_OPS) --standins \
 	  $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(CA_CERT),--ca-cert $(CA_CERT))
+
+# A CUDA 13.0 image of the GPU ops from the CUDA stand-ins (this machine's toolkit), with
+# torch's CUDA 13 build from PyPI: several GB to download, ~15 GB of disk. Not in CI.
+CUDA_TORCH ?= 2.15.0
+CUDA_TORCH_INDEX ?= https://pypi.org/simple
+CUDA_IMAGE_OPS ?= fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer
+image-cuda: setup docker
+	bash scripts/standin-images.sh --cuda
+	$(VENV)/bin/imagegen build --cuda 13.0 --standins --ops $(CUDA_IMAGE_OPS) --arch "8.0;9.0+PTX" \
+	  --torch $(CUDA_TORCH) --torch-index $(CUDA_TORCH_INDEX) $(if $(CA_CERT),--ca-cert $(CA_CERT))
+
+# Image figures: runtime/devel size of the CPU and the CUDA image, and the rebuild ratio.
+bench-images: setup standins
+	bash scripts/standin-images.sh --cuda
+	$(PY) bench/image_size.py
+	$(PY) bench/image_size.py --cuda
+	$(PY) bench/rebuild.py
 
 matrix: setup
 	$(VENV)/bin/imagegen matrix

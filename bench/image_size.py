@@ -1,11 +1,15 @@
-"""Runtime image size against the devel stage it is built from, for the CPU image.
+"""Runtime image size against the devel stage it is built from, for the CPU or a CUDA image.
 
-    python bench/image_size.py [--ops cpu_adam,cpu_lion] [--out bench/results/image_size.json]
+    python bench/image_size.py [--ops cpu_adam,cpu_lion] [--out FILE]
+    python bench/image_size.py --cuda [--torch 2.15.0] [--torch-index URL] [--arch "8.0;9.0+PTX"]
 
 Builds (or reuses from the build cache) the ``runtime``, ``build`` and ``devel`` stages of the
-CPU image from the local stand-in bases and reports their sizes. Goal: runtime / devel <= 0.5.
-The largest runtime layers and the largest directories of the runtime venv are listed too,
-since they say where the remaining bytes are.
+image from the local stand-in bases and reports their sizes. Goal: runtime / devel <= 0.5.
+The largest runtime layers are listed too, since they say where the remaining bytes are.
+
+The CPU image takes torch from the local wheelhouse. The CUDA image (``--cuda``) is built on
+the CUDA 13.0 stand-ins (this machine's toolkit, scripts/standin-images.sh --cuda) with
+torch's CUDA 13 wheels from PyPI by default (several GB to download the first time).
 Needs Docker and the stand-ins (scripts/ensure-docker.sh, scripts/standin-images.sh).
 """
 
@@ -30,6 +34,7 @@ from imagegen.spec import ImageSpec, SpecInput, build_spec  # noqa: E402
 STANDIN_DEVEL = "imagegen-standin/python:3.11-devel"
 STANDIN_RUNTIME = "imagegen-standin/python:3.11-runtime"
 GOAL = 0.5
+CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
 
 
 def cpu_spec(ops: str, engine: Engine) -> ImageSpec:
@@ -41,6 +46,23 @@ def cpu_spec(ops: str, engine: Engine) -> ImageSpec:
             base_devel=STANDIN_DEVEL,
             base_runtime=STANDIN_RUNTIME,
             wheelhouse=os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels"),
+            ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
+            buildkit=engine.kind != "classic",
+        ),
+        os.environ,
+    )
+
+
+def cuda_spec(args: argparse.Namespace, engine: Engine) -> ImageSpec:
+    """The CUDA 13.0 image from the stand-ins; torch from PyPI (unlabelled CUDA 13 wheels)."""
+    return build_spec(
+        SpecInput(
+            ops=args.ops or CUDA_OPS,
+            cuda="13.0",
+            standins=True,
+            torch=args.torch,
+            torch_index=args.torch_index,
+            arch=args.arch,
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",
         ),
@@ -62,23 +84,31 @@ def _largest_layers(tag: str, count: int = 4) -> list[dict[str, Any]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ops", default="cpu_adam,cpu_lion")
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "image_size.json"))
+    parser.add_argument("--ops", help=f"default: cpu_adam,cpu_lion; with --cuda {CUDA_OPS}")
+    parser.add_argument("--cuda", action="store_true", help="the CUDA 13.0 image instead of the CPU one")
+    parser.add_argument("--torch", default="2.15.0", help="torch release for --cuda")
+    parser.add_argument("--torch-index", default="https://pypi.org/simple", help="torch index for --cuda")
+    parser.add_argument("--arch", default="8.0;9.0+PTX", help="arch list for --cuda")
+    parser.add_argument("--out", help="default: bench/results/image_size[_cuda13.0].json")
     args = parser.parse_args()
 
     from imagegen.commands._context import staged_context
 
     engine = detect_engine()
-    spec = cpu_spec(args.ops, engine)
+    spec = cuda_spec(args, engine) if args.cuda else cpu_spec(args.ops or "cpu_adam,cpu_lion", engine)
+    suffix = "" if spec.target == "cpu" else f"_{spec.target}"
+    out = Path(args.out or REPO / "bench" / "results" / f"image_size{suffix}.json")
     text = render(spec)
     sizes: dict[str, int] = {}
-    tags = {stage: f"imagegen-bench/cpu:{stage}" for stage in ("runtime", "build", "devel")}
+    tags = {stage: f"imagegen-bench/{spec.target}:{stage}" for stage in ("runtime", "build", "devel")}
     with staged_context(spec, REPO) as context:
         for stage, tag in tags.items():
             build_image(engine, context, text, tag, target=stage)
             sizes[stage] = image_size(engine, tag)
     ratio = sizes["runtime"] / sizes["devel"]
     results = {
+        "target": spec.target,
+        "torch": spec.torch_requirement,
         "ops": spec.ops,
         "engine": engine.kind,
         "base_devel": spec.base_devel,
@@ -92,7 +122,6 @@ def main() -> int:
         "goal_met": ratio <= GOAL,
         "largest_runtime_layers": _largest_layers(tags["runtime"]),
     }
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     mib = 1024 * 1024

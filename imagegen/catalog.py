@@ -3,9 +3,12 @@
 Pure data plus small lookup functions; nothing here probes the host or a registry.
 
 Sources (checked by hand; every value here can be overridden on the command line):
-- CUDA base images: the ``nvidia/cuda`` tags ``<full>-devel-<distro>`` / ``<full>-runtime-<distro>``
-  (https://hub.docker.com/r/nvidia/cuda/tags). We use the plain tags, not ``-cudnn-``: the pip
-  wheels of torch bring their own cuDNN (``nvidia-cudnn-cu12``), so a cuDNN base would ship it twice.
+- CUDA base images: the ``nvidia/cuda`` tags ``<full>-devel-<distro>`` to compile and
+  ``<full>-base-<distro>`` to run (https://hub.docker.com/r/nvidia/cuda/tags). torch's CUDA
+  wheels bring every CUDA library they load (cuBLAS, cuDNN, NCCL, ... as ``nvidia-*`` wheels,
+  or inside the wheel for old releases), so ``-runtime`` or ``-cudnn-`` bases would ship those
+  gigabytes twice; ``-base`` adds only cudart and the variables the NVIDIA container toolkit
+  reads.
 - ROCm base images: ``rocm/dev-<distro>:<version>`` to compile; the runtime stage starts from
   plain ``ubuntu:<release>`` because torch's ROCm wheels bundle the ROCm user-space libraries
   (https://hub.docker.com/r/rocm/dev-ubuntu-22.04/tags).
@@ -74,6 +77,8 @@ UBUNTU_PYTHON: dict[str, str] = {"ubuntu22.04": "3.10", "ubuntu24.04": "3.12"}
 
 # Build tools installed into the devel stage's venv (lower bounds; pip picks the newest).
 BUILD_TOOLS: tuple[str, ...] = ("setuptools>=69", "wheel>=0.42", "ninja>=1.11", "packaging>=23")
+# Of those, what the runtime venv does without (packaging stays: op_builder reads versions with it).
+BUILD_ONLY_TOOLS: tuple[str, ...] = ("setuptools", "wheel", "ninja")
 
 # Debian/Ubuntu releases that renamed libraries in the 64-bit time_t transition.
 _T64_DISTROS = frozenset({"trixie", "ubuntu24.04"})
@@ -128,7 +133,7 @@ class Target:
 
     def base_runtime(self, distro: str, python: str) -> str:
         if self.accelerator == "cuda":
-            return f"nvidia/cuda:{self.full_version}-runtime-{distro}"
+            return f"nvidia/cuda:{self.full_version}-base-{distro}"
         if self.accelerator == "rocm":
             return "ubuntu:" + distro.removeprefix("ubuntu")
         return f"python:{python}-slim-{distro}"
@@ -189,9 +194,13 @@ CPU_DEFAULT_PYTHON = "3.11"
 CPU_PYTHONS: tuple[str, ...] = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 CPU_TARGET = Target("cpu", None, None, ("bookworm", "trixie"), (TorchRange("2.0", "2.15", "cpu"),), "2.13.0")
 
-# Local stand-ins for the CPU bases, made by scripts/standin-images.sh (no registry needed).
-STANDIN_DEVEL = "imagegen-standin/python:3.11-devel"
-STANDIN_RUNTIME = "imagegen-standin/python:3.11-runtime"
+# Local stand-ins for the bases, made by scripts/standin-images.sh (no registry needed):
+# target -> (devel, runtime). The CUDA pair copies this machine's toolkit (`--cuda`), 13.0 here.
+STANDINS: dict[str, tuple[str, str]] = {
+    "cpu": ("imagegen-standin/python:3.11-devel", "imagegen-standin/python:3.11-runtime"),
+    "cuda13.0": ("imagegen-standin/cuda:13.0-devel", "imagegen-standin/cuda:13.0-base"),
+}
+STANDIN_DEVEL, STANDIN_RUNTIME = STANDINS["cpu"]
 STANDIN_PYTHON = "3.11"
 STANDIN_DISTRO = "bookworm"
 

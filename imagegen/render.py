@@ -85,6 +85,39 @@ def build_environment(spec: ImageSpec) -> tuple[str, ...]:
     return tuple(env)
 
 
+def expected_torch_build(spec: ImageSpec) -> str:
+    """How ``torch_build_check`` names the build the target needs: ``CUDA 13.``, ``ROCm 6.2.``, ``CPU``.
+
+    CUDA matches on the major version only: torch's CUDA 13.2 wheels load against a 13.0
+    toolkit's ops (minor versions are ABI-compatible). ROCm needs its minor release.
+    """
+    if spec.accelerator == "cuda":
+        return f"CUDA {(spec.toolkit_version or '').split('.')[0]}."
+    if spec.accelerator == "rocm":
+        return f"ROCm {spec.toolkit_version}."
+    return "CPU"
+
+
+def torch_build_check(spec: ImageSpec) -> str:
+    """A ``python -c`` program (no single quotes) failing the devel stage on the wrong torch build.
+
+    pip resolves an unlabelled pin (``torch==2.15.0``) to whatever build the source has, so a
+    CUDA 12 or a CPU wheel would otherwise surface much later as a compile or load error.
+    """
+    want = expected_torch_build(spec)
+    hint = (
+        f"use an index or wheelhouse with torch {spec.torch} built for {spec.target}"
+        " (--torch-index, --wheelhouse), or the target that build is for"
+    )
+    return (
+        "import sys, torch; v = torch.version; "
+        'build = ("CUDA " + v.cuda) if v.cuda else ("ROCm " + v.hip) if v.hip else "CPU"; '
+        f'sys.exit(None if (build + ".").startswith("{want}") else '
+        f'"imagegen: pip installed torch " + torch.__version__ + ", a " + build + '
+        f'" build; the image targets {spec.target}: {hint}")'
+    )
+
+
 def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
     """OCI labels plus io.imagegen.* (values JSON-quoted, which Dockerfile strings accept)."""
     version = spec.toolkit_version or ""
@@ -99,9 +132,10 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
         ("io.imagegen.archs", ";".join(spec.archs)),
         ("io.imagegen.cuda", version if spec.accelerator == "cuda" else ""),
         ("io.imagegen.rocm", version if spec.accelerator == "rocm" else ""),
-        ("io.imagegen.torch", f"{spec.torch}+{spec.torch_variant}"),
+        ("io.imagegen.torch", spec.torch_release),
         ("io.imagegen.python", spec.python),
         ("io.imagegen.distro", spec.distro),
+        ("io.imagegen.bytecode", "true" if spec.bytecode else "false"),
     ]
     # Each GPU op's own arch list (an op may compile for fewer archs than the image names).
     pairs += [(f"io.imagegen.archs.{name}", ";".join(archs)) for name, archs in spec.op_archs]
@@ -128,9 +162,10 @@ def context(spec: ImageSpec) -> dict[str, object]:
         # CPU torch ships its libraries with static symbol tables (~90 MB); stripping them keeps
         # the dynamic symbols extensions link against. GPU libraries carry device code: left alone.
         "strip_torch_libs": spec.target == "cpu",
+        "bytecode": spec.bytecode,
         "ops": spec.ops,
         "ops_csv": ",".join(spec.ops),
-        "torch_version": f"{spec.torch}+{spec.torch_variant}",
+        "torch_version": spec.torch_release,
         "python": spec.python,
         "archs": ";".join(spec.archs),
         "base_devel": spec.base_devel,
@@ -142,9 +177,11 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "runtime_packages": runtime_packages(spec),
         "runtime_python": not runtime_base_has_python(spec),
         "build_tools": tuple(f'"{tool}"' for tool in catalog.BUILD_TOOLS),
+        "runtime_drops": catalog.BUILD_ONLY_TOOLS,
         "tool_source": _pip_sources(spec, None),
         "torch_source": _pip_sources(spec, spec.torch_index),
         "torch_requirement": spec.torch_requirement,
+        "torch_build_check": torch_build_check(spec),
         "build_env": build_environment(spec),
         "max_jobs": "" if spec.max_jobs is None else str(spec.max_jobs),
         "per_job_gib": _GIB_PER_JOB[spec.accelerator],

@@ -59,6 +59,7 @@ class SpecInput:
     push: bool = False
     verify: bool = True
     standins: bool | None = None
+    bytecode: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,30 @@ class ImageSpec:
     max_jobs: int | None
     buildkit: bool
     push: bool
+    bytecode: bool = True  # ship compiled .pyc files in the runtime venv
     warnings: tuple[str, ...] = field(default=())
 
     @property
+    def torch_from_catalog_index(self) -> bool:
+        """True when torch comes from the catalog's wheel index, whose wheels carry the local label."""
+        return self.torch_index == catalog.torch_index(self.torch_variant)
+
+    @property
+    def torch_release(self) -> str:
+        """``2.5.1+cu121`` from the catalog's index; ``2.5.1`` from any other source.
+
+        Other sources (PyPI, a mirror, a wheelhouse) may publish the build without the local
+        label, as PyPI does for its CUDA wheels. The devel stage checks which build pip
+        installed instead (``render.torch_build_check``).
+        """
+        if self.torch_from_catalog_index:
+            return f"{self.torch}+{self.torch_variant}"
+        return self.torch
+
+    @property
     def torch_requirement(self) -> str:
-        """Pinned with the local label, so pip cannot pick another build of the same version."""
-        return f"torch=={self.torch}+{self.torch_variant}"
+        """Pinned with the local label where the index has it, so pip cannot pick another build."""
+        return f"torch=={self.torch_release}"
 
     @property
     def archs(self) -> tuple[str, ...]:
@@ -145,10 +164,10 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     """Resolve and validate ``inp`` against ``env`` and the catalog. Raises BadInputError."""
     target = _target(inp)
     standins = _pick_bool(inp.standins, env, "STANDINS", False)
-    if standins and target.accelerator != "cpu":
+    if standins and target.name not in catalog.STANDINS:
         raise BadInputError(
-            "stand-in base images exist only for --cpu",
-            hint="GPU images need the real nvidia/cuda or rocm/dev bases (pull them, or pass "
+            f"stand-in base images exist for --cpu and --cuda 13.0 only, not {target.name}",
+            hint="other GPU images need the real nvidia/cuda or rocm/dev bases (pull them, or pass "
             "--base-devel/--base-runtime)",
         )
     distro = _distro(_pick(inp.distro, env, "DISTRO"), target, standins)
@@ -162,8 +181,9 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     cuda_archs, rocm_archs = _archs(_pick(inp.arch, env, "ARCH"), target)
     names, op_archs = _per_op_archs(names, cuda_archs, explicit=not from_all, warnings=warnings)
     if standins:
-        base_devel = base_devel or catalog.STANDIN_DEVEL
-        base_runtime = base_runtime or catalog.STANDIN_RUNTIME
+        standin_devel, standin_runtime = catalog.STANDINS[target.name]
+        base_devel = base_devel or standin_devel
+        base_runtime = base_runtime or standin_runtime
     base_devel = base_devel or target.base_devel(distro, python)
     base_runtime = base_runtime or target.base_runtime(distro, python)
     for what, ref in (("--base-devel", base_devel), ("--base-runtime", base_runtime)):
@@ -190,9 +210,11 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
             "--push with --no-verify: images are pushed only after verification passed",
             hint="drop --no-verify, or push the image yourself",
         )
+    bytecode = _pick_bool(inp.bytecode, env, "BYTECODE", True)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, "TAG") or (
         f"imagegen:{target.name}-torch{torch}-py{python}-{content_hash(names, archs)}"
+        + ("" if bytecode else "-nobytecode")
     )
     _check_reference("--tag", tag)
     return ImageSpec(
@@ -218,6 +240,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         max_jobs=max_jobs,
         buildkit=_pick_bool(inp.buildkit, env, "BUILDKIT", True),
         push=inp.push,
+        bytecode=bytecode,
         warnings=tuple(warnings),
     )
 

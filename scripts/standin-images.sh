@@ -4,13 +4,15 @@
 #
 #   scripts/standin-images.sh            # build what is missing (a no-op when all exist)
 #   scripts/standin-images.sh --force    # rebuild all of them
-#   scripts/standin-images.sh --cuda     # also the CUDA devel stand-in (copies the host toolkit)
+#   scripts/standin-images.sh --cuda     # also the CUDA stand-ins (copy the host toolkit)
 #
-# Images (cached by tag):
-#   imagegen-standin/debian:bookworm        debootstrap --variant=minbase + docker import
+# Images (cached by tag and recipe revision):
+#   imagegen-standin/debian:bookworm        debootstrap --variant=minbase, slimmed like
+#                                           debian:bookworm-slim, + docker import
 #   imagegen-standin/python:3.11-devel      + python3 python3-venv python3-pip g++ make ninja-build ca-certificates
 #   imagegen-standin/python:3.11-runtime    + python3 python3-venv ca-certificates (no compiler)
 #   imagegen-standin/cuda:13.0-devel        devel + the host's CUDA toolkit at /usr/local/cuda (--cuda)
+#   imagegen-standin/cuda:13.0-base         runtime + the toolkit's cudart, like nvidia/cuda:*-base (--cuda)
 #
 # The derived images are made with `docker run` + `docker commit` rather than a Dockerfile so
 # the host CA bundle can be bind-mounted for apt (HTTPS mirrors behind an intercepting proxy)
@@ -35,7 +37,11 @@ BASE_TAG=$PREFIX/debian:bookworm
 DEVEL_TAG=$PREFIX/python:3.11-devel
 RUNTIME_TAG=$PREFIX/python:3.11-runtime
 CUDA_TAG=$PREFIX/cuda:13.0-devel
+CUDA_BASE_TAG=$PREFIX/cuda:13.0-base
 LABEL_KEY=io.imagegen.standin
+# Bump when a recipe below changes: images with another revision are rebuilt.
+REVISION=2
+REVISION_KEY=io.imagegen.standin.revision
 
 force=0
 want_cuda=0
@@ -43,7 +49,7 @@ for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
         --cuda) want_cuda=1 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "standin-images: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -56,8 +62,10 @@ if ! "$DOCKER" info >/dev/null 2>&1; then
 fi
 
 say() { echo "standin-images: $*" >&2; }
-have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
-need() { [ "$force" -eq 1 ] || ! have_image "$1"; }
+current() {
+    [ "$("$DOCKER" image inspect --format "{{ index .Config.Labels \"$REVISION_KEY\" }}" "$1" 2>/dev/null)" = "$REVISION" ]
+}
+need() { [ "$force" -eq 1 ] || ! current "$1"; }
 
 workdir="$(mktemp -d /tmp/imagegen-standin.XXXXXX)"
 cleanup() {
@@ -91,6 +99,7 @@ DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives
 APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
 Dir::Cache::pkgcache ""; Dir::Cache::srcpkgcache "";
 CONF
+    slimify "$root"
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log
     say "docker import -> $BASE_TAG"
     tar --numeric-owner --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -C "$root" -c . \
@@ -98,10 +107,32 @@ CONF
             --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
             --change 'ENV LANG=C.UTF-8' \
             --change "LABEL $LABEL_KEY=base" \
+            --change "LABEL $REVISION_KEY=$REVISION" \
             --change 'CMD ["bash"]' \
             - "$BASE_TAG" >/dev/null
     rm -rf "$root"
     say "$BASE_TAG ready ($((SECONDS - start))s)"
+}
+
+# What debian:*-slim leaves out (its debuerreotype recipe): documentation, manuals and
+# translations, for the packages installed now and, through dpkg's path-exclude, later.
+# The python:*-slim images the stand-ins replace are built on it.
+slimify() {
+    local root="$1"
+    cat >"$root/etc/dpkg/dpkg.cfg.d/docker" <<'CFG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/lintian/overrides/*
+path-exclude /usr/share/locale/*
+path-exclude /usr/share/man/*
+CFG
+    find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
+    find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
+    rm -rf "$root"/usr/share/groff/* "$root"/usr/share/info/* "$root"/usr/share/linda/* \
+        "$root"/usr/share/lintian/overrides/* "$root"/usr/share/locale/* "$root"/usr/share/man/*
 }
 
 # derive TAG KIND PACKAGES...: run apt in a container of the base, then commit it.
@@ -127,6 +158,7 @@ derive() {
     "$DOCKER" commit \
         --change 'CMD ["bash"]' \
         --change "LABEL $LABEL_KEY=$kind" \
+        --change "LABEL $REVISION_KEY=$REVISION" \
         "$container" "$tag" >/dev/null
     "$DOCKER" rm -f "$container" >/dev/null
     say "$tag ready ($((SECONDS - start))s)"
@@ -135,21 +167,34 @@ derive() {
 build_cuda() {
     local start=$SECONDS
     [ -x "$CUDA_DIR/bin/nvcc" ] || { say "no CUDA toolkit at $CUDA_DIR (set CUDA_HOME)"; exit 1; }
-    say "copying $CUDA_DIR into $CUDA_TAG"
+    say "copying $CUDA_DIR into $CUDA_TAG and its cudart into $CUDA_BASE_TAG"
     local ctx="$workdir/cuda-ctx"
-    mkdir -p "$ctx"
+    mkdir -p "$ctx/cudart"
     # -L: /usr/local/cuda is usually a symlink to the versioned directory.
     cp -aL "$CUDA_DIR" "$ctx/cuda"
+    cp -a "$CUDA_DIR"/lib64/libcudart.so.* "$ctx/cudart/"
     # The nvidia/cuda images set these; templates rely on CUDA_HOME and nvcc on PATH.
-    cat >"$ctx/Dockerfile" <<DF
+    cat >"$ctx/Dockerfile.devel" <<DF
 FROM $DEVEL_TAG
 COPY cuda /usr/local/cuda
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LD_LIBRARY_PATH=/usr/local/cuda/lib64 CUDA_VERSION=13.0
-LABEL $LABEL_KEY=cuda-devel
+LABEL $LABEL_KEY=cuda-devel $REVISION_KEY=$REVISION
 DF
-    "$DOCKER" build -q -t "$CUDA_TAG" "$ctx" >/dev/null
-    say "$CUDA_TAG ready ($((SECONDS - start))s)"
+    # nvidia/cuda:*-base: cudart and the variables the NVIDIA container toolkit reads; no
+    # other CUDA library (torch's wheels bring those).
+    cat >"$ctx/Dockerfile.base" <<DF
+FROM $RUNTIME_TAG
+COPY cudart/ /usr/local/cuda/lib64/
+ENV PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64 CUDA_VERSION=13.0 \
+    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+RUN echo /usr/local/cuda/lib64 >/etc/ld.so.conf.d/cuda.conf && ldconfig
+LABEL $LABEL_KEY=cuda-base $REVISION_KEY=$REVISION
+DF
+    "$DOCKER" build -q -f "$ctx/Dockerfile.devel" -t "$CUDA_TAG" "$ctx" >/dev/null
+    "$DOCKER" build -q -f "$ctx/Dockerfile.base" -t "$CUDA_BASE_TAG" "$ctx" >/dev/null
+    say "$CUDA_TAG and $CUDA_BASE_TAG ready ($((SECONDS - start))s)"
 }
 
 total_start=$SECONDS
@@ -159,6 +204,7 @@ if need "$BASE_TAG"; then build_base; rebuilt_base=1; fi
 # so they are made in parallel (mostly network and dpkg time).
 pids=()
 rebuilt_devel=0
+rebuilt_runtime=0
 if [ "$rebuilt_base" -eq 1 ] || need "$DEVEL_TAG"; then
     derive "$DEVEL_TAG" devel python3 python3-venv python3-pip g++ make ninja-build ca-certificates &
     pids+=("$!")
@@ -167,11 +213,12 @@ fi
 if [ "$rebuilt_base" -eq 1 ] || need "$RUNTIME_TAG"; then
     derive "$RUNTIME_TAG" runtime python3 python3-venv ca-certificates &
     pids+=("$!")
+    rebuilt_runtime=1
 fi
 for pid in "${pids[@]}"; do
     wait "$pid" || exit 1
 done
-if [ "$want_cuda" -eq 1 ] && { [ "$rebuilt_devel" -eq 1 ] || need "$CUDA_TAG"; }; then
+if [ "$want_cuda" -eq 1 ] && { [ "$rebuilt_devel" -eq 1 ] || [ "$rebuilt_runtime" -eq 1 ] || need "$CUDA_TAG" || need "$CUDA_BASE_TAG"; }; then
     build_cuda
 fi
 if [ $((SECONDS - total_start)) -gt 1 ]; then

@@ -9,6 +9,7 @@ from imagegen.spec import ImageSpec
 
 STANDIN_SCRIPT = "scripts/standin-images.sh"
 STANDIN_TAGS = ("imagegen-standin/debian:bookworm", catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
+CUDA_STANDIN_TAGS = catalog.STANDINS["cuda13.0"]
 
 
 def local_images(refs: Sequence[str]) -> dict[str, bool] | None:
@@ -36,11 +37,12 @@ def local_images(refs: Sequence[str]) -> dict[str, bool] | None:
         client.close()
 
 
-def standin_hint() -> str:
+def standin_hint(target: str = "cpu") -> str:
+    devel, runtime = catalog.STANDINS[target]
+    script = STANDIN_SCRIPT if target == "cpu" else STANDIN_SCRIPT + " --cuda"
     return (
-        f"no registry here? make local stand-in bases with `{STANDIN_SCRIPT}`, then build with --standins "
-        f"(or IMAGEGEN_STANDINS=1), which means --base-devel {catalog.STANDIN_DEVEL} "
-        f"--base-runtime {catalog.STANDIN_RUNTIME}"
+        f"no registry here? make local stand-in bases with `{script}`, then build with --standins "
+        f"(or IMAGEGEN_STANDINS=1), which means --base-devel {devel} --base-runtime {runtime}"
     )
 
 
@@ -54,8 +56,8 @@ def missing_base_hint(spec: ImageSpec) -> str | None:
     if not missing:
         return None
     text = "not on this machine: " + ", ".join(missing) + "; "
-    if spec.accelerator == "cpu":
-        return text + standin_hint()
+    if spec.target in catalog.STANDINS:
+        return text + standin_hint(spec.target)
     return text + (
         "pull them where a registry answers and bring them here with `docker save` / `docker load`, "
         "or pass --base-devel/--base-runtime images you have"

@@ -149,6 +149,16 @@ BuildkitOption = Annotated[
         rich_help_panel=_BUILD,
     ),
 ]
+BytecodeOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--bytecode/--no-bytecode",
+        help="Keep the compiled .pyc files in the runtime image (default), or drop them: about "
+        "120 MB smaller, but torch's modules are compiled again at every start of a read-only "
+        "container (about 1 s). (env: IMAGEGEN_BYTECODE)",
+        rich_help_panel=_BUILD,
+    ),
+]
 MaxJobsOption = Annotated[
     Optional[int],
     typer.Option(

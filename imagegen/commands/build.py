@@ -17,6 +17,7 @@ from imagegen.commands._options import (
     BaseDevelOption,
     BaseRuntimeOption,
     BuildkitOption,
+    BytecodeOption,
     CaCertOption,
     CpuOption,
     CudaOption,
@@ -71,6 +72,7 @@ def build(
     ca_cert: CaCertOption = None,
     keep_ca_cert: KeepCaCertOption = False,
     buildkit: BuildkitOption = None,
+    bytecode: BytecodeOption = None,
     max_jobs: MaxJobsOption = None,
     tag: TagOption = None,
     no_verify: NoVerifyOption = False,
@@ -83,7 +85,7 @@ def build(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, python=python, torch=torch, arch=arch, distro=distro,
         base_devel=base_devel, base_runtime=base_runtime, standins=standins, torch_index=torch_index,
         wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert, keep_ca_cert=keep_ca_cert,
-        buildkit=buildkit, max_jobs=max_jobs, tag=tag, push=push, verify=not no_verify,
+        buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs, tag=tag, push=push, verify=not no_verify,
     )  # fmt: skip
     root = source or source_root()
     check_sources(root)  # bad input before any engine work
@@ -106,7 +108,7 @@ def build(
         "target": spec.target,
         "ops": list(spec.ops),
         "archs": list(spec.archs),
-        "torch": f"{spec.torch}+{spec.torch_variant}",
+        "torch": spec.torch_release,
         "python": spec.python,
         "engine": engine.kind,
         "size_bytes": None,

@@ -14,6 +14,7 @@ from imagegen.commands._options import (
     BaseDevelOption,
     BaseRuntimeOption,
     BuildkitOption,
+    BytecodeOption,
     CaCertOption,
     CpuOption,
     CudaOption,
@@ -57,6 +58,7 @@ def dockerfile(
     ca_cert: CaCertOption = None,
     keep_ca_cert: KeepCaCertOption = False,
     buildkit: BuildkitOption = None,
+    bytecode: BytecodeOption = None,
     max_jobs: MaxJobsOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -65,7 +67,7 @@ def dockerfile(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, python=python, torch=torch, arch=arch, distro=distro,
         base_devel=base_devel, base_runtime=base_runtime, standins=standins, torch_index=torch_index,
         wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert, keep_ca_cert=keep_ca_cert,
-        buildkit=buildkit, max_jobs=max_jobs,
+        buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs,
     )  # fmt: skip
     text = render(spec)
     if output is None:

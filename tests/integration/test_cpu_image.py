@@ -98,6 +98,32 @@ def test_runtime_has_no_compiler(cpu_image: dict[str, Any], docker_client: Any) 
     assert code == 0 and out.strip()
 
 
+def test_runtime_venv_has_pip_but_no_build_tools(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    names = "pip torch torchgen packaging setuptools wheel ninja"
+    probe = f"import importlib.util as u; print(*(n for n in {names.split()!r} if u.find_spec(n)))"
+    code, out = run_in(docker_client, CPU_TAG, ["python", "-c", probe])
+    assert code == 0, out
+    # torchgen is torch's own (custom ops and AOT autograd import it); pip serves derived images.
+    assert out.split() == ["pip", "torch", "torchgen", "packaging"]
+
+
+def test_no_bytecode_image_is_smaller_and_still_verifies(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    """Same spec with --no-bytecode: only the pruning step and the runtime layer are new work."""
+    tag = CPU_TAG + "-nobytecode"
+    result = imagegen(*build_args(tag), "--no-bytecode")
+    try:
+        assert result.returncode == 0, result.stderr[-5000:]
+        summary = result.json()
+        assert summary["verify"]["ok"] is True  # loaded in a read-only container, from aot
+        assert summary["size_bytes"] < cpu_image["size_bytes"] - 50 * 1024 * 1024
+        code, out = run_in(docker_client, tag, ["sh", "-c", "find /opt/venv -name '*.pyc' | head -3"])
+        assert code == 0 and out.strip() == "", out
+        code, out = run_in(docker_client, CPU_TAG, ["sh", "-c", "find /opt/venv -name '*.pyc' | head -3"])
+        assert code == 0 and out.strip(), "the default image should keep its bytecode"
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
 def _certs(pem: str) -> set[str]:
     return {
         "".join(m.split())

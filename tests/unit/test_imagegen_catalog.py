@@ -18,9 +18,9 @@ def test_every_listed_cuda_and_rocm_version_is_there() -> None:
 @pytest.mark.parametrize(
     ("version", "devel", "runtime"),
     [
-        ("11.8", "nvidia/cuda:11.8.0-devel-ubuntu22.04", "nvidia/cuda:11.8.0-runtime-ubuntu22.04"),
-        ("12.1", "nvidia/cuda:12.1.1-devel-ubuntu22.04", "nvidia/cuda:12.1.1-runtime-ubuntu22.04"),
-        ("13.0", "nvidia/cuda:13.0.0-devel-ubuntu22.04", "nvidia/cuda:13.0.0-runtime-ubuntu22.04"),
+        ("11.8", "nvidia/cuda:11.8.0-devel-ubuntu22.04", "nvidia/cuda:11.8.0-base-ubuntu22.04"),
+        ("12.1", "nvidia/cuda:12.1.1-devel-ubuntu22.04", "nvidia/cuda:12.1.1-base-ubuntu22.04"),
+        ("13.0", "nvidia/cuda:13.0.0-devel-ubuntu22.04", "nvidia/cuda:13.0.0-base-ubuntu22.04"),
     ],
 )
 def test_cuda_base_images(version: str, devel: str, runtime: str) -> None:

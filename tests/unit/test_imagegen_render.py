@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from imagegen.render import render, render_classic
+from imagegen.render import expected_torch_build, render, render_classic, torch_build_check
 from imagegen.spec import ImageSpec, SpecInput, build_spec
 from op_builder import ALL_OPS
 
@@ -57,7 +59,7 @@ def test_three_stages_in_order_with_runtime_last() -> None:
     assert list(stages(text)) == ["devel", "build", "runtime"]
     assert "FROM nvidia/cuda:12.1.1-devel-ubuntu22.04 AS devel" in text
     assert "FROM devel AS build" in text
-    assert "FROM nvidia/cuda:12.1.1-runtime-ubuntu22.04 AS runtime" in text
+    assert "FROM nvidia/cuda:12.1.1-base-ubuntu22.04 AS runtime" in text
     assert not text.startswith("# syntax")
 
 
@@ -96,7 +98,7 @@ def test_labels() -> None:
     assert found["io.imagegen.torch"] == "2.6.0+cu124"
     assert found["io.imagegen.python"] == "3.10"
     assert found["io.imagegen.target"] == "cuda12.4"
-    assert found["org.opencontainers.image.base.name"] == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    assert found["org.opencontainers.image.base.name"] == "nvidia/cuda:12.4.1-base-ubuntu22.04"
     assert {"org.opencontainers.image.title", "org.opencontainers.image.version"} <= set(found)
     rocm = labels(render(spec(rocm="6.2", ops="all")))
     assert rocm["io.imagegen.rocm"] == "6.2" and rocm["io.imagegen.cuda"] == ""
@@ -154,17 +156,69 @@ def test_wheelhouse_is_bind_mounted_with_buildkit_and_copied_without(tmp_path: P
     buildkit = stages(render(spec(cpu=True, ops="all", wheelhouse=str(tmp_path))))["devel"]
     assert "--mount=type=bind,source=_imagegen/wheelhouse,target=/wheelhouse" in buildkit
     assert "COPY _imagegen/wheelhouse" not in buildkit
-    assert 'pip install --find-links /wheelhouse "torch==2.13.0+cpu"' in buildkit
+    # A wheelhouse may hold a build without the local label (pip download from PyPI).
+    assert 'pip install --find-links /wheelhouse "torch==2.13.0"' in buildkit
     assert "--index-url" not in buildkit  # the wheelhouse stands in for the torch index
     classic = stages(render(spec(cpu=True, ops="all", wheelhouse=str(tmp_path), buildkit=False)))["devel"]
     assert "COPY _imagegen/wheelhouse/ /wheelhouse/" in classic and "--mount" not in classic
     offline = render(spec(cpu=True, ops="all", wheelhouse=str(tmp_path), offline=True))
-    assert 'pip install --no-index --find-links /wheelhouse "torch==2.13.0+cpu"' in offline
+    assert 'pip install --no-index --find-links /wheelhouse "torch==2.13.0"' in offline
 
 
 def test_torch_comes_from_the_targets_index_by_default() -> None:
     devel = stages(render(spec(cuda="12.6", ops="all")))["devel"]
     assert 'pip install --index-url https://download.pytorch.org/whl/cu126 "torch==2.9.1+cu126"' in devel
+
+
+def test_torch_from_another_index_is_pinned_by_version_and_its_build_checked() -> None:
+    s = spec(cuda="13.0", ops="all", torch="2.15.0", torch_index="https://pypi.org/simple")
+    assert s.torch_requirement == "torch==2.15.0"  # PyPI's CUDA wheels carry no "+cu130"
+    devel = stages(render(s))["devel"]
+    assert 'pip install --index-url https://pypi.org/simple "torch==2.15.0"' in devel
+    assert "python -c 'import sys, torch;" in devel
+    assert labels(render(s))["io.imagegen.torch"] == "2.15.0"
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [
+        ({"cpu": True}, "CPU"),
+        ({"cuda": "12.8"}, "CUDA 12."),
+        ({"cuda": "13.0"}, "CUDA 13."),
+        ({"rocm": "6.2"}, "ROCm 6.2."),
+    ],
+)
+def test_each_target_names_the_torch_build_it_needs(flags: dict[str, object], want: str) -> None:
+    assert expected_torch_build(spec(ops="all", **flags)) == want
+
+
+def run_check(s: ImageSpec) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", torch_build_check(s)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_torch_build_check_accepts_the_right_build_and_refuses_another() -> None:
+    """Run against the CPU torch installed here: right for --cpu, wrong for CUDA and ROCm."""
+    assert run_check(spec(cpu=True, ops="all")).returncode == 0
+    for flags in ({"cuda": "13.0"}, {"rocm": "6.2"}):
+        wrong = run_check(spec(ops="all", **flags))
+        assert wrong.returncode == 1
+        message = wrong.stderr.strip().splitlines()[-1]
+        assert message.startswith("imagegen: pip installed torch ") and ", a CPU build;" in message
+        assert "--torch-index" in message
+
+
+def test_runtime_venv_drops_build_tools_and_bytecode_only_when_asked() -> None:
+    build = stages(render(spec(cpu=True, ops="all")))["build"]
+    assert "pip uninstall --quiet --yes setuptools wheel ninja" in build
+    assert "__pycache__" not in build
+    slim = render(spec(cpu=True, ops="all", bytecode=False))
+    assert "find /opt/venv -depth -type d -name __pycache__ -exec rm -rf {} +" in stages(slim)["build"]
+    # The check that follows imports torch: it must not write the bytecode back.
+    assert "PYTHONDONTWRITEBYTECODE=1 python -m op_builder verify" in stages(slim)["build"]
+    assert labels(slim)["io.imagegen.bytecode"] == "false"
+    assert labels(render(spec(cpu=True, ops="all")))["io.imagegen.bytecode"] == "true"
 
 
 def test_classic_variant_has_the_same_stages_and_no_buildkit_syntax() -> None:

@@ -90,7 +90,11 @@ BAD_INPUT = [
         "is not a valid image reference",
         "lower case",
     ),
-    (["--cuda", "12.1", "--ops", "all", "--standins"], "stand-in base images exist only for --cpu", "nvidia"),
+    (
+        ["--cuda", "12.1", "--ops", "all", "--standins"],
+        "stand-in base images exist for --cpu and --cuda 13.0 only, not cuda12.1",
+        "nvidia",
+    ),
     (
         ["--cpu", "--ops", "all", "--standins", "--python", "3.12"],
         "stand-in bases have Python 3.11",
@@ -155,7 +159,7 @@ def test_cuda_alone_gets_documented_defaults() -> None:
     assert spec.torch_requirement == "torch==2.5.1+cu121"
     assert spec.python == "3.10" and spec.distro == "ubuntu22.04"
     assert spec.base_devel == "nvidia/cuda:12.1.1-devel-ubuntu22.04"
-    assert spec.base_runtime == "nvidia/cuda:12.1.1-runtime-ubuntu22.04"
+    assert spec.base_runtime == "nvidia/cuda:12.1.1-base-ubuntu22.04"
     assert spec.torch_index == "https://download.pytorch.org/whl/cu121"
     assert spec.cuda_archs == ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0+PTX")
 
@@ -207,6 +211,19 @@ def test_standins_set_the_bases_below_explicit_flags() -> None:
         SpecInput(cpu=True, ops="all", standins=True, base_runtime="python:3.11-slim-bookworm"), {}
     )
     assert (mixed.base_devel, mixed.base_runtime) == (catalog.STANDIN_DEVEL, "python:3.11-slim-bookworm")
+
+
+def test_no_bytecode_is_its_own_image() -> None:
+    default = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {})
+    slim = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {"IMAGEGEN_BYTECODE": "0"})
+    assert default.bytecode and not slim.bytecode
+    assert slim.tag == default.tag + "-nobytecode"  # two specs never share a tag
+
+
+def test_cuda_standins_are_the_host_toolkit_pair() -> None:
+    spec = build_spec(SpecInput(cuda="13.0", ops="all", standins=True), {})
+    assert (spec.base_devel, spec.base_runtime) == catalog.STANDINS["cuda13.0"]
+    assert (spec.python, spec.distro) == (catalog.STANDIN_PYTHON, catalog.STANDIN_DISTRO)
 
 
 def test_default_tag_names_target_torch_python_and_content() -> None:
