@@ -107,7 +107,7 @@ def test_runtime_venv_has_pip_but_no_build_tools(cpu_image: dict[str, Any], dock
     assert out.split() == ["pip", "torch", "torchgen", "packaging"]
 
 
-def test_no_bytecode_image_is_smaller_and_still_verifies(cpu_image: dict[str, Any], docker_client: Any) -> None:
+def test_no_bytecode_image_is_smaller_and_verifies(cpu_image: dict[str, Any], docker_client: Any) -> None:
     """Same spec with --no-bytecode: only the pruning step and the runtime layer are new work."""
     tag = CPU_TAG + "-nobytecode"
     result = imagegen(*build_args(tag), "--no-bytecode")
