@@ -1,6 +1,6 @@
 """Runtime image size against the devel stage it is built from, for the CPU or a CUDA image.
 
-    python bench/image_size.py [--ops cpu_adam,cpu_lion] [--out FILE]
+    python bench/image_size.py [--ops cpu_adam,cpu_lion] [--no-bytecode] [--out FILE]
     python bench/image_size.py --cuda [--torch 2.15.0] [--torch-index URL] [--arch "8.0;9.0+PTX"]
 
 Builds (or reuses from the build cache) the ``runtime``, ``build`` and ``devel`` stages of the
@@ -37,7 +37,7 @@ GOAL = 0.5
 CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
 
 
-def cpu_spec(ops: str, engine: Engine) -> ImageSpec:
+def cpu_spec(ops: str, engine: Engine, bytecode: bool = True) -> ImageSpec:
     """The CPU image the integration tests build, from stand-ins, torch from the local wheelhouse."""
     return build_spec(
         SpecInput(
@@ -48,6 +48,7 @@ def cpu_spec(ops: str, engine: Engine) -> ImageSpec:
             wheelhouse=os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels"),
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",
+            bytecode=bytecode,
         ),
         os.environ,
     )
@@ -63,6 +64,7 @@ def cuda_spec(args: argparse.Namespace, engine: Engine) -> ImageSpec:
             torch=args.torch,
             torch_index=args.torch_index,
             arch=args.arch,
+            bytecode=not args.no_bytecode,
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",
         ),
@@ -89,18 +91,23 @@ def main() -> int:
     parser.add_argument("--torch", default="2.15.0", help="torch release for --cuda")
     parser.add_argument("--torch-index", default="https://pypi.org/simple", help="torch index for --cuda")
     parser.add_argument("--arch", default="8.0;9.0+PTX", help="arch list for --cuda")
-    parser.add_argument("--out", help="default: bench/results/image_size[_cuda13.0].json")
+    parser.add_argument("--no-bytecode", action="store_true", help="the image imagegen --no-bytecode builds")
+    parser.add_argument("--out", help="default: bench/results/image_size[_cuda13.0][_nobytecode].json")
     args = parser.parse_args()
 
     from imagegen.commands._context import staged_context
 
     engine = detect_engine()
-    spec = cuda_spec(args, engine) if args.cuda else cpu_spec(args.ops or "cpu_adam,cpu_lion", engine)
-    suffix = "" if spec.target == "cpu" else f"_{spec.target}"
+    if args.cuda:
+        spec = cuda_spec(args, engine)
+    else:
+        spec = cpu_spec(args.ops or "cpu_adam,cpu_lion", engine, bytecode=not args.no_bytecode)
+    suffix = ("" if spec.target == "cpu" else f"_{spec.target}") + ("" if spec.bytecode else "_nobytecode")
     out = Path(args.out or REPO / "bench" / "results" / f"image_size{suffix}.json")
     text = render(spec)
     sizes: dict[str, int] = {}
-    tags = {stage: f"imagegen-bench/{spec.target}:{stage}" for stage in ("runtime", "build", "devel")}
+    name = spec.target + ("" if spec.bytecode else "-nobytecode")
+    tags = {stage: f"imagegen-bench/{name}:{stage}" for stage in ("runtime", "build", "devel")}
     with staged_context(spec, REPO) as context:
         for stage, tag in tags.items():
             build_image(engine, context, text, tag, target=stage)
@@ -110,6 +117,7 @@ def main() -> int:
         "target": spec.target,
         "torch": spec.torch_requirement,
         "ops": spec.ops,
+        "bytecode": spec.bytecode,
         "engine": engine.kind,
         "base_devel": spec.base_devel,
         "base_runtime": spec.base_runtime,
