@@ -67,7 +67,8 @@ images: setup standins
 	  $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(CA_CERT),--ca-cert $(CA_CERT))
 
 # A CUDA 13.0 image of the GPU ops from the CUDA stand-ins (this machine's toolkit), with
-# torch's CUDA 13 build from PyPI: several GB to download, ~15 GB of disk. Not in CI.
+# torch's CUDA 13 build from PyPI: several GB to download, and ~30 GB of disk with the build
+# cache (`docker builder prune` gives it back). Not in CI.
 CUDA_TORCH ?= 2.15.0
 CUDA_TORCH_INDEX ?= https://pypi.org/simple
 CUDA_IMAGE_OPS ?= fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer
