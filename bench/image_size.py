@@ -31,8 +31,6 @@ from imagegen.images import image_size  # noqa: E402
 from imagegen.render import render  # noqa: E402
 from imagegen.spec import ImageSpec, SpecInput, build_spec  # noqa: E402
 
-STANDIN_DEVEL = "imagegen-standin/python:3.11-devel"
-STANDIN_RUNTIME = "imagegen-standin/python:3.11-runtime"
 GOAL = 0.5
 CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
 
@@ -43,8 +41,7 @@ def cpu_spec(ops: str, engine: Engine, bytecode: bool = True) -> ImageSpec:
         SpecInput(
             ops=ops,
             cpu=True,
-            base_devel=STANDIN_DEVEL,
-            base_runtime=STANDIN_RUNTIME,
+            standins=True,
             wheelhouse=os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels"),
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",

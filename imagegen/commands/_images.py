@@ -9,7 +9,6 @@ from imagegen.spec import ImageSpec
 
 STANDIN_SCRIPT = "scripts/standin-images.sh"
 STANDIN_TAGS = ("imagegen-standin/debian:bookworm", catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
-CUDA_STANDIN_TAGS = catalog.STANDINS["cuda13.0"]
 
 
 def local_images(refs: Sequence[str]) -> dict[str, bool] | None:
