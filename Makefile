@@ -81,6 +81,8 @@ image-cuda: setup docker
 bench-images: setup standins
 	bash scripts/standin-images.sh --cuda
 	$(PY) bench/image_size.py
+	$(PY) bench/image_size.py --bytecode all
+	$(PY) bench/image_size.py --bytecode none
 	$(PY) bench/image_size.py --cuda
 	$(PY) bench/rebuild.py
 

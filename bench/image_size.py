@@ -1,11 +1,13 @@
 """Runtime image size against the devel stage it is built from, for the CPU or a CUDA image.
 
-    python bench/image_size.py [--ops cpu_adam,cpu_lion] [--no-bytecode] [--out FILE]
+    python bench/image_size.py [--ops cpu_adam,cpu_lion] [--bytecode startup|all|none] [--out FILE]
     python bench/image_size.py --cuda [--torch 2.15.0] [--torch-index URL] [--arch "8.0;9.0+PTX"]
 
 Builds (or reuses from the build cache) the ``runtime``, ``build`` and ``devel`` stages of the
 image from the local stand-in bases and reports their sizes. Goal: runtime / devel <= 0.5.
-The largest runtime layers are listed too, since they say where the remaining bytes are.
+The largest runtime layers are listed too, since they say where the remaining bytes are,
+and so is the time ``import torch`` takes in a sealed (read-only, no network) container of
+the runtime image, since the bytecode mode trades that time against size.
 
 The CPU image takes torch from the local wheelhouse. The CUDA image (``--cuda``) is built on
 the CUDA 13.0 stand-ins (this machine's toolkit, scripts/standin-images.sh --cuda) with
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,13 +32,13 @@ from imagegen.engine import build_image  # noqa: E402
 from imagegen.engine_probe import Engine, detect_engine  # noqa: E402
 from imagegen.images import image_size  # noqa: E402
 from imagegen.render import render  # noqa: E402
-from imagegen.spec import ImageSpec, SpecInput, build_spec  # noqa: E402
+from imagegen.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec  # noqa: E402
 
 GOAL = 0.5
 CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
 
 
-def cpu_spec(ops: str, engine: Engine, bytecode: bool = True) -> ImageSpec:
+def cpu_spec(ops: str, engine: Engine, bytecode: str | None = None) -> ImageSpec:
     """The CPU image the integration tests build, from stand-ins, torch from the local wheelhouse."""
     return build_spec(
         SpecInput(
@@ -61,12 +64,35 @@ def cuda_spec(args: argparse.Namespace, engine: Engine) -> ImageSpec:
             torch=args.torch,
             torch_index=args.torch_index,
             arch=args.arch,
-            bytecode=not args.no_bytecode,
+            bytecode=args.bytecode,
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",
         ),
         os.environ,
     )
+
+
+def import_torch_seconds(tag: str, runs: int = 5) -> list[float]:
+    """``import torch`` timed inside a read-only, network-less container, ``runs`` fresh containers.
+
+    The first run also warms the page cache, as the first start on a node would; the median
+    of the runs is the figure reported.
+    """
+    import docker
+
+    probe = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
+    client = docker.from_env()
+    seconds: list[float] = []
+    try:
+        for _ in range(runs):
+            output = client.containers.run(
+                tag, ["python", "-c", probe], remove=True, network_mode="none", read_only=True,
+                tmpfs={"/tmp": "rw,size=64m"}, environment={"HOME": "/tmp"},
+            )  # fmt: skip
+            seconds.append(float(output.decode().split()[-1]))
+    finally:
+        client.close()
+    return seconds
 
 
 def _largest_layers(tag: str, count: int = 4) -> list[dict[str, Any]]:
@@ -88,8 +114,10 @@ def main() -> int:
     parser.add_argument("--torch", default="2.15.0", help="torch release for --cuda")
     parser.add_argument("--torch-index", default="https://pypi.org/simple", help="torch index for --cuda")
     parser.add_argument("--arch", default="8.0;9.0+PTX", help="arch list for --cuda")
-    parser.add_argument("--no-bytecode", action="store_true", help="the image imagegen --no-bytecode builds")
-    parser.add_argument("--out", help="default: bench/results/image_size[_cuda13.0][_nobytecode].json")
+    parser.add_argument(
+        "--bytecode", choices=BYTECODE_MODES, help="the image `imagegen --bytecode MODE` builds"
+    )
+    parser.add_argument("--out", help="default: bench/results/image_size[_cuda13.0][_bytecode-MODE].json")
     args = parser.parse_args()
 
     from imagegen.commands._context import staged_context
@@ -98,18 +126,22 @@ def main() -> int:
     if args.cuda:
         spec = cuda_spec(args, engine)
     else:
-        spec = cpu_spec(args.ops or "cpu_adam,cpu_lion", engine, bytecode=not args.no_bytecode)
-    suffix = ("" if spec.target == "cpu" else f"_{spec.target}") + ("" if spec.bytecode else "_nobytecode")
+        spec = cpu_spec(args.ops or "cpu_adam,cpu_lion", engine, bytecode=args.bytecode)
+    default_mode = spec.bytecode == BYTECODE_MODES[0]
+    suffix = ("" if spec.target == "cpu" else f"_{spec.target}") + (
+        "" if default_mode else f"_bytecode-{spec.bytecode}"
+    )
     out = Path(args.out or REPO / "bench" / "results" / f"image_size{suffix}.json")
     text = render(spec)
     sizes: dict[str, int] = {}
-    name = spec.target + ("" if spec.bytecode else "-nobytecode")
+    name = spec.target + ("" if default_mode else f"-bytecode-{spec.bytecode}")
     tags = {stage: f"imagegen-bench/{name}:{stage}" for stage in ("runtime", "build", "devel")}
     with staged_context(spec, REPO) as context:
         for stage, tag in tags.items():
             build_image(engine, context, text, tag, target=stage)
             sizes[stage] = image_size(engine, tag)
     ratio = sizes["runtime"] / sizes["devel"]
+    import_seconds = import_torch_seconds(tags["runtime"])
     results = {
         "target": spec.target,
         "torch": spec.torch_requirement,
@@ -125,6 +157,8 @@ def main() -> int:
         "ratio_runtime_to_build": round(sizes["runtime"] / sizes["build"], 3),
         "goal_ratio": GOAL,
         "goal_met": ratio <= GOAL,
+        "import_torch_seconds_median": round(statistics.median(import_seconds), 3),
+        "import_torch_seconds": [round(s, 3) for s in import_seconds],
         "largest_runtime_layers": _largest_layers(tags["runtime"]),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -133,6 +167,8 @@ def main() -> int:
     print(f"runtime {sizes['runtime'] / mib:.0f} MiB, build stage {sizes['build'] / mib:.0f} MiB, "
           f"devel stage {sizes['devel'] / mib:.0f} MiB")  # fmt: skip
     print(f"runtime / devel = {ratio:.3f} (goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})")
+    print(f"import torch in a sealed container: {statistics.median(import_seconds):.2f} s (median of "
+          f"{len(import_seconds)}, bytecode {spec.bytecode})")  # fmt: skip
     print(f"written to {out}")
     return 0
 

@@ -135,7 +135,7 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
         ("io.imagegen.torch", spec.torch_release),
         ("io.imagegen.python", spec.python),
         ("io.imagegen.distro", spec.distro),
-        ("io.imagegen.bytecode", "true" if spec.bytecode else "false"),
+        ("io.imagegen.bytecode", spec.bytecode),
     ]
     # Each GPU op's own arch list (an op may compile for fewer archs than the image names).
     pairs += [(f"io.imagegen.archs.{name}", ";".join(archs)) for name, archs in spec.op_archs]

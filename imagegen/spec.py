@@ -33,6 +33,11 @@ _REFERENCE_RE = re.compile(
 )
 _VERSION_RE = re.compile(r"^\d+\.\d+$")
 
+# Which compiled bytecode (.pyc) the runtime venv keeps, and the suffix each adds to the
+# default tag. "startup": only what a process imports to start torch and load the image's ops.
+BYTECODE_MODES = ("startup", "all", "none")
+_BYTECODE_TAG_SUFFIX = {"startup": "", "all": "-allbytecode", "none": "-nobytecode"}
+
 
 @dataclass(frozen=True)
 class SpecInput:
@@ -59,7 +64,7 @@ class SpecInput:
     push: bool = False
     verify: bool = True
     standins: bool | None = None
-    bytecode: bool | None = None
+    bytecode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class ImageSpec:
     max_jobs: int | None
     buildkit: bool
     push: bool
-    bytecode: bool = True  # ship compiled .pyc files in the runtime venv
+    bytecode: str = "startup"  # one of BYTECODE_MODES: which .pyc files the runtime venv keeps
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -210,11 +215,11 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
             "--push with --no-verify: images are pushed only after verification passed",
             hint="drop --no-verify, or push the image yourself",
         )
-    bytecode = _pick_bool(inp.bytecode, env, "BYTECODE", True)
+    bytecode = _bytecode(_pick(inp.bytecode, env, "BYTECODE"))
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, "TAG") or (
         f"imagegen:{target.name}-torch{torch}-py{python}-{content_hash(names, archs)}"
-        + ("" if bytecode else "-nobytecode")
+        + _BYTECODE_TAG_SUFFIX[bytecode]
     )
     _check_reference("--tag", tag)
     return ImageSpec(
@@ -288,6 +293,20 @@ def _distro(value: str | None, target: Target, standins: bool) -> str:
             hint=(suggestion + " " if suggestion else "") + "available: " + ", ".join(target.distros),
         )
     return value
+
+
+def _bytecode(value: str | None) -> str:
+    if value is None:
+        return BYTECODE_MODES[0]
+    mode = value.strip().lower()
+    if mode not in BYTECODE_MODES:
+        suggestion = did_you_mean(mode, BYTECODE_MODES)
+        raise BadInputError(
+            f"--bytecode {value!r} is not a bytecode mode",
+            hint=(suggestion + " " if suggestion else "")
+            + "use startup (the default: what torch and the ops import), all, or none",
+        )
+    return mode
 
 
 def _python(

@@ -150,12 +150,15 @@ BuildkitOption = Annotated[
     ),
 ]
 BytecodeOption = Annotated[
-    Optional[bool],
+    Optional[str],
     typer.Option(
-        "--bytecode/--no-bytecode",
-        help="Keep the compiled .pyc files in the runtime image (default), or drop them: about "
-        "120 MB smaller, but torch's modules are compiled again at every start of a read-only "
-        "container (about 1 s). (env: IMAGEGEN_BYTECODE)",
+        "--bytecode",
+        metavar="startup|all|none",
+        help="Compiled .pyc files the runtime image keeps. startup (default): those of the modules "
+        "a process imports to start torch and load the ops (~15 MB); all: every module's "
+        "(~120 MB more, for torch.compile and other lazily imported parts); none: a read-only "
+        "container then compiles torch's modules again at every start (~1 s). "
+        "(env: IMAGEGEN_BYTECODE)",
         rich_help_panel=_BUILD,
     ),
 ]

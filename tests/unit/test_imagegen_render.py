@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from imagegen.render import expected_torch_build, render, render_classic, torch_build_check
-from imagegen.spec import ImageSpec, SpecInput, build_spec
+from imagegen.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec
 from op_builder import ALL_OPS
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def spec(**flags: object) -> ImageSpec:
@@ -209,16 +211,40 @@ def test_torch_build_check_accepts_the_right_build_and_refuses_another() -> None
         assert "--torch-index" in message
 
 
-def test_runtime_venv_drops_build_tools_and_bytecode_only_when_asked() -> None:
-    build = stages(render(spec(cpu=True, ops="all")))["build"]
-    assert "pip uninstall --quiet --yes setuptools wheel ninja" in build
-    assert "__pycache__" not in build
-    slim = render(spec(cpu=True, ops="all", bytecode=False))
-    assert "find /opt/venv -depth -type d -name __pycache__ -exec rm -rf {} +" in stages(slim)["build"]
-    # The check that follows imports torch: it must not write the bytecode back.
-    assert "PYTHONDONTWRITEBYTECODE=1 python -m op_builder verify" in stages(slim)["build"]
-    assert labels(slim)["io.imagegen.bytecode"] == "false"
-    assert labels(render(spec(cpu=True, ops="all")))["io.imagegen.bytecode"] == "true"
+PRUNE_BYTECODE = "find /opt/venv -depth -type d -name __pycache__ -exec rm -rf {} +"
+
+
+def test_runtime_venv_drops_build_tools_and_keeps_bytecode_as_asked() -> None:
+    build = {
+        mode: stages(render(spec(cpu=True, ops="all", bytecode=mode)))["build"] for mode in BYTECODE_MODES
+    }
+    assert all("pip uninstall --quiet --yes setuptools wheel ninja" in text for text in build.values())
+    # all: pip's bytecode stays, and the op check must not add to it.
+    assert PRUNE_BYTECODE not in build["all"]
+    assert "PYTHONDONTWRITEBYTECODE=1 python -m op_builder verify" in build["all"]
+    # none: dropped, and the op check (it imports torch) must not write it back.
+    assert PRUNE_BYTECODE in build["none"]
+    assert "PYTHONDONTWRITEBYTECODE=1 python -m op_builder verify" in build["none"]
+    assert "pkgutil" not in build["none"]
+    # startup: dropped, then written back by the op check and the import of the fronts.
+    startup = build["startup"]
+    assert startup.index(PRUNE_BYTECODE) < startup.index("DS_DISABLE_JIT=1 python -m op_builder verify")
+    assert "PYTHONDONTWRITEBYTECODE" not in startup
+    assert "pkgutil.iter_modules(kernels.__path__" in startup
+    for mode in BYTECODE_MODES:
+        assert labels(render(spec(cpu=True, ops="all", bytecode=mode)))["io.imagegen.bytecode"] == mode
+
+
+def test_startup_bytecode_import_line_imports_every_front() -> None:
+    """Run the fronts' import line here, in a fresh interpreter, and list what it imported."""
+    line = stages(render(spec(cpu=True, ops="all")))["build"].split("python -c '", 1)[1].split("'", 1)[0]
+    probe = line + "; import sys; print(*sorted(m for m in sys.modules if m.startswith('kernels.')))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    fronts = {p.stem for p in (REPO / "kernels").glob("*.py") if p.stem != "__init__"}
+    assert {"kernels." + name for name in fronts} <= set(done.stdout.split())
 
 
 def test_classic_variant_has_the_same_stages_and_no_buildkit_syntax() -> None:

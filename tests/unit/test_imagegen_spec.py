@@ -213,11 +213,25 @@ def test_standins_set_the_bases_below_explicit_flags() -> None:
     assert (mixed.base_devel, mixed.base_runtime) == (catalog.STANDIN_DEVEL, "python:3.11-slim-bookworm")
 
 
-def test_no_bytecode_is_its_own_image() -> None:
+def test_each_bytecode_mode_is_its_own_image() -> None:
     default = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {})
-    slim = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {"IMAGEGEN_BYTECODE": "0"})
-    assert default.bytecode and not slim.bytecode
-    assert slim.tag == default.tag + "-nobytecode"  # two specs never share a tag
+    assert default.bytecode == "startup"
+    tags = {default.tag}
+    for mode, suffix in (("none", "-nobytecode"), ("all", "-allbytecode")):
+        spec = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {"IMAGEGEN_BYTECODE": mode.upper()})
+        assert spec.bytecode == mode
+        assert spec.tag == default.tag + suffix
+        tags.add(spec.tag)
+    assert len(tags) == 3  # two specs never share a tag
+    flag_wins = build_spec(SpecInput(cpu=True, ops="cpu_adam", bytecode="all"), {"IMAGEGEN_BYTECODE": "none"})
+    assert flag_wins.bytecode == "all"
+
+
+def test_unknown_bytecode_mode_names_the_modes() -> None:
+    with pytest.raises(BadInputError) as info:
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", bytecode="startp"), {})
+    assert "'startp'" in info.value.message
+    assert "did you mean 'startup'?" in info.value.hint and "all, or none" in info.value.hint
 
 
 def test_cuda_standins_are_the_host_toolkit_pair() -> None:
