@@ -252,6 +252,12 @@ def _verify_containers(docker_client: Any) -> list[Any]:
     )
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """Run in the child before exec: a shell that starts the test run in the background has it
+    ignore SIGINT, and an ignored signal survives exec, so Ctrl-C would never reach the CLI."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_verify_leaves_no_container(cpu_image: dict[str, Any], docker_client: Any) -> None:
     assert _verify_containers(docker_client) == []
     proc = subprocess.Popen(
@@ -260,6 +266,7 @@ def test_ctrl_c_during_verify_leaves_no_container(cpu_image: dict[str, Any], doc
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_as_at_a_terminal,
     )
     try:
         deadline = time.monotonic() + 60
@@ -323,6 +330,7 @@ def test_ctrl_c_during_a_build_stops_it_and_leaves_no_container(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_sigint_as_at_a_terminal,
     )
     assert proc.stdout is not None
     lines: list[str] = []
