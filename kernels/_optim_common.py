@@ -46,6 +46,19 @@ class KernelOptimizer(torch.optim.Optimizer):
             return closure()
 
 
+def check_betas(betas: tuple[float, float]) -> None:
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta} (betas must be in [0, 1))")
+
+
+def check_nonnegative(**values: float) -> None:
+    """Raise for a negative (or NaN) hyperparameter, named as torch's optimizers name it."""
+    for name, value in values.items():
+        if not value >= 0.0:
+            raise ValueError(f"Invalid {name.replace('_', ' ')} value: {value}")
+
+
 def advance_step(state: dict[str, Any]) -> int:
     """Count this step in ``state['step']`` (a float32 scalar tensor, as torch keeps it)."""
     step = state["step"]

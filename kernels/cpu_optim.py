@@ -29,7 +29,14 @@ from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
 from kernels._op_load import LazyOp
-from kernels._optim_common import KernelOptimizer, Scalar, advance_step, hyperparams
+from kernels._optim_common import (
+    KernelOptimizer,
+    Scalar,
+    advance_step,
+    check_betas,
+    check_nonnegative,
+    hyperparams,
+)
 from op_builder.errors import OpLoadError
 
 __all__ = ["CPUAdagrad", "CPUAdam", "CPULion", "set_simd_level"]
@@ -177,18 +184,6 @@ class _CPUOptimizer(KernelOptimizer):
         raise NotImplementedError
 
 
-def _check_betas(betas: tuple[float, float]) -> None:
-    for i, beta in enumerate(betas):
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
-
-
-def _check_nonnegative(**values: float) -> None:
-    for name, value in values.items():
-        if not value >= 0.0:
-            raise ValueError(f"Invalid {name.replace('_', ' ')} value: {value}")
-
-
 class CPUAdam(_CPUOptimizer):
     """Adam (``adamw_mode=False``, L2 penalty) or AdamW (default, decoupled weight decay).
 
@@ -212,8 +207,8 @@ class CPUAdam(_CPUOptimizer):
         bias_correction: bool = True,
         use_kernel: bool | None = None,
     ) -> None:
-        _check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
-        _check_betas(betas)
+        check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
+        check_betas(betas)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -285,7 +280,7 @@ class CPUAdagrad(_CPUOptimizer):
         *,
         use_kernel: bool | None = None,
     ) -> None:
-        _check_nonnegative(
+        check_nonnegative(
             learning_rate=lr,
             lr_decay=lr_decay,
             weight_decay=weight_decay,
@@ -343,8 +338,8 @@ class CPULion(_CPUOptimizer):
         *,
         use_kernel: bool | None = None,
     ) -> None:
-        _check_nonnegative(learning_rate=lr, weight_decay=weight_decay)
-        _check_betas(betas)
+        check_nonnegative(learning_rate=lr, weight_decay=weight_decay)
+        check_betas(betas)
         super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay}, use_kernel)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:

@@ -23,7 +23,14 @@ from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
 from kernels._gpu_load import GpuOp
-from kernels._optim_common import KernelOptimizer, Scalar, advance_step, hyperparams
+from kernels._optim_common import (
+    KernelOptimizer,
+    Scalar,
+    advance_step,
+    check_betas,
+    check_nonnegative,
+    hyperparams,
+)
 
 __all__ = ["FusedAdam", "FusedLamb", "FusedLion"]
 
@@ -118,12 +125,6 @@ class _FusedOptimizer(KernelOptimizer):
         raise NotImplementedError
 
 
-def _check_betas(betas: tuple[float, float]) -> None:
-    for beta in betas:
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
-
-
 class FusedAdam(_FusedOptimizer):
     """Adam (``adam_w_mode=False``: L2 penalty added to the grad) or AdamW (default:
     decoupled weight decay), matching ``torch.optim.Adam`` / ``AdamW`` without amsgrad."""
@@ -143,9 +144,8 @@ class FusedAdam(_FusedOptimizer):
         bias_correction: bool = True,
         use_kernel: bool | None = None,
     ) -> None:
-        if lr < 0.0 or eps < 0.0 or weight_decay < 0.0:
-            raise ValueError("lr, eps and weight_decay must be non-negative")
-        _check_betas(betas)
+        check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
+        check_betas(betas)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -201,9 +201,8 @@ class FusedLamb(_FusedOptimizer):
         bias_correction: bool = True,
         use_kernel: bool | None = None,
     ) -> None:
-        if lr < 0.0 or eps < 0.0 or weight_decay < 0.0:
-            raise ValueError("lr, eps and weight_decay must be non-negative")
-        _check_betas(betas)
+        check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
+        check_betas(betas)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -259,9 +258,8 @@ class FusedLion(_FusedOptimizer):
         weight_decay: float = 0.0,
         use_kernel: bool | None = None,
     ) -> None:
-        if lr < 0.0 or weight_decay < 0.0:
-            raise ValueError("lr and weight_decay must be non-negative")
-        _check_betas(betas)
+        check_nonnegative(learning_rate=lr, weight_decay=weight_decay)
+        check_betas(betas)
         super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay}, use_kernel)
 
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
