@@ -33,6 +33,7 @@ from imagegen.engine_probe import Engine, detect_engine  # noqa: E402
 from imagegen.images import image_size  # noqa: E402
 from imagegen.render import render  # noqa: E402
 from imagegen.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec  # noqa: E402
+from imagegen.verify import sealed_container_options  # noqa: E402
 
 GOAL = 0.5
 CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
@@ -73,7 +74,7 @@ def cuda_spec(args: argparse.Namespace, engine: Engine) -> ImageSpec:
 
 
 def import_torch_seconds(tag: str, runs: int = 5) -> list[float]:
-    """``import torch`` timed inside a read-only, network-less container, ``runs`` fresh containers.
+    """``import torch`` timed in ``runs`` fresh containers, each sealed as the verifier's is.
 
     The first run also warms the page cache, as the first start on a node would; the median
     of the runs is the figure reported.
@@ -85,10 +86,8 @@ def import_torch_seconds(tag: str, runs: int = 5) -> list[float]:
     seconds: list[float] = []
     try:
         for _ in range(runs):
-            output = client.containers.run(
-                tag, ["python", "-c", probe], remove=True, network_mode="none", read_only=True,
-                tmpfs={"/tmp": "rw,size=64m"}, environment={"HOME": "/tmp"},
-            )  # fmt: skip
+            command = ["python", "-c", probe]
+            output = client.containers.run(tag, command, remove=True, **sealed_container_options())
             seconds.append(float(output.decode().split()[-1]))
     finally:
         client.close()

@@ -206,6 +206,24 @@ def verify_image(image: str, ops: Sequence[str] | None = None, timeout: float = 
     return result
 
 
+def sealed_container_options() -> dict[str, Any]:
+    """Docker SDK ``containers.create``/``run`` options of the sealed container: no network, a
+    read-only root, no capabilities or privilege gain, few processes, a small tmpfs at /tmp.
+
+    A fresh dict each call, so a caller may add to its environment.
+    """
+    return {
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=256m"},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": 512,
+        # HOME on the tmpfs: the image's home is read-only here and torch may cache under it.
+        "environment": {"HOME": "/tmp", "TMPDIR": "/tmp"},
+    }
+
+
 def _run_sealed(
     client: Any,
     image: str,
@@ -216,21 +234,16 @@ def _run_sealed(
 ) -> tuple[int, str, str]:
     import requests
 
+    options = sealed_container_options()
+    options["environment"]["DS_DISABLE_JIT"] = "1"
     container = client.containers.create(
         image,
         command=verify_command(ops),
         name=name,
         user=run_user(str(config.get("User") or "")),
-        network_mode="none",
-        read_only=True,
-        tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"},
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        pids_limit=512,
-        # HOME on the tmpfs: the image's home is read-only here and torch may cache under it.
-        environment={"DS_DISABLE_JIT": "1", "HOME": "/tmp", "TMPDIR": "/tmp"},
         labels={VERIFY_LABEL: "1"},
         detach=True,
+        **options,
     )
     container.start()
     try:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from imagegen.sources import copy_build_inputs
+from imagegen.verify import sealed_container_options
 from tests.integration.conftest import (
     CA_CERT,
     CPU_OPS,
@@ -30,13 +31,7 @@ from tests.integration.conftest import (
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
 # How the verifier runs, reused for running real work in the image.
-SEALED: dict[str, Any] = {
-    "network_mode": "none",
-    "read_only": True,
-    "tmpfs": {"/tmp": "rw,size=256m"},
-    "environment": {"HOME": "/tmp"},
-    "cap_drop": ["ALL"],
-}
+SEALED = sealed_container_options()
 
 
 def test_build_summary_says_verified(cpu_image: dict[str, Any]) -> None:
