@@ -32,7 +32,7 @@ from imagegen.engine import build_image  # noqa: E402
 from imagegen.engine_probe import Engine, detect_engine  # noqa: E402
 from imagegen.images import image_size  # noqa: E402
 from imagegen.render import render  # noqa: E402
-from imagegen.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec  # noqa: E402
+from imagegen.spec import BYTECODE_MODES, BYTECODE_TAG_SUFFIX, ImageSpec, SpecInput, build_spec  # noqa: E402
 from imagegen.verify import sealed_container_options  # noqa: E402
 
 GOAL = 0.5
@@ -116,7 +116,9 @@ def main() -> int:
     parser.add_argument(
         "--bytecode", choices=BYTECODE_MODES, help="the image `imagegen --bytecode MODE` builds"
     )
-    parser.add_argument("--out", help="default: bench/results/image_size[_cuda13.0][_bytecode-MODE].json")
+    parser.add_argument(
+        "--out", help="default: bench/results/image_size_<name>.json, name as in cpu, cpu-nobytecode"
+    )
     args = parser.parse_args()
 
     from imagegen.commands._context import staged_context
@@ -126,14 +128,11 @@ def main() -> int:
         spec = cuda_spec(args, engine)
     else:
         spec = cpu_spec(args.ops or "cpu_adam,cpu_lion", engine, bytecode=args.bytecode)
-    default_mode = spec.bytecode == BYTECODE_MODES[0]
-    suffix = ("" if spec.target == "cpu" else f"_{spec.target}") + (
-        "" if default_mode else f"_bytecode-{spec.bytecode}"
-    )
-    out = Path(args.out or REPO / "bench" / "results" / f"image_size{suffix}.json")
+    # Named as imagegen's default tags are: the default bytecode mode adds nothing.
+    name = spec.target + BYTECODE_TAG_SUFFIX[spec.bytecode]
+    out = Path(args.out or REPO / "bench" / "results" / f"image_size_{name}.json")
     text = render(spec)
     sizes: dict[str, int] = {}
-    name = spec.target + ("" if default_mode else f"-bytecode-{spec.bytecode}")
     tags = {stage: f"imagegen-bench/{name}:{stage}" for stage in ("runtime", "build", "devel")}
     with staged_context(spec, REPO) as context:
         for stage, tag in tags.items():

@@ -35,8 +35,9 @@ _VERSION_RE = re.compile(r"^\d+\.\d+$")
 
 # Which compiled bytecode (.pyc) the runtime venv keeps, and the suffix each adds to the
 # default tag. "startup": only what a process imports to start torch and load the image's ops.
-BYTECODE_MODES = ("startup", "all", "none")
-_BYTECODE_TAG_SUFFIX = {"startup": "", "all": "-allbytecode", "none": "-nobytecode"}
+BYTECODE_TAG_SUFFIX = {"startup": "", "all": "-allbytecode", "none": "-nobytecode"}
+BYTECODE_MODES = tuple(BYTECODE_TAG_SUFFIX)
+DEFAULT_BYTECODE = "startup"
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class ImageSpec:
     max_jobs: int | None
     buildkit: bool
     push: bool
-    bytecode: str = "startup"  # one of BYTECODE_MODES: which .pyc files the runtime venv keeps
+    bytecode: str = DEFAULT_BYTECODE  # one of BYTECODE_MODES: which .pyc files the runtime venv keeps
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -219,7 +220,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, "TAG") or (
         f"imagegen:{target.name}-torch{torch}-py{python}-{content_hash(names, archs)}"
-        + _BYTECODE_TAG_SUFFIX[bytecode]
+        + BYTECODE_TAG_SUFFIX[bytecode]
     )
     _check_reference("--tag", tag)
     return ImageSpec(
@@ -297,7 +298,7 @@ def _distro(value: str | None, target: Target, standins: bool) -> str:
 
 def _bytecode(value: str | None) -> str:
     if value is None:
-        return BYTECODE_MODES[0]
+        return DEFAULT_BYTECODE
     mode = value.strip().lower()
     if mode not in BYTECODE_MODES:
         suggestion = did_you_mean(mode, BYTECODE_MODES)
