@@ -1,6 +1,7 @@
 """The ``imagegen`` command line: composition only; each command lives in imagegen/commands/.
 
-Error handling lives here, once: commands raise ``ImagegenError`` subclasses, and
+Error handling lives here, once: commands raise errors derived from ``UserFacingError`` (imagegen's
+and op_builder's share that root), and
 ``ImagegenGroup.invoke`` turns them into one message (or ``{"error": ...}`` with --json) and
 the error's exit code: 0 ok, 1 build or verification failed, 2 bad input, 3 no engine.
 ``IMAGEGEN_DEBUG=1`` prints the traceback as well.
@@ -19,19 +20,19 @@ from typer.core import TyperGroup
 from imagegen.commands import build, dockerfile, doctor, matrix, ops, verify
 from imagegen.commands._options import JSON_META_KEY
 from imagegen.commands._output import report_error
-from imagegen.errors import ImagegenError
+from imagegen.errors import UserFacingError
 
 # 128 + SIGINT, as shells report a command stopped by Ctrl-C.
 INTERRUPTED_EXIT_CODE = 130
 
 
 class ImagegenGroup(TyperGroup):
-    """Runs a command and maps ImagegenError to its exit code; the only place that exits."""
+    """Runs a command and maps any UserFacingError to its exit code; the only place that exits."""
 
     def invoke(self, ctx: Any) -> Any:  # Any: the Context class moved between typer versions
         try:
             return super().invoke(ctx)
-        except ImagegenError as exc:
+        except UserFacingError as exc:
             if os.environ.get("IMAGEGEN_DEBUG", "").strip() not in ("", "0"):
                 traceback.print_exc(file=sys.stderr)
             report_error(exc, as_json=bool(ctx.meta.get(JSON_META_KEY)))

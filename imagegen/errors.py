@@ -1,33 +1,29 @@
-"""Errors of the imagegen CLI, each owning its exit code.
+"""Errors of imagegen, each owning its exit code.
 
-Only the CLI entry point (``imagegen.cli.main``) turns these into process exits, so
-library code raises and the user sees one message and a hint, never a traceback.
+They share op_builder's root (``UserFacingError``), and ``BadInputError`` is the same
+class in both packages, so an unknown op reported by op_builder and a bad flag reported
+by imagegen are one kind of error. Only the CLI entry point (``imagegen.cli``) turns them
+into process exits: 0 ok, 1 build or verification failed, 2 bad input, 3 no engine.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from op_builder.errors import BadInputError, UserFacingError
 
-class ImagegenError(Exception):
-    """A problem the user can act on; ``exit_code`` is what the CLI exits with."""
-
-    exit_code: ClassVar[int] = 1
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def to_json(self) -> dict[str, object]:
-        """The ``{"error": ...}`` payload printed with ``--json``."""
-        return {"error": {"message": self.message, "hint": self.hint, "exit_code": self.exit_code}}
+__all__ = [
+    "BadInputError",
+    "BuildFailedError",
+    "EngineUnavailableError",
+    "ImagegenError",
+    "UserFacingError",
+    "VerificationFailedError",
+]
 
 
-class BadInputError(ImagegenError):
-    """Unknown op, bad arch list, unsupported CUDA/torch combination, conflicting flags."""
-
-    exit_code: ClassVar[int] = 2
+class ImagegenError(UserFacingError):
+    """A failure of imagegen's own work (building, verifying, talking to the engine)."""
 
 
 class BuildFailedError(ImagegenError):
@@ -37,7 +33,7 @@ class BuildFailedError(ImagegenError):
 
 
 class VerificationFailedError(ImagegenError):
-    """The image was built but an op did not load from its ahead-of-time module."""
+    """The image was built but an op did not pass verification."""
 
     exit_code: ClassVar[int] = 1
 

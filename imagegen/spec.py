@@ -19,7 +19,6 @@ from imagegen.catalog import Accelerator, Target
 from imagegen.errors import BadInputError
 from op_builder import ALL_OPS, CUDAOpBuilder
 from op_builder import archs as arch_lib
-from op_builder.errors import ArchError, OpBuilderError
 from op_builder.plan import env_flag
 from op_builder.suggest import did_you_mean
 
@@ -159,10 +158,7 @@ def _pick(flag: str | None, env: Mapping[str, str], name: str) -> str | None:
 def _pick_bool(flag: bool | None, env: Mapping[str, str], name: str, default: bool) -> bool:
     if flag is not None:
         return flag
-    try:  # the same spellings as op_builder's DS_* switches
-        value = env_flag(env, ENV_PREFIX + name)
-    except OpBuilderError as exc:
-        raise BadInputError(exc.message, hint=exc.hint) from None
+    value = env_flag(env, ENV_PREFIX + name)  # the same spellings as op_builder's DS_* switches
     return default if value is None else value
 
 
@@ -430,19 +426,16 @@ def _archs(value: str | None, target: Target) -> tuple[tuple[str, ...], tuple[st
                 "--arch applies to --cuda and --rocm images only", hint="drop --arch for --cpu"
             )
         return (), ()
-    try:
-        if target.accelerator == "rocm":
-            if value is None:
-                return (), catalog.default_rocm_archs()
-            return (), arch_lib.parse_rocm_arch_list(value)
-        version = target.version or ""
+    if target.accelerator == "rocm":
         if value is None:
-            return catalog.default_cuda_archs(version), ()
-        # No 'native': the build runs in a container, usually on a machine without the GPU.
-        parsed = arch_lib.parse_cuda_arch_list(value, native=None)
-        arch_lib.validate_for_toolkit(parsed, version)
-    except ArchError as exc:
-        raise BadInputError(exc.message, hint=exc.hint) from None
+            return (), catalog.default_rocm_archs()
+        return (), arch_lib.parse_rocm_arch_list(value)
+    version = target.version or ""
+    if value is None:
+        return catalog.default_cuda_archs(version), ()
+    # No 'native': the build runs in a container, usually on a machine without the GPU.
+    parsed = arch_lib.parse_cuda_arch_list(value, native=None)
+    arch_lib.validate_for_toolkit(parsed, version)
     return tuple(str(a) for a in parsed), ()
 
 
@@ -461,15 +454,14 @@ def _per_op_archs(
         if not isinstance(builder, CUDAOpBuilder):
             kept_names.append(name)
             continue
-        kept, _dropped = arch_lib.filter_for_op(parsed, builder.arch_limits)
-        if not kept:
-            why = f"{name} needs archs {builder.arch_limits.describe()}; none of {';'.join(cuda_archs)} is"
+        decision = builder.arch_decision(parsed)
+        if decision.reason is not None:
             if explicit:
-                raise BadInputError(why, hint=f"add an arch in range to --arch, or drop {name}")
-            warnings.append(why + f", so --ops all leaves {name} out")
+                raise BadInputError(decision.reason, hint=f"add an arch in range to --arch, or drop {name}")
+            warnings.append(decision.reason + f", so --ops all leaves {name} out")
             continue
         kept_names.append(name)
-        per_op.append((name, tuple(str(a) for a in kept)))
+        per_op.append((name, tuple(str(a) for a in decision.kept)))
     return tuple(kept_names), tuple(per_op)
 
 

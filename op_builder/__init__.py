@@ -5,11 +5,12 @@ needs them.
 """
 
 from op_builder.builder import BuildContext, CPUOpBuilder, CUDAOpBuilder, OpBuilder, OpFlags
-from op_builder.errors import OpBuilderError, OpLoadError, UnknownOpError
+from op_builder.errors import BadInputError, OpBuilderError, OpLoadError, UnknownOpError, UserFacingError
 from op_builder.registry import ALL_OPS, get_builder
 
 __all__ = [
     "ALL_OPS",
+    "BadInputError",
     "BuildContext",
     "CPUOpBuilder",
     "CUDAOpBuilder",
@@ -18,5 +19,6 @@ __all__ = [
     "OpFlags",
     "OpLoadError",
     "UnknownOpError",
+    "UserFacingError",
     "get_builder",
 ]

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from op_builder import archs as arch_lib
-from op_builder.errors import BadInputError, OpBuilderError
+from op_builder.errors import BadInputError, UserFacingError
 from op_builder.registry import ALL_OPS, get_builder
 from op_builder.toolchain import CudaToolkit, Toolchain
 
@@ -139,7 +139,7 @@ def cmd_verify(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         try:
             loaded = load_op(get_builder(name), sealed)
             entry.update(ok=loaded.source == "aot", source=loaded.source)
-        except OpBuilderError as exc:
+        except UserFacingError as exc:
             entry["error"] = exc.message
         entry["seconds"] = round(time.perf_counter() - start, 6)
         results.append(entry)
@@ -291,11 +291,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     env = os.environ if env is None else env
     try:
         return _COMMANDS[args.command](args, env)
-    except OpBuilderError as exc:
+    except UserFacingError as exc:
         if env.get("OP_BUILDER_DEBUG") == "1":
             traceback.print_exc()
         if getattr(args, "json", False):
-            _emit({"error": {"message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}})
+            _emit(exc.to_json())
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)

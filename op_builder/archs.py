@@ -234,13 +234,29 @@ class ArchLimits:
         return "any"
 
 
-def filter_for_op(
-    archs: Sequence[CudaArch], limits: ArchLimits
-) -> tuple[tuple[CudaArch, ...], tuple[CudaArch, ...]]:
-    """Split ``archs`` into (kept, dropped) by the op's limits. Returns new tuples."""
+@dataclass(frozen=True)
+class OpArchDecision:
+    """One op's arch list: what it is compiled for, what its limits dropped, and why it
+    cannot be built when nothing is left (``reason`` is None when it can)."""
+
+    kept: tuple[CudaArch, ...]
+    dropped: tuple[CudaArch, ...]
+    reason: str | None
+
+
+def decide_op_archs(name: str, archs: Sequence[CudaArch], limits: ArchLimits) -> OpArchDecision:
+    """The one per-op arch decision: ``archs`` filtered by the op's own limits.
+
+    ``op_builder.plan`` (through the builders) and ``imagegen.spec`` both call this, so an
+    image and a wheel can never disagree about which archs an op gets.
+    """
     kept = tuple(a for a in archs if limits.admits(a))
     dropped = tuple(a for a in archs if not limits.admits(a))
-    return kept, dropped
+    reason = None
+    if archs and not kept:
+        listed = ";".join(str(a) for a in archs)
+        reason = f"{name} needs archs {limits.describe()}; none of {listed} is"
+    return OpArchDecision(kept, dropped, reason)
 
 
 def nvcc_gencode_flags(archs: Sequence[CudaArch]) -> list[str]:

@@ -9,7 +9,7 @@ in ``loader``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -245,9 +245,12 @@ class CUDAOpBuilder(OpBuilder):
     target: ClassVar[Target] = "gpu"
     arch_limits: ClassVar[ArchLimits] = ArchLimits()
 
+    def arch_decision(self, archs: Sequence[CudaArch]) -> arch_lib.OpArchDecision:
+        """This op's own list from a build-wide list (see ``archs.decide_op_archs``)."""
+        return arch_lib.decide_op_archs(self.name, archs, self.arch_limits)
+
     def cuda_archs(self, ctx: BuildContext) -> tuple[CudaArch, ...]:
-        kept, _dropped = arch_lib.filter_for_op(ctx.cuda_archs, self.arch_limits)
-        return kept
+        return self.arch_decision(ctx.cuda_archs).kept
 
     def archs_for(self, ctx: BuildContext) -> tuple[str, ...]:
         if ctx.accelerator == "rocm":
@@ -262,9 +265,9 @@ class CUDAOpBuilder(OpBuilder):
         if ctx.accelerator == "cuda":
             if ctx.toolchain.cuda is None:
                 return "no CUDA toolkit found (nvcc not on PATH and CUDA_HOME unset)"
-            if not self.cuda_archs(ctx):
-                listed = ";".join(str(a) for a in ctx.cuda_archs)
-                return f"none of the archs {listed} is within this op's range ({self.arch_limits.describe()})"
+            decision = self.arch_decision(ctx.cuda_archs)
+            if not decision.kept:
+                return decision.reason or "no CUDA arch to build for (the arch list is empty)"
         if ctx.accelerator == "rocm" and ctx.toolchain.rocm is None:
             return "no ROCm toolkit found (hipcc not on PATH and ROCM_HOME unset)"
         return super().incompatibility(ctx)

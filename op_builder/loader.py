@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import Literal
 
 from op_builder.builder import BuildContext, OpBuilder, OpFlags, align_torch_cuda_home, cxx_standard
-from op_builder.errors import OpBuilderError, OpLoadError
+from op_builder.errors import OpLoadError, UserFacingError
 from op_builder.manifest import read_installed
 from op_builder.toolchain import Toolchain
 
@@ -226,7 +226,7 @@ def _jit_load(builder: OpBuilder, env: Mapping[str, str]) -> tuple[ModuleType, b
         flags = builder.flags(_flags_context(builder, env))
         key = build_key(flags)
         root = extensions_root(env)
-    except OpBuilderError as exc:
+    except UserFacingError as exc:
         raise OpLoadError(f"{builder.name}: {exc.message}", hint=exc.hint) from None
     module_name = f"{builder.name}_{key}"
     build_dir = root / module_name
@@ -252,7 +252,7 @@ def _jit_load(builder: OpBuilder, env: Mapping[str, str]) -> tuple[ModuleType, b
 def _compile(builder: OpBuilder, env: Mapping[str, str], module_name: str, build_dir: Path) -> None:
     try:
         ctx = _probed_context(builder, env)
-    except OpBuilderError as exc:
+    except UserFacingError as exc:
         raise OpLoadError(f"{builder.name}: {exc.message}", hint=exc.hint) from None
     reason = builder.incompatibility(ctx)
     if reason is not None:

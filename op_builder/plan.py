@@ -16,7 +16,7 @@ from typing import Any
 
 from op_builder import archs as arch_lib
 from op_builder.builder import Accelerator, BuildContext, OpBuilder, OpFlags, cxx_standard
-from op_builder.errors import BadInputError, OpBuilderError
+from op_builder.errors import BadInputError, UserFacingError
 from op_builder.registry import ALL_OPS
 from op_builder.suggest import did_you_mean
 from op_builder.toolchain import Toolchain, check_cuda_versions
@@ -117,7 +117,7 @@ def resolve_context(
     toolchain: Toolchain,
     native: Callable[[], Sequence[str]] | None = None,
 ) -> BuildContext:
-    """Read the build-wide settings once. Raises OpBuilderError on bad input."""
+    """Read the build-wide settings once. Raises BadInputError on bad input."""
     accelerator = resolve_accelerator(env, toolchain)
     warnings: list[str] = []
     cuda_archs: tuple[arch_lib.CudaArch, ...] = ()
@@ -186,9 +186,9 @@ def make_plan(
     try:
         build_all, explicit = requested_ops(env)
         ctx = resolve_context(env, toolchain, native)
-    except OpBuilderError as exc:
+    except UserFacingError as exc:
         accelerator: Accelerator = "cpu"
-        with contextlib.suppress(OpBuilderError):
+        with contextlib.suppress(UserFacingError):
             accelerator = resolve_accelerator(env, toolchain)
         return Plan(accelerator, (), (), (Problem(exc.message, exc.hint),), (), None)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from op_builder.errors import OpBuilderError
+from op_builder.errors import UserFacingError
 from op_builder.plan import Plan, plan_from_environment, requested_ops
 
 
@@ -45,7 +45,7 @@ def planned_extensions(env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any
     """(ext_modules, cmdclass) for setup(); exits with the plan's errors when it has any."""
     try:
         build_all, explicit = requested_ops(env)
-    except OpBuilderError as exc:  # a garbled or unknown DS_BUILD_* name
+    except UserFacingError as exc:  # a garbled or unknown DS_BUILD_* name
         _say_error(exc.message, exc.hint)
         raise SystemExit(1) from None
     if not build_all and not any(explicit.values()):

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from op_builder.builder import BuildContext  # noqa: E402
-from op_builder.errors import OpBuilderError  # noqa: E402
+from op_builder.errors import UserFacingError  # noqa: E402
 from op_builder.plan import resolve_context  # noqa: E402
 from op_builder.toolchain import probe  # noqa: E402
 
@@ -53,7 +53,7 @@ def resolve(env: Mapping[str, str], overrides: Mapping[str, str]) -> BuildContex
     full = {**env, **overrides}
     try:
         return resolve_context(full, probe(full))
-    except OpBuilderError as exc:
+    except UserFacingError as exc:
         print(f"error: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), file=sys.stderr)
         return None
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from imagegen.errors import ImagegenError
+from imagegen.errors import UserFacingError
 
 
 def emit_json(data: Any) -> None:
@@ -22,7 +22,7 @@ def console() -> Console:
     return Console(file=sys.stdout, highlight=False, soft_wrap=True)
 
 
-def report_error(exc: ImagegenError, as_json: bool) -> None:
+def report_error(exc: UserFacingError, as_json: bool) -> None:
     """The one clear message (and hint) a user sees instead of a traceback."""
     if as_json:
         emit_json(exc.to_json())

@@ -87,14 +87,22 @@ def test_validate_accepts(arch: str, cuda: str) -> None:
     A.validate_for_toolkit(A.parse_cuda_arch_list(arch), cuda)
 
 
-def test_filter_for_op_returns_new_lists_and_leaves_input_alone() -> None:
+def test_decide_op_archs_returns_new_lists_and_leaves_input_alone() -> None:
     archs = A.parse_cuda_arch_list("7.0;8.0;9.0+PTX")
-    kept, dropped = A.filter_for_op(archs, A.ArchLimits(min_capability=(8, 0)))
-    assert [str(a) for a in kept] == ["8.0", "9.0+PTX"]
-    assert [str(a) for a in dropped] == ["7.0"]
+    decision = A.decide_op_archs("op", archs, A.ArchLimits(min_capability=(8, 0)))
+    assert [str(a) for a in decision.kept] == ["8.0", "9.0+PTX"]
+    assert [str(a) for a in decision.dropped] == ["7.0"]
+    assert decision.reason is None
     assert [str(a) for a in archs] == ["7.0", "8.0", "9.0+PTX"]
-    kept, _ = A.filter_for_op(archs, A.ArchLimits(max_capability=(8, 0)))
-    assert [str(a) for a in kept] == ["7.0", "8.0"]
+    decision = A.decide_op_archs("op", archs, A.ArchLimits(max_capability=(8, 0)))
+    assert [str(a) for a in decision.kept] == ["7.0", "8.0"]
+
+
+def test_decide_op_archs_rejects_with_the_reason_when_nothing_is_left() -> None:
+    archs = A.parse_cuda_arch_list("7.0;7.5")
+    decision = A.decide_op_archs("fp_quantizer", archs, A.ArchLimits(min_capability=(8, 0)))
+    assert decision.kept == ()
+    assert decision.reason == "fp_quantizer needs archs >= 8.0; none of 7.0;7.5 is"
 
 
 def test_gencode_each_arch_once_and_ptx_only_where_asked() -> None:
