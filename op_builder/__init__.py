@@ -4,7 +4,8 @@ Importing this package probes nothing; probes run when a plan, report or load
 needs them.
 """
 
-from op_builder.builder import BuildContext, CPUOpBuilder, CUDAOpBuilder, OpBuilder, OpFlags
+from op_builder.builder import CPUOpBuilder, CUDAOpBuilder, OpBuilder
+from op_builder.context import BuildContext, OpFlags
 from op_builder.errors import BadInputError, OpBuilderError, OpLoadError, UnknownOpError, UserFacingError
 from op_builder.registry import ALL_OPS, get_builder
 

@@ -18,9 +18,14 @@ from dataclasses import replace
 from typing import Any
 
 from op_builder import archs as arch_lib
+from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError, UserFacingError
-from op_builder.registry import ALL_OPS, get_builder
-from op_builder.toolchain import CudaToolkit, Toolchain
+from op_builder.loader import load_op
+from op_builder.manifest import read_installed
+from op_builder.plan import make_plan, probe_host
+from op_builder.registry import ALL_OPS, check_op_names, get_builder
+from op_builder.report import OpVerification, VerifyReport
+from op_builder.toolchain import CudaToolkit, Toolchain, probe_cuda
 
 
 def _emit(data: Any) -> None:
@@ -36,8 +41,6 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 
 
 def _toolchain(env: Mapping[str, str], cuda_override: str | None) -> Toolchain:
-    from op_builder.plan import probe_host
-
     found = probe_host(env)
     if cuda_override is None:
         return found
@@ -54,15 +57,17 @@ def _check_version(text: str) -> None:
         raise BadInputError(
             f"--cuda {text!r} is not a CUDA version", hint="use MAJOR.MINOR, e.g. --cuda 12.1"
         )
+    reason = arch_lib.unknown_cuda_release(text)
+    if reason is not None:
+        raise BadInputError(
+            f"--cuda {text}: {reason}", hint=f"known CUDA releases: {arch_lib.KNOWN_CUDA_RELEASES}"
+        )
 
 
 # ------------------------------------------------------------------ report
 
 
 def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from op_builder.manifest import read_installed
-    from op_builder.plan import resolve_context
-
     toolchain = _toolchain(env, args.cuda)
     ctx = resolve_context(env, toolchain)
     manifest = read_installed()
@@ -121,12 +126,10 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    import torch
-
-    from op_builder.loader import load_op
-    from op_builder.manifest import read_installed
+    import torch  # deferred: every other command works without importing torch
 
     names: list[str] = list(args.ops)
+    check_op_names(names)  # a typo is bad input (exit 2), not a failed verification
     manifest = read_installed()
     if not names:
         names = sorted(manifest.ops) if manifest else []
@@ -135,38 +138,29 @@ def cmd_verify(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     results = []
     for name in names:
         start = time.perf_counter()
-        entry: dict[str, Any] = {"name": name, "ok": False, "source": None, "seconds": 0.0, "error": None}
+        source, error = None, None
         try:
             loaded = load_op(get_builder(name), sealed)
-            entry.update(ok=loaded.source == "aot", source=loaded.source)
+            source = loaded.source
         except UserFacingError as exc:
-            entry["error"] = exc.message
-        entry["seconds"] = round(time.perf_counter() - start, 6)
-        results.append(entry)
-    ok = bool(results) and all(r["ok"] for r in results)
-    data = {
-        "ok": ok,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": torch.version.hip,
-        "ops": results,
-    }
+            error = exc.message
+        seconds = round(time.perf_counter() - start, 6)
+        results.append(OpVerification(name, source == "aot", source, seconds, error))
+    report = VerifyReport(torch.__version__, torch.version.cuda, torch.version.hip, tuple(results))
     if args.json:
-        _emit(data)
+        _emit(report.to_json())
     else:
-        rows = [[r["name"], r["source"] or "-", f"{r['seconds']:.3f}", r["error"] or ""] for r in results]
+        rows = [[r.name, r.source or "-", f"{r.seconds:.3f}", r.error or ""] for r in results]
         print(_table(rows, ["op", "loaded from", "seconds", "error"]))
     if not results:
         print("error: no ops are installed ahead of time, and none were named", file=sys.stderr)
-    return 0 if ok else 1
+    return 0 if report.ok else 1
 
 
 # ------------------------------------------------------------------ flags / plan
 
 
 def cmd_flags(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from op_builder.plan import resolve_context
-
     builder = get_builder(args.op)
     ctx = resolve_context(env, _toolchain(env, args.cuda))
     flags = builder.flags(ctx)
@@ -188,8 +182,6 @@ def cmd_flags(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_plan(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from op_builder.plan import make_plan, visible_gpu_capabilities
-
     plan = make_plan(env, _toolchain(env, args.cuda), native=visible_gpu_capabilities)
     if args.json:
         _emit(plan.to_json())
@@ -210,9 +202,6 @@ def cmd_plan(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_archs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from op_builder.plan import visible_gpu_capabilities
-    from op_builder.toolchain import probe_cuda
-
     if args.cuda is not None:
         _check_version(args.cuda)
         version: str | None = args.cuda

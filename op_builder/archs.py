@@ -58,6 +58,23 @@ _CUDA_SUPPORT: dict[tuple[int, int], tuple[str, str | None]] = {
     (12, 1): ("12.9", None),
 }
 
+# The CUDA releases whose nvcc this table describes, by major: the last minor of each
+# finished major. The newest major (13) still gains minors, so any 13.x is accepted.
+_LAST_MINOR: dict[int, int | None] = {11: 8, 12: 9, 13: None}
+KNOWN_CUDA_RELEASES = "11.0 to 11.8, 12.0 to 12.9, 13.x"
+
+
+def unknown_cuda_release(version: str) -> str | None:
+    """Why ``version`` (MAJOR.MINOR) is not a CUDA release we can plan for, or None."""
+    major, minor = (int(part) for part in version.split("."))
+    if major not in _LAST_MINOR:
+        return f"CUDA {version} is not a CUDA release op_builder knows"
+    last = _LAST_MINOR[major]
+    if last is not None and minor > last:
+        return f"CUDA {major} ended at {major}.{last}; there is no {version}"
+    return None
+
+
 # Arch-specific ("a") and family-specific ("f") variants need newer toolkits.
 _SUFFIX_SINCE: dict[str, str] = {"a": "12.0", "f": "12.9"}
 

@@ -2,33 +2,29 @@
 
 An op is a small subclass that only sets class attributes (name, sources, limits,
 system libraries). Flag assembly lives here, once, as pure methods of a
-``BuildContext``; probing lives in ``toolchain``, selection in ``plan``, loading
-in ``loader``.
+``BuildContext`` (``context``); probing lives in ``toolchain``, selection in ``plan``,
+loading in ``loader``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from op_builder import archs as arch_lib
 from op_builder.archs import ArchLimits, CudaArch
-from op_builder.toolchain import Toolchain
+from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
+from op_builder.loader import load_op
+from op_builder.paths import CSRC, PACKAGE_ROOT
+from op_builder.toolchain import LibrarySpec
 
 if TYPE_CHECKING:
     from setuptools import Extension
 
-Accelerator = Literal["cpu", "cuda", "rocm"]
 Target = Literal["cpu", "gpu"]
-
-# The distribution root: op sources live under kernels/csrc beside op_builder/,
-# both in a checkout and in an installed wheel (sources ship as package data).
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-CSRC = PACKAGE_ROOT / "kernels" / "csrc"
 
 
 @dataclass(frozen=True)
@@ -40,67 +36,6 @@ class SystemLibrary:
     symbol: str  # a function the probe program takes the address of
     build_packages: tuple[str, ...]
     runtime_packages: tuple[str, ...]
-
-
-def cxx_standard(torch_version: str | None) -> str:
-    """The C++ standard torch's headers need: C++20 from torch 2.14 on, else C++17.
-
-    torch 2.15's headers refuse C++17 outright; the toolkits paired with older
-    torch (CUDA 11.8's nvcc) cannot compile C++20, so the standard follows torch.
-    """
-    if torch_version is None:
-        return "c++17"
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        release = Version(torch_version).release
-    except InvalidVersion:
-        return "c++17"
-    return "c++20" if release[:2] >= (2, 14) else "c++17"
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """Resolved build settings shared by every op of one build (see ``plan.resolve_context``)."""
-
-    accelerator: Accelerator
-    toolchain: Toolchain
-    cuda_archs: tuple[CudaArch, ...] = ()
-    rocm_archs: tuple[str, ...] = ()
-    cpu_native: bool = False
-    nvcc_threads: int = 1
-    cxx_std: str = "c++17"
-    warnings: tuple[str, ...] = field(default=())
-
-
-@dataclass(frozen=True)
-class OpFlags:
-    """Exactly what one op is compiled with. Paths are absolute."""
-
-    name: str
-    module: str
-    sources: tuple[str, ...]
-    include_dirs: tuple[str, ...]
-    cxx: tuple[str, ...]
-    device_compiler: Literal["nvcc", "hipcc"] | None
-    device: tuple[str, ...]
-    archs: tuple[str, ...]
-    ldflags: tuple[str, ...]
-    libraries: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "module": self.module,
-            "sources": list(self.sources),
-            "include_dirs": list(self.include_dirs),
-            "cxx": list(self.cxx),
-            "device_compiler": self.device_compiler,
-            "device": list(self.device),
-            "archs": list(self.archs),
-            "ldflags": list(self.ldflags),
-            "libraries": list(self.libraries),
-        }
 
 
 def _common_cxx(ctx: BuildContext) -> tuple[str, ...]:
@@ -135,6 +70,10 @@ class OpBuilder:
     def include_paths(self) -> tuple[str, ...]:
         return tuple(str(CSRC / d) for d in self.include_dirs)
 
+    def system_library_specs(self) -> tuple[LibrarySpec, ...]:
+        """What the toolchain probe checks for this op: (name, header, symbol) per library."""
+        return tuple((lib.name, lib.header, lib.symbol) for lib in self.system_libraries)
+
     def build_packages(self) -> tuple[str, ...]:
         return tuple(p for lib in self.system_libraries for p in lib.build_packages)
 
@@ -168,6 +107,7 @@ class OpBuilder:
     # ---- artifacts
     def extension(self, ctx: BuildContext) -> Extension:
         """A setuptools extension for the ahead-of-time build (imports torch)."""
+        # Deferred: only an ahead-of-time build needs torch's extension classes (setuptools).
         from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
         align_torch_cuda_home(ctx)
@@ -193,25 +133,7 @@ class OpBuilder:
 
     def load(self, env: Mapping[str, str] | None = None) -> ModuleType:
         """The compiled module: installed if built for this torch, else JIT-built."""
-        from op_builder.loader import load_op
-
         return load_op(self, os.environ if env is None else env).module
-
-
-def align_torch_cuda_home(ctx: BuildContext) -> None:
-    """Point torch's extension builder at the toolkit we probed, when its own guess is unusable.
-
-    torch guesses CUDA_HOME once, at import, from the first ``nvcc`` on PATH; a
-    wrapper script such as /usr/local/bin/nvcc makes that /usr/local, which has no
-    CUDA headers. This sets torch's module attribute, never the environment.
-    """
-    if ctx.accelerator != "cuda" or ctx.toolchain.cuda is None:
-        return
-    import torch.utils.cpp_extension as cpp_extension
-
-    current = cpp_extension.CUDA_HOME
-    if current is None or not Path(current, "include", "cuda_runtime.h").exists():
-        cpp_extension.CUDA_HOME = ctx.toolchain.cuda.home
 
 
 class CPUOpBuilder(OpBuilder):

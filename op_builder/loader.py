@@ -11,6 +11,9 @@ but owns two things torch gets wrong for shared clusters:
 * **Fast cached loads.** The build directory is named after a hash of the
   sources, headers, flags and torch version; when its module exists we import it
   directly, without re-running ninja or any probe.
+
+torch is imported inside the functions that need it, on purpose: ``import op_builder``
+(setup.py, ``plan``, ``report``) must not pay for importing torch.
 """
 
 from __future__ import annotations
@@ -29,14 +32,42 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import Literal, Protocol
 
-from op_builder.builder import BuildContext, OpBuilder, OpFlags, align_torch_cuda_home, cxx_standard
+from op_builder import toolchain as tc
+from op_builder.context import (
+    BuildContext,
+    OpFlags,
+    align_torch_cuda_home,
+    cxx_standard,
+    resolve_context,
+    visible_gpu_capabilities,
+)
+from op_builder.env import env_flag
 from op_builder.errors import OpLoadError, UserFacingError
 from op_builder.manifest import read_installed
-from op_builder.toolchain import Toolchain
+from op_builder.toolchain import LibrarySpec, Toolchain
 
 Source = Literal["aot", "jit"]
+
+
+class LoadableOp(Protocol):
+    """What loading needs of an op builder (``builder.OpBuilder`` is one).
+
+    A protocol rather than the class, so that the builder can offer ``load()`` by calling
+    this module without the two importing each other.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def build_variable(self) -> str: ...
+    def system_library_specs(self) -> tuple[LibrarySpec, ...]: ...
+    def all_runtime_packages(self) -> tuple[str, ...]: ...
+    def flags(self, ctx: BuildContext) -> OpFlags: ...
+    def incompatibility(self, ctx: BuildContext) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +82,7 @@ class LoadedOp:
 _LOADED: dict[str, LoadedOp] = {}
 
 
-def load_op(builder: OpBuilder, env: Mapping[str, str]) -> LoadedOp:
+def load_op(builder: LoadableOp, env: Mapping[str, str]) -> LoadedOp:
     """Load ``builder``'s op once per process; raise OpLoadError with the reason."""
     cached = _LOADED.get(builder.name)
     if cached is not None:
@@ -72,7 +103,7 @@ def load_op(builder: OpBuilder, env: Mapping[str, str]) -> LoadedOp:
     return loaded
 
 
-def _load_installed(builder: OpBuilder) -> tuple[ModuleType | None, str]:
+def _load_installed(builder: LoadableOp) -> tuple[ModuleType | None, str]:
     """(module, "") when the installed build fits this torch, else (None, why not)."""
     manifest = read_installed()
     entry = manifest.ops.get(builder.name) if manifest is not None else None
@@ -94,7 +125,7 @@ def _load_installed(builder: OpBuilder) -> tuple[ModuleType | None, str]:
 # ------------------------------------------------------------------ JIT
 
 
-def _flags_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
+def _flags_context(builder: LoadableOp, env: Mapping[str, str]) -> BuildContext:
     """The context that decides the flags. CPU ops need no probe for that."""
     if builder.target == "cpu":
         nothing = Toolchain(torch=None, cuda=None, rocm=None, cxx=None, ninja=None, libraries={})
@@ -106,8 +137,6 @@ def _cpu_context(host: Toolchain, env: Mapping[str, str]) -> BuildContext:
     """CPU ops build the same on every target; only the C++ standard follows torch."""
     import torch
 
-    from op_builder.plan import env_flag
-
     return BuildContext(
         accelerator="cpu",
         toolchain=host,
@@ -116,12 +145,9 @@ def _cpu_context(host: Toolchain, env: Mapping[str, str]) -> BuildContext:
     )
 
 
-def _probed_context(builder: OpBuilder, env: Mapping[str, str]) -> BuildContext:
+def _probed_context(builder: LoadableOp, env: Mapping[str, str]) -> BuildContext:
     """The context for an actual compile: probe only what this op's target needs."""
-    from op_builder import toolchain as tc
-    from op_builder.plan import resolve_context, visible_gpu_capabilities
-
-    libraries = tuple((lib.name, lib.header, lib.symbol) for lib in builder.system_libraries)
+    libraries = builder.system_library_specs()
     if builder.target == "cpu":  # CPU ops build the same on every target: no GPU toolkit probes
         cxx = env.get("CXX", "c++")
         host = Toolchain(
@@ -221,7 +247,7 @@ def exclusive_lock(path: Path, waiting_message: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _jit_load(builder: OpBuilder, env: Mapping[str, str]) -> tuple[ModuleType, bool]:
+def _jit_load(builder: LoadableOp, env: Mapping[str, str]) -> tuple[ModuleType, bool]:
     try:
         flags = builder.flags(_flags_context(builder, env))
         key = build_key(flags)
@@ -249,7 +275,7 @@ def _jit_load(builder: OpBuilder, env: Mapping[str, str]) -> tuple[ModuleType, b
     return _import_from(library, module_name), True
 
 
-def _compile(builder: OpBuilder, env: Mapping[str, str], module_name: str, build_dir: Path) -> None:
+def _compile(builder: LoadableOp, env: Mapping[str, str], module_name: str, build_dir: Path) -> None:
     try:
         ctx = _probed_context(builder, env)
     except UserFacingError as exc:
@@ -273,6 +299,7 @@ def _compile(builder: OpBuilder, env: Mapping[str, str], module_name: str, build
         flush=True,
     )
     start = time.perf_counter()
+    # Only a compile needs torch's extension module, which pulls in setuptools (~0.2 s).
     from torch.utils.cpp_extension import load
 
     try:

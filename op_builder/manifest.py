@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from op_builder.builder import PACKAGE_ROOT
+from op_builder.errors import OpLoadError
+from op_builder.paths import MANIFEST_RELPATH, PACKAGE_ROOT
 
 FORMAT = 1
-MANIFEST_RELPATH = Path("kernels", "_ops", "manifest.json")
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,6 @@ def read_installed(root: Path = PACKAGE_ROOT) -> Manifest | None:
     try:
         return Manifest.from_json(json.loads(text))
     except (ValueError, KeyError, TypeError) as exc:
-        from op_builder.errors import OpLoadError
-
         raise OpLoadError(
             f"the installed-ops manifest {path} is unreadable: {exc}",
             hint="reinstall the package (the wheel may be damaged)",

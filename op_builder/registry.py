@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import MappingProxyType
 
 from op_builder.builder import OpBuilder
@@ -35,10 +36,15 @@ ALL_OPS = MappingProxyType({b.name: b for b in _BUILDERS})
 
 def get_builder(name: str) -> OpBuilder:
     """The builder for ``name``; UnknownOpError (with a suggestion) otherwise."""
-    try:
-        return ALL_OPS[name]
-    except KeyError:
-        raise UnknownOpError(
-            f"unknown op {name!r}",
-            hint=did_you_mean(name, ALL_OPS) or "known ops: " + ", ".join(ALL_OPS),
-        ) from None
+    check_op_names([name])
+    return ALL_OPS[name]
+
+
+def check_op_names(names: Iterable[str]) -> None:
+    """The one unknown-op check: UnknownOpError with "did you mean" for the first unknown name."""
+    for name in names:
+        if name not in ALL_OPS:
+            raise UnknownOpError(
+                f"unknown op {name!r}",
+                hint=did_you_mean(name, ALL_OPS) or "known ops: " + ", ".join(ALL_OPS),
+            )

@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from op_builder import manifest
 from op_builder.errors import UserFacingError
+from op_builder.paths import MANIFEST_RELPATH
 from op_builder.plan import Plan, plan_from_environment, requested_ops
+from op_builder.registry import ALL_OPS
 
 
 def _say(message: str) -> None:
@@ -57,17 +60,14 @@ def planned_extensions(env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any
     if not plan.ops:
         _say("no op selected can be built; the wheel will compile ops just in time")
         return [], {}
-    from op_builder.registry import ALL_OPS
-
     ctx = plan.context
     extensions = [ALL_OPS[op.name].extension(ctx) for op in plan.ops]
     return extensions, {"build_ext": _manifest_build_ext(plan)}
 
 
 def _manifest_build_ext(plan: Plan) -> type:
+    # Deferred: a wheel with no op selected is built without torch.
     from torch.utils.cpp_extension import BuildExtension
-
-    from op_builder import manifest
 
     class ManifestBuildExt(BuildExtension):
         """torch's BuildExtension, announcing each op and recording what was built."""
@@ -84,7 +84,7 @@ def _manifest_build_ext(plan: Plan) -> type:
 
         def run(self) -> None:
             super().run()
-            import torch
+            import torch  # deferred like BuildExtension above
 
             ctx = plan.context
             assert ctx is not None
@@ -103,7 +103,7 @@ def _manifest_build_ext(plan: Plan) -> type:
                     for op in plan.ops
                 },
             )
-            target = Path(self.build_lib) / manifest.MANIFEST_RELPATH
+            target = Path(self.build_lib) / MANIFEST_RELPATH
             manifest.write(built, target)
             if self.inplace:
                 manifest.write(built, manifest.manifest_path())

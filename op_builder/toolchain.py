@@ -144,7 +144,7 @@ def probe_rocm(env: Mapping[str, str] = os.environ) -> RocmToolkit | None:
 @functools.cache
 def probe_torch() -> TorchBuild | None:
     try:
-        import torch
+        import torch  # the probe is the import itself, run once and only when asked
     except ImportError:
         return None
     return TorchBuild(version=torch.__version__, cuda=torch.version.cuda, hip=torch.version.hip)
@@ -169,7 +169,7 @@ def probe_ninja(env: Mapping[str, str] = os.environ) -> str | None:
     if found:
         return found
     try:  # the PyPI "ninja" package puts its binary beside the interpreter's scripts
-        import ninja
+        import ninja  # optional: present only where the PyPI package is installed
 
         candidate = Path(ninja.BIN_DIR, "ninja")
         return str(candidate) if candidate.exists() else None
@@ -202,7 +202,11 @@ def probe_library(name: str, header: str, symbol: str, cxx: str = "c++") -> Libr
     return LibraryProbe(name, False, f"test program for lib{name} did not build")
 
 
-def probe(env: Mapping[str, str] = os.environ, libraries: tuple[tuple[str, str, str], ...] = ()) -> Toolchain:
+# A C library to probe for: (linker name, header, a symbol to take the address of).
+LibrarySpec = tuple[str, str, str]
+
+
+def probe(env: Mapping[str, str] = os.environ, libraries: tuple[LibrarySpec, ...] = ()) -> Toolchain:
     """Read the whole host once. ``libraries`` are (name, header, symbol) triples."""
     cxx = env.get("CXX", "c++")
     return Toolchain(

@@ -21,9 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from op_builder.builder import BuildContext  # noqa: E402
+from op_builder.context import BuildContext, resolve_context  # noqa: E402
 from op_builder.errors import UserFacingError  # noqa: E402
-from op_builder.plan import resolve_context  # noqa: E402
 from op_builder.toolchain import probe  # noqa: E402
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from _compile_check import ROOT, Job, finish, resolve, run_all, skip  # puts the checkout on sys.path
 
 from op_builder import ALL_OPS
-from op_builder.builder import BuildContext
+from op_builder.context import BuildContext
 
 
 def device_jobs(ctx: BuildContext, nvcc: str, out_dir: Path) -> tuple[list[Job], list[tuple[str, str]]]:

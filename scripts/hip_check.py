@@ -28,7 +28,8 @@ from pathlib import Path
 from _compile_check import Job, finish, resolve, run_all, skip  # puts the checkout on sys.path
 
 from op_builder import ALL_OPS
-from op_builder.builder import CSRC, BuildContext
+from op_builder.context import BuildContext
+from op_builder.paths import CSRC
 
 
 def hipify_tree(csrc: Path) -> dict[Path, Path]:

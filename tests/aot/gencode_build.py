@@ -16,7 +16,7 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension
 
 from op_builder import get_builder
-from op_builder.plan import resolve_context
+from op_builder.context import resolve_context
 from op_builder.toolchain import probe
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from op_builder.builder import OpFlags
+from op_builder.context import OpFlags
 from op_builder.loader import build_key, included_files
 
 

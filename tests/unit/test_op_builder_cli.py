@@ -131,3 +131,31 @@ def test_verify_without_installed_ops_fails_clearly() -> None:
     assert "DS_DISABLE_JIT=1" in data["ops"][0]["error"]
     assert set(data) == {"ok", "torch", "cuda", "hip", "ops"}
     assert set(data["ops"][0]) == {"name", "ok", "source", "seconds", "error"}
+
+
+def test_verify_of_an_unknown_op_is_bad_input_with_a_suggestion() -> None:
+    done = run("verify", "cpu_adma")
+    assert done.returncode == 2
+    assert "unknown op 'cpu_adma'" in done.stderr and "did you mean 'cpu_adam'" in done.stderr
+    assert "Traceback" not in done.stderr
+    as_json = run("verify", "--json", "cpu_adma")
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stdout)["error"]["exit_code"] == 2
+
+
+@pytest.mark.parametrize(
+    ("command", "version"),
+    [("plan", "99.9"), ("flags", "99.9"), ("plan", "12.12"), ("report", "10.9"), ("archs", "99.9")],
+)
+def test_an_unknown_cuda_release_is_bad_input(command: str, version: str) -> None:
+    args = [command, "--cuda", version] + (["fused_adam"] if command == "flags" else [])
+    done = run(*args, DS_BUILD_FUSED_ADAM="1", DS_ACCELERATOR="cuda")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--cuda {version}" in done.stderr and "known CUDA releases" in done.stderr
+
+
+@pytest.mark.parametrize("version", ["11.8", "12.9", "13.0", "13.2"])
+def test_known_cuda_releases_are_accepted(version: str) -> None:
+    done = run("plan", "--cuda", version, "--json", DS_BUILD_FUSED_ADAM="1", DS_ACCELERATOR="cuda")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ops"][0]["name"] == "fused_adam"

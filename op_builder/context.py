@@ -1,0 +1,173 @@
+"""The build-wide settings of one build, resolved once from the environment and the probes.
+
+``resolve_context`` is a pure function of an environment mapping and a probed ``Toolchain``;
+the ``BuildContext`` it returns is what every op's flags are computed from (see
+``builder``), and ``OpFlags`` is what one op is compiled with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
+
+from op_builder import archs as arch_lib
+from op_builder.archs import CudaArch
+from op_builder.env import env_flag, env_positive_int
+from op_builder.errors import BadInputError
+from op_builder.toolchain import Toolchain, check_cuda_versions
+
+Accelerator = Literal["cpu", "cuda", "rocm"]
+
+
+def cxx_standard(torch_version: str | None) -> str:
+    """The C++ standard torch's headers need: C++20 from torch 2.14 on, else C++17.
+
+    torch 2.15's headers refuse C++17 outright; the toolkits paired with older
+    torch (CUDA 11.8's nvcc) cannot compile C++20, so the standard follows torch.
+    """
+    if torch_version is None:
+        return "c++17"
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion:
+        return "c++17"
+    return "c++20" if release[:2] >= (2, 14) else "c++17"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Resolved build settings shared by every op of one build (see ``resolve_context``)."""
+
+    accelerator: Accelerator
+    toolchain: Toolchain
+    cuda_archs: tuple[CudaArch, ...] = ()
+    rocm_archs: tuple[str, ...] = ()
+    cpu_native: bool = False
+    nvcc_threads: int = 1
+    cxx_std: str = "c++17"
+    warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class OpFlags:
+    """Exactly what one op is compiled with. Paths are absolute."""
+
+    name: str
+    module: str
+    sources: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    cxx: tuple[str, ...]
+    device_compiler: Literal["nvcc", "hipcc"] | None
+    device: tuple[str, ...]
+    archs: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    libraries: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "module": self.module,
+            "sources": list(self.sources),
+            "include_dirs": list(self.include_dirs),
+            "cxx": list(self.cxx),
+            "device_compiler": self.device_compiler,
+            "device": list(self.device),
+            "archs": list(self.archs),
+            "ldflags": list(self.ldflags),
+            "libraries": list(self.libraries),
+        }
+
+
+def resolve_accelerator(env: Mapping[str, str], toolchain: Toolchain) -> Accelerator:
+    """DS_ACCELERATOR when set; else what the installed torch was built for."""
+    named = env.get("DS_ACCELERATOR", "").strip().lower()
+    if named:
+        if named not in ("cpu", "cuda", "rocm"):
+            raise BadInputError(
+                f"DS_ACCELERATOR={named!r} is not a known target",
+                hint="use cuda, rocm or cpu",
+            )
+        return named  # type: ignore[return-value]
+    torch = toolchain.torch
+    if torch is not None and torch.hip:
+        return "rocm"
+    if torch is not None and torch.cuda:
+        return "cuda"
+    return "cpu"
+
+
+def resolve_context(
+    env: Mapping[str, str],
+    toolchain: Toolchain,
+    native: Callable[[], Sequence[str]] | None = None,
+) -> BuildContext:
+    """Read the build-wide settings once. Raises BadInputError on bad input."""
+    accelerator = resolve_accelerator(env, toolchain)
+    warnings: list[str] = []
+    cuda_archs: tuple[arch_lib.CudaArch, ...] = ()
+    rocm_archs: tuple[str, ...] = ()
+    if accelerator == "cuda":
+        text = env.get("TORCH_CUDA_ARCH_LIST", "").strip()
+        if text:
+            cuda_archs = arch_lib.parse_cuda_arch_list(text, native)
+            if toolchain.cuda is not None:
+                arch_lib.validate_for_toolkit(cuda_archs, toolchain.cuda.version)
+        elif toolchain.cuda is not None:
+            cuda_archs = arch_lib.default_cuda_archs(toolchain.cuda.version)
+        torch = toolchain.torch
+        if toolchain.cuda is not None and torch is not None and torch.cuda:
+            warning = check_cuda_versions(toolchain.cuda.version, torch.cuda, env)
+            if warning:
+                warnings.append(warning)
+        elif torch is not None and not torch.cuda:
+            warnings.append(
+                f"torch {torch.version} is not a CUDA build: GPU ops can be planned, "
+                "but their bindings compile only against a CUDA build of torch"
+            )
+    elif accelerator == "rocm":
+        text = env.get("PYTORCH_ROCM_ARCH", "").strip()
+        rocm_archs = arch_lib.parse_rocm_arch_list(text) if text else arch_lib.DEFAULT_ROCM_ARCHS
+    return BuildContext(
+        accelerator=accelerator,
+        toolchain=toolchain,
+        cuda_archs=cuda_archs,
+        rocm_archs=rocm_archs,
+        cpu_native=bool(env_flag(env, "DS_CPU_NATIVE")),
+        nvcc_threads=env_positive_int(env, "DS_NVCC_THREADS", 2),
+        cxx_std=cxx_standard(toolchain.torch.version if toolchain.torch else None),
+        warnings=tuple(warnings),
+    )
+
+
+def align_torch_cuda_home(ctx: BuildContext) -> None:
+    """Point torch's extension builder at the toolkit we probed, when its own guess is unusable.
+
+    torch guesses CUDA_HOME once, at import, from the first ``nvcc`` on PATH; a
+    wrapper script such as /usr/local/bin/nvcc makes that /usr/local, which has no
+    CUDA headers. This sets torch's module attribute, never the environment.
+    """
+    if ctx.accelerator != "cuda" or ctx.toolchain.cuda is None:
+        return
+    # Deferred: only a CUDA build needs torch's extension module (it pulls in setuptools).
+    import torch.utils.cpp_extension as cpp_extension
+
+    current = cpp_extension.CUDA_HOME
+    if current is None or not Path(current, "include", "cuda_runtime.h").exists():
+        cpp_extension.CUDA_HOME = ctx.toolchain.cuda.home
+
+
+def visible_gpu_capabilities() -> list[str]:
+    """Compute capabilities of visible CUDA GPUs, for the 'native' arch list."""
+    try:
+        import torch  # deferred: only 'native' arch lists need it, and it costs seconds to import
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    return sorted(
+        {"{}.{}".format(*torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())}
+    )
