@@ -1,13 +1,21 @@
 """What the CPU (``cpu_optim``) and GPU (``fused_optim``) optimizer fronts share.
 
-The base class keeps ``use_kernel`` / ``backend`` and accepts state dicts saved by torch's
-optimizers; the helpers read step counters and hyperparameters the way the kernels take them.
+Each update rule's hyperparameters are one frozen dataclass here (``AdamHyper``, ``LambHyper``,
+``LionHyper``, ``AdagradHyper``): the defaults, the checks, and how a saved param group's keys
+map to ours. ``CPUAdam`` and ``FusedAdam`` use the same one, and so on, so an optimizer class
+states only its signature and its update. The base class keeps ``use_kernel`` / ``backend`` and
+accepts state dicts saved by torch's optimizers; the helpers read step counters and
+hyperparameters the way the kernels take them.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import warnings
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import torch
 from torch import Tensor
@@ -16,34 +24,8 @@ from torch.optim.optimizer import ParamsT
 # A kernel argument after the tensors: a hyperparameter, a step count or a switch.
 Scalar = float | int | bool
 
-
-class KernelOptimizer(torch.optim.Optimizer):
-    """An optimizer whose step runs a compiled op or its PyTorch fallback.
-
-    use_kernel: None falls back (warning once) when the op cannot run, False always falls
-    back, True makes that an error. ``backend`` says which path the last step took.
-    """
-
-    backend: str | None
-
-    def __init__(self, params: ParamsT, defaults: dict[str, Any], use_kernel: bool | None) -> None:
-        super().__init__(params, defaults)
-        self.use_kernel = use_kernel
-        self.backend = None  # set by the first step
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        # A state dict saved by torch's optimizer lacks our options: take the defaults.
-        for group in self.param_groups:
-            for key, value in self.defaults.items():
-                group.setdefault(key, value)
-
-    @staticmethod
-    def _run_closure(closure: Callable[[], float] | None) -> float | None:
-        if closure is None:
-            return None
-        with torch.enable_grad():
-            return closure()
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def check_betas(betas: tuple[float, float]) -> None:
@@ -57,6 +39,185 @@ def check_nonnegative(**values: float) -> None:
     for name, value in values.items():
         if not value >= 0.0:
             raise ValueError(f"Invalid {name.replace('_', ' ')} value: {value}")
+
+
+# ------------------------------------------------------------------ hyperparameters
+
+
+def _nonnegative(default: float, label: str) -> Any:
+    """A field that must be >= 0; ``label`` names it in the error (``learning_rate``), as torch does."""
+    return field(default=default, metadata={"nonnegative": label})
+
+
+def _betas(default: tuple[float, float]) -> Any:
+    return field(default=default, metadata={"betas": True})
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """One update rule's hyperparameters; constructing one checks them.
+
+    Subclasses declare their fields in the constructors' order, with the defaults, so the
+    optimizers take their signature defaults from here (``lr: float = AdamHyper.lr``) and the
+    CPU and GPU fronts of one rule cannot drift apart. Values are stored as given (a list of
+    betas stays a list), as torch's optimizers store them.
+    """
+
+    def __post_init__(self) -> None:
+        # Every nonnegative value first, then betas: the order the checks have always run in,
+        # so a call with several bad values keeps failing on the same one.
+        check_nonnegative(
+            **{
+                f.metadata["nonnegative"]: getattr(self, f.name)
+                for f in fields(self)
+                if "nonnegative" in f.metadata
+            }
+        )
+        for f in fields(self):
+            if "betas" in f.metadata:
+                check_betas(getattr(self, f.name))
+
+    def group_defaults(self) -> dict[str, Any]:
+        """The optimizer's ``defaults``: every field by name, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def adopt(cls, group: dict[str, Any], optimizer: str) -> None:
+        """Rewrite a saved param group (torch's, or from an older version) into our keys, in
+        place, before missing keys take the defaults; raise ValueError for what we cannot honour."""
+
+
+@dataclass(frozen=True)
+class _MomentsHyper(Hyper):
+    """Adam's first and second moments: what Adam and Lamb share."""
+
+    lr: float = _nonnegative(1e-3, "learning_rate")
+    betas: tuple[float, float] = _betas((0.9, 0.999))
+    eps: float = _nonnegative(1e-8, "epsilon")
+    weight_decay: float = _nonnegative(0.0, "weight_decay")
+
+
+@dataclass(frozen=True)
+class AdamHyper(_MomentsHyper):
+    """Adam / AdamW. Defaults are torch.optim.Adam's; ``adamw_mode`` (decoupled weight decay) is
+    on by default, with Adam's weight_decay of 0 (AdamW's is 0.01), as in DeepSpeed."""
+
+    adamw_mode: bool = True
+    bias_correction: bool = True
+
+    @classmethod
+    def adopt(cls, group: dict[str, Any], optimizer: str) -> None:
+        # FusedAdam saved the switch as "adam_w_mode" before the spelling was unified; torch's
+        # Adam / AdamW save which of the two they are as "decoupled_weight_decay".
+        legacy = group.pop("adam_w_mode", None)
+        if "adamw_mode" not in group:
+            if legacy is not None:
+                group["adamw_mode"] = bool(legacy)
+            elif "decoupled_weight_decay" in group:
+                group["adamw_mode"] = bool(group["decoupled_weight_decay"])
+        for unsupported in ("amsgrad", "maximize"):
+            if group.get(unsupported):
+                raise ValueError(f"{optimizer} does not implement {unsupported}=True")
+
+
+@dataclass(frozen=True)
+class LambHyper(_MomentsHyper):
+    """Lamb: Adam's moments, with apex's FusedLAMB defaults for eps and weight decay; no
+    decoupled mode, since the decay is part of the update the trust ratio scales."""
+
+    eps: float = _nonnegative(1e-6, "epsilon")
+    weight_decay: float = _nonnegative(0.01, "weight_decay")
+    bias_correction: bool = True
+
+
+@dataclass(frozen=True)
+class LionHyper(Hyper):
+    """Lion, with the defaults of the paper's reference implementation."""
+
+    lr: float = _nonnegative(1e-4, "learning_rate")
+    betas: tuple[float, float] = _betas((0.9, 0.99))
+    weight_decay: float = _nonnegative(0.0, "weight_decay")
+
+
+@dataclass(frozen=True)
+class AdagradHyper(Hyper):
+    """Adagrad, with torch.optim.Adagrad's defaults and argument order."""
+
+    lr: float = _nonnegative(1e-2, "learning_rate")
+    lr_decay: float = _nonnegative(0.0, "lr_decay")
+    weight_decay: float = _nonnegative(0.0, "weight_decay")
+    initial_accumulator_value: float = _nonnegative(0.0, "initial_accumulator_value")
+    eps: float = _nonnegative(1e-10, "epsilon")
+
+
+def renamed_argument(old: str, new: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Accept ``old=`` as a deprecated spelling of the keyword ``new``: warn (DeprecationWarning,
+    at the caller) on every call that uses it; passing both is a TypeError.
+
+    A wrapper rather than an ``old: bool | None = None`` parameter, so that the signature keeps
+    ``new``'s real default and a positional ``new`` is caught as well as a keyword one.
+    """
+
+    def decorate(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        signature = inspect.signature(fn)
+        owner = fn.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(fn)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            if old in kwargs:
+                value = kwargs.pop(old)
+                if new in signature.bind_partial(*args, **kwargs).arguments:
+                    raise TypeError(
+                        f"{owner}() got both {new!r} and its deprecated alias {old!r}; pass only {new!r}"
+                    )
+                warnings.warn(
+                    f"{owner}: {old!r} is deprecated, use {new!r} (same meaning)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = value
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+# ------------------------------------------------------------------ base class and helpers
+
+
+class KernelOptimizer(torch.optim.Optimizer):
+    """An optimizer whose step runs a compiled op or its PyTorch fallback.
+
+    use_kernel: None falls back (warning once) when the op cannot run, False always falls
+    back, True makes that an error. ``backend`` says which path the last step took.
+    ``hyper`` is the rule's hyperparameter class (a class attribute, since unpickling and
+    ``load_state_dict`` need it in ``__setstate__``).
+    """
+
+    backend: str | None
+    hyper: ClassVar[type[Hyper]]
+
+    def __init__(self, params: ParamsT, hyper: Hyper, use_kernel: bool | None) -> None:
+        super().__init__(params, hyper.group_defaults())
+        self.use_kernel = use_kernel
+        self.backend = None  # set by the first step
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for group in state.get("param_groups", ()):
+            self.hyper.adopt(group, type(self).__name__)
+        super().__setstate__(state)
+        # A state dict saved by torch's optimizer lacks our options: take the defaults.
+        for group in self.param_groups:
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
+
+    @staticmethod
+    def _run_closure(closure: Callable[[], float] | None) -> float | None:
+        if closure is None:
+            return None
+        with torch.enable_grad():
+            return closure()
 
 
 def advance_step(state: dict[str, Any]) -> int:

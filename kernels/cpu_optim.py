@@ -30,11 +30,12 @@ from torch.optim.optimizer import ParamsT
 
 from kernels._op_load import LazyOp
 from kernels._optim_common import (
+    AdagradHyper,
+    AdamHyper,
     KernelOptimizer,
+    LionHyper,
     Scalar,
     advance_step,
-    check_betas,
-    check_nonnegative,
     hyperparams,
 )
 from op_builder.errors import OpLoadError
@@ -191,6 +192,7 @@ class CPUAdam(_CPUOptimizer):
     ``bias_correction=False`` uses ``lr`` and ``sqrt(exp_avg_sq)`` uncorrected.
     """
 
+    hyper = AdamHyper
     op_name: ClassVar[str] = "cpu_adam"
     kernel_fn: ClassVar[str] = "adam_step"
     state_keys: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq")
@@ -198,37 +200,17 @@ class CPUAdam(_CPUOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
+        lr: float = AdamHyper.lr,
+        betas: tuple[float, float] = AdamHyper.betas,
+        eps: float = AdamHyper.eps,
+        weight_decay: float = AdamHyper.weight_decay,
         *,
-        adamw_mode: bool = True,
-        bias_correction: bool = True,
+        adamw_mode: bool = AdamHyper.adamw_mode,
+        bias_correction: bool = AdamHyper.bias_correction,
         use_kernel: bool | None = None,
     ) -> None:
-        check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
-        check_betas(betas)
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "adamw_mode": adamw_mode,
-            "bias_correction": bias_correction,
-        }
-        super().__init__(params, defaults, use_kernel)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # A torch.optim.Adam / AdamW state dict says which of the two it is; its other
-        # switches must be off, since this optimizer cannot honour them.
-        for group in state.get("param_groups", ()):
-            if "adamw_mode" not in group and "decoupled_weight_decay" in group:
-                group["adamw_mode"] = bool(group["decoupled_weight_decay"])
-            for unsupported in ("amsgrad", "maximize"):
-                if group.get(unsupported):
-                    raise ValueError(f"CPUAdam does not implement {unsupported}=True")
-        super().__setstate__(state)
+        options = AdamHyper(lr, betas, eps, weight_decay, adamw_mode, bias_correction)
+        super().__init__(params, options, use_kernel)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["step"] = torch.tensor(0.0, dtype=torch.float32)
@@ -265,6 +247,7 @@ class CPUAdam(_CPUOptimizer):
 class CPUAdagrad(_CPUOptimizer):
     """Adagrad with ``torch.optim.Adagrad`` semantics (lr_decay, weight_decay, initial accumulator)."""
 
+    hyper = AdagradHyper
     op_name: ClassVar[str] = "cpu_adagrad"
     kernel_fn: ClassVar[str] = "adagrad_step"
     state_keys: ClassVar[tuple[str, ...]] = ("sum",)
@@ -272,29 +255,16 @@ class CPUAdagrad(_CPUOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-2,
-        lr_decay: float = 0.0,
-        weight_decay: float = 0.0,
-        initial_accumulator_value: float = 0.0,
-        eps: float = 1e-10,
+        lr: float = AdagradHyper.lr,
+        lr_decay: float = AdagradHyper.lr_decay,
+        weight_decay: float = AdagradHyper.weight_decay,
+        initial_accumulator_value: float = AdagradHyper.initial_accumulator_value,
+        eps: float = AdagradHyper.eps,
         *,
         use_kernel: bool | None = None,
     ) -> None:
-        check_nonnegative(
-            learning_rate=lr,
-            lr_decay=lr_decay,
-            weight_decay=weight_decay,
-            initial_accumulator_value=initial_accumulator_value,
-            epsilon=eps,
-        )
-        defaults = {
-            "lr": lr,
-            "lr_decay": lr_decay,
-            "weight_decay": weight_decay,
-            "initial_accumulator_value": initial_accumulator_value,
-            "eps": eps,
-        }
-        super().__init__(params, defaults, use_kernel)
+        options = AdagradHyper(lr, lr_decay, weight_decay, initial_accumulator_value, eps)
+        super().__init__(params, options, use_kernel)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["step"] = torch.tensor(0.0, dtype=torch.float32)
@@ -325,6 +295,7 @@ class CPULion(_CPUOptimizer):
     """Lion: ``p = p * (1 - lr * wd) - lr * sign(beta1 * m + (1 - beta1) * g)``,
     then ``m = beta2 * m + (1 - beta2) * g``."""
 
+    hyper = LionHyper
     op_name: ClassVar[str] = "cpu_lion"
     kernel_fn: ClassVar[str] = "lion_step"
     state_keys: ClassVar[tuple[str, ...]] = ("exp_avg",)
@@ -332,15 +303,13 @@ class CPULion(_CPUOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-4,
-        betas: tuple[float, float] = (0.9, 0.99),
-        weight_decay: float = 0.0,
+        lr: float = LionHyper.lr,
+        betas: tuple[float, float] = LionHyper.betas,
+        weight_decay: float = LionHyper.weight_decay,
         *,
         use_kernel: bool | None = None,
     ) -> None:
-        check_nonnegative(learning_rate=lr, weight_decay=weight_decay)
-        check_betas(betas)
-        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay}, use_kernel)
+        super().__init__(params, LionHyper(lr, betas, weight_decay), use_kernel)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)

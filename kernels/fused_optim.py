@@ -24,12 +24,14 @@ from torch.optim.optimizer import ParamsT
 
 from kernels._gpu_load import GpuOp
 from kernels._optim_common import (
+    AdamHyper,
     KernelOptimizer,
+    LambHyper,
+    LionHyper,
     Scalar,
     advance_step,
-    check_betas,
-    check_nonnegative,
     hyperparams,
+    renamed_argument,
 )
 
 __all__ = ["FusedAdam", "FusedLamb", "FusedLion"]
@@ -54,6 +56,15 @@ def _fp32_state(state: dict[str, Any], key: str, like: Tensor) -> Tensor:
 def _math_view(p: Tensor) -> Tensor:
     """The tensor the fallback computes on: p itself when fp32 / fp64, else an fp32 copy."""
     return p if p.dtype in (torch.float32, torch.float64) else p.float()
+
+
+def _update_moments(state: dict[str, Any], g: Tensor, betas: tuple[float, float]) -> tuple[Tensor, Tensor]:
+    """Adam's moment updates, as the Adam and Lamb kernels do them; returns (exp_avg, exp_avg_sq)."""
+    beta1, beta2 = betas
+    m, v = state["exp_avg"], state["exp_avg_sq"]
+    m.mul_(beta1).add_(g, alpha=1.0 - beta1)
+    v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+    return m, v
 
 
 class _FusedOptimizer(KernelOptimizer):
@@ -126,55 +137,50 @@ class _FusedOptimizer(KernelOptimizer):
 
 
 class FusedAdam(_FusedOptimizer):
-    """Adam (``adam_w_mode=False``: L2 penalty added to the grad) or AdamW (default:
-    decoupled weight decay), matching ``torch.optim.Adam`` / ``AdamW`` without amsgrad."""
+    """Adam (``adamw_mode=False``: L2 penalty added to the grad) or AdamW (default:
+    decoupled weight decay), matching ``torch.optim.Adam`` / ``AdamW`` without amsgrad.
 
+    ``adam_w_mode=`` is a deprecated spelling of ``adamw_mode=`` (it warns); ``adamw_mode`` is
+    what ``CPUAdam`` and DeepSpeed's CPU Adam call it.
+    """
+
+    hyper = AdamHyper
     op = GpuOp("fused_adam")
     kernel_fn = "adam"
     state_keys = ("exp_avg", "exp_avg_sq")
 
+    @renamed_argument("adam_w_mode", "adamw_mode")
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        adam_w_mode: bool = True,
-        bias_correction: bool = True,
+        lr: float = AdamHyper.lr,
+        betas: tuple[float, float] = AdamHyper.betas,
+        eps: float = AdamHyper.eps,
+        weight_decay: float = AdamHyper.weight_decay,
+        adamw_mode: bool = AdamHyper.adamw_mode,
+        bias_correction: bool = AdamHyper.bias_correction,
         use_kernel: bool | None = None,
     ) -> None:
-        check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
-        check_betas(betas)
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "adam_w_mode": adam_w_mode,
-            "bias_correction": bias_correction,
-        }
-        super().__init__(params, defaults, use_kernel)
+        options = AdamHyper(lr, betas, eps, weight_decay, adamw_mode, bias_correction)
+        super().__init__(params, options, use_kernel)
 
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
-        return (*floats, step, bool(group["adam_w_mode"]), bool(group["bias_correction"]))
+        return (*floats, step, bool(group["adamw_mode"]), bool(group["bias_correction"]))
 
     def _fallback(
         self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
     ) -> None:
         lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]
-        m, v = state["exp_avg"], state["exp_avg_sq"]
         work = _math_view(p)
         g = grad.to(work.dtype)
         if decay != 0.0:
-            if group["adam_w_mode"]:
+            if group["adamw_mode"]:
                 work.mul_(1.0 - lr * decay)
             else:
                 g = g.add(work, alpha=decay)
-        m.mul_(beta1).add_(g, alpha=1.0 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        m, v = _update_moments(state, g, group["betas"])
         correction1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
         correction2_sqrt = math.sqrt(1.0 - beta2**step) if group["bias_correction"] else 1.0
         denom = (v.sqrt() / correction2_sqrt).add_(eps)
@@ -187,6 +193,7 @@ class FusedLamb(_FusedOptimizer):
     """Lamb: Adam moments, update u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, and
     p -= lr * (||p|| / ||u||) * u per tensor (trust ratio 1 when either norm is zero)."""
 
+    hyper = LambHyper
     op = GpuOp("fused_lamb")
     kernel_fn = "lamb"
     state_keys = ("exp_avg", "exp_avg_sq")
@@ -194,23 +201,14 @@ class FusedLamb(_FusedOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.01,
-        bias_correction: bool = True,
+        lr: float = LambHyper.lr,
+        betas: tuple[float, float] = LambHyper.betas,
+        eps: float = LambHyper.eps,
+        weight_decay: float = LambHyper.weight_decay,
+        bias_correction: bool = LambHyper.bias_correction,
         use_kernel: bool | None = None,
     ) -> None:
-        check_nonnegative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
-        check_betas(betas)
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "bias_correction": bias_correction,
-        }
-        super().__init__(params, defaults, use_kernel)
+        super().__init__(params, LambHyper(lr, betas, eps, weight_decay, bias_correction), use_kernel)
 
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
@@ -221,11 +219,9 @@ class FusedLamb(_FusedOptimizer):
     ) -> None:
         lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]
-        m, v = state["exp_avg"], state["exp_avg_sq"]
         work = _math_view(p)
         g = grad.to(work.dtype)
-        m.mul_(beta1).add_(g, alpha=1.0 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        m, v = _update_moments(state, g, group["betas"])
         correction1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
         correction2 = 1.0 - beta2**step if group["bias_correction"] else 1.0
         update = (m / correction1) / ((v / correction2).sqrt() + eps)
@@ -246,6 +242,7 @@ class FusedLion(_FusedOptimizer):
     """Lion: p = p * (1 - lr * wd) - lr * sign(beta1 * m + (1 - beta1) * g);
     then m = beta2 * m + (1 - beta2) * g."""
 
+    hyper = LionHyper
     op = GpuOp("fused_lion")
     kernel_fn = "lion"
     state_keys = ("exp_avg",)
@@ -253,14 +250,12 @@ class FusedLion(_FusedOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-4,
-        betas: tuple[float, float] = (0.9, 0.99),
-        weight_decay: float = 0.0,
+        lr: float = LionHyper.lr,
+        betas: tuple[float, float] = LionHyper.betas,
+        weight_decay: float = LionHyper.weight_decay,
         use_kernel: bool | None = None,
     ) -> None:
-        check_nonnegative(learning_rate=lr, weight_decay=weight_decay)
-        check_betas(betas)
-        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay}, use_kernel)
+        super().__init__(params, LionHyper(lr, betas, weight_decay), use_kernel)
 
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         return hyperparams(group, "lr", "betas", "weight_decay")

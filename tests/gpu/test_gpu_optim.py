@@ -40,13 +40,13 @@ def _assert_same(a: list[torch.Tensor], b: list[torch.Tensor], dtype: torch.dtyp
         torch.testing.assert_close(x.float(), y.float(), rtol=max(2 * ulp, 1e-5), atol=1e-5)
 
 
-@pytest.mark.parametrize("adam_w_mode", [True, False])
-def test_fused_adam_fp32_matches_torch(device: torch.device, adam_w_mode: bool) -> None:
+@pytest.mark.parametrize("adamw_mode", [True, False])
+def test_fused_adam_fp32_matches_torch(device: torch.device, adamw_mode: bool) -> None:
     ours = _params(device, torch.float32)
     theirs = _clone(ours)
     kwargs = {"lr": 1e-2, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.1}
-    reference = torch.optim.AdamW if adam_w_mode else torch.optim.Adam
-    opt = FusedAdam(ours, adam_w_mode=adam_w_mode, use_kernel=True, **kwargs)  # type: ignore[arg-type]
+    reference = torch.optim.AdamW if adamw_mode else torch.optim.Adam
+    opt = FusedAdam(ours, adamw_mode=adamw_mode, use_kernel=True, **kwargs)  # type: ignore[arg-type]
     _steps([opt, reference(theirs, fused=True, **kwargs)], [ours, theirs], 5)
     assert opt.backend == "kernel"
     _assert_same(ours, theirs, torch.float32)

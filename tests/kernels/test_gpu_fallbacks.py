@@ -58,11 +58,11 @@ def _run(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], steps: in
 # ----------------------------------------------------------------------------- optimizers
 
 
-@pytest.mark.parametrize(("adam_w_mode", "reference"), [(True, torch.optim.AdamW), (False, torch.optim.Adam)])
-def test_fused_adam_matches_torch(adam_w_mode: bool, reference: type[torch.optim.Optimizer]) -> None:
+@pytest.mark.parametrize(("adamw_mode", "reference"), [(True, torch.optim.AdamW), (False, torch.optim.Adam)])
+def test_fused_adam_matches_torch(adamw_mode: bool, reference: type[torch.optim.Optimizer]) -> None:
     ours, theirs = _params(), _params()
     kwargs = {"lr": 1e-2, "betas": (0.8, 0.95), "eps": 1e-7, "weight_decay": 0.05}
-    _run(FusedAdam(ours, adam_w_mode=adam_w_mode, **kwargs), ours, 6)  # type: ignore[arg-type]
+    _run(FusedAdam(ours, adamw_mode=adamw_mode, **kwargs), ours, 6)  # type: ignore[arg-type]
     _run(reference(theirs, **kwargs), theirs, 6)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

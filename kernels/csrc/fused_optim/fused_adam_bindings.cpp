@@ -8,7 +8,7 @@ namespace {
 
 void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& params,
           const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs, double lr,
-          double beta1, double beta2, double eps, double weight_decay, int64_t step, bool adam_w_mode,
+          double beta1, double beta2, double eps, double weight_decay, int64_t step, bool adamw_mode,
           bool bias_correction) {
   const size_t n = params.size();
   TORCH_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n,
@@ -28,7 +28,7 @@ void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   const double s = static_cast<double>(step);
   config.bias_correction1 = bias_correction ? static_cast<float>(1.0 - std::pow(beta1, s)) : 1.0f;
   config.bias_correction2_sqrt = bias_correction ? static_cast<float>(std::sqrt(1.0 - std::pow(beta2, s))) : 1.0f;
-  config.adam_w_mode = adam_w_mode;
+  config.adamw_mode = adamw_mode;
 
   const c10::cuda::CUDAGuard guard(lists.device);
   gpu_bind::check_launch(
@@ -43,7 +43,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Multi-tensor Adam / AdamW (fp32 state and math; fp32, fp16 or bf16 params)";
   m.def("adam", &adam, "One Adam/AdamW step over lists of tensors, in place", py::arg("grads"),
         py::arg("params"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("lr"), py::arg("beta1"),
-        py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"), py::arg("step"), py::arg("adam_w_mode"),
+        py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"), py::arg("step"), py::arg("adamw_mode"),
         py::arg("bias_correction"));
   m.def("has_bf16", &gpu_ops::has_bf16, "Whether this build has bf16 kernels");
 }
