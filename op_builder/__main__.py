@@ -1,4 +1,4 @@
-"""``python -m op_builder {report,verify,flags,plan,archs}``.
+"""``python -m op_builder {report,verify,selftest,binary,flags,plan,archs}``.
 
 argparse rather than a CLI framework: this runs inside slim runtime images,
 whose only dependencies are torch and packaging. This ``main`` is the only place
@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from op_builder import archs as arch_lib
+from op_builder import binary
 from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError, UserFacingError
 from op_builder.loader import load_op
@@ -239,6 +240,18 @@ def cmd_archs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ binary
+
+
+def cmd_binary(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    code = binary.read_device_code(args.file)
+    if args.json:
+        _emit(code.to_json())
+    else:
+        print(binary.format_text(code))
+    return 0
+
+
 # ------------------------------------------------------------------ entry
 
 
@@ -260,6 +273,8 @@ def _parser() -> argparse.ArgumentParser:
     flags.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
     plan = add("plan", "which ops DS_BUILD_* selects, their archs, and every error")
     plan.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
+    device_code = add("binary", "the GPU code a shared object holds: SASS, PTX and gfx targets")
+    device_code.add_argument("file", help="a compiled module (.so) or object file")
     archs = add("archs", "resolve an arch list and show its nvcc flags")
     archs.add_argument("list", nargs="?", help="arch list (default: TORCH_CUDA_ARCH_LIST or the toolkit's)")
     archs.add_argument("--cuda", metavar="X.Y", help="validate against this CUDA toolkit version")
@@ -267,6 +282,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS = {
+    "binary": cmd_binary,
     "report": cmd_report,
     "verify": cmd_verify,
     "flags": cmd_flags,
