@@ -67,15 +67,20 @@ images: setup standins
 	  $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(CA_CERT),--ca-cert $(CA_CERT))
 
 # A CUDA 13.0 image of the GPU ops from the CUDA stand-ins (this machine's toolkit), with
-# torch's CUDA 13 build from PyPI: several GB to download, and ~30 GB of disk with the build
-# cache (`docker builder prune` gives it back). Not in CI.
+# torch's CUDA 13 build from the index this machine's pip installs from (PIP_INDEX_URL,
+# pip.conf, else pip's default; scripts/pip_index.py), so a corporate mirror works as it is:
+# without --torch-index imagegen would go to the catalog's download.pytorch.org index, which
+# a mirror-only network cannot reach. CUDA_TORCH_INDEX (or IMAGEGEN_TORCH_INDEX) overrides.
+# Several GB to download, and ~30 GB of disk with the build cache (`docker builder prune`
+# gives it back). Not in CI.
 CUDA_TORCH ?= 2.15.0
-CUDA_TORCH_INDEX ?= https://pypi.org/simple
+CUDA_TORCH_INDEX ?= $(IMAGEGEN_TORCH_INDEX)
 CUDA_IMAGE_OPS ?= fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer
 image-cuda: setup docker
 	bash scripts/standin-images.sh --cuda
-	$(VENV)/bin/imagegen build --cuda 13.0 --standins --ops $(CUDA_IMAGE_OPS) --arch "8.0;9.0+PTX" \
-	  --torch $(CUDA_TORCH) --torch-index $(CUDA_TORCH_INDEX) $(if $(CA_CERT),--ca-cert $(CA_CERT))
+	index='$(CUDA_TORCH_INDEX)' && index="$${index:-$$($(PY) scripts/pip_index.py)}" \
+	&& $(VENV)/bin/imagegen build --cuda 13.0 --standins --ops $(CUDA_IMAGE_OPS) --arch "8.0;9.0+PTX" \
+	  --torch $(CUDA_TORCH) --torch-index "$$index" $(if $(CA_CERT),--ca-cert $(CA_CERT))
 
 # Image figures: runtime/devel size of the CPU and the CUDA image, and the rebuild ratio.
 bench-images: setup standins

@@ -1,27 +1,117 @@
-"""Writing files without leaving half-written ones, and without touching unchanged ones."""
+"""Writing files without leaving half-written ones, and without touching unchanged ones.
+
+This is where OSError from writing output enters imagegen, so it is translated here, once,
+into a BadInputError (exit 2) that names the path and what to do: the output location is
+the user's input.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
+
+from imagegen.errors import BadInputError
+
+# Hints by errno, for the failures a user can fix by choosing another path.
+_HINTS = {
+    errno.EACCES: "pick a folder you can write to, or fix its permissions",
+    errno.EPERM: "pick a folder you can write to, or fix its permissions",
+    errno.EROFS: "that file system is read-only: pick another folder",
+    errno.ENOSPC: "the disk is full: free some space or pick another folder",
+    errno.EDQUOT: "the disk quota is used up: free some space or pick another folder",
+}
+
+
+def _kind(path: Path) -> str | None:
+    """The kind of ``path``: "dir", "other", or None when missing or not even stat-able."""
+    try:
+        return "dir" if stat.S_ISDIR(path.stat().st_mode) else "other"
+    except OSError:
+        return None
+
+
+def output_error(path: Path, exc: OSError) -> BadInputError:
+    """The one message for an OSError met while writing ``path``."""
+    if exc.errno == errno.EISDIR or _kind(path) == "dir":
+        return BadInputError(f"cannot write {path}: it is a directory", hint="name a file to write instead")
+    parent = path.parent
+    if exc.errno == errno.ENOENT and _kind(parent) is None:
+        return BadInputError(
+            f"cannot write {path}: the folder {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}), or fix the path",
+        )
+    if exc.errno == errno.ENOTDIR or _kind(parent) == "other":
+        return BadInputError(
+            f"cannot write {path}: a part of that path is a file, not a folder",
+            hint="fix the path, or move that file out of the way",
+        )
+    reason = exc.strerror or str(exc)
+    hint = _HINTS.get(exc.errno or 0, "check the path, its permissions and the free space")
+    return BadInputError(f"cannot write {path}: {reason.lower()}", hint=hint)
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it into place.
 
     A reader (or a build) sees the old file or the new one, never a partial one, even if
-    this process is killed half-way.
+    this process is killed half-way; on failure nothing is left behind. The parent folder
+    must exist. A new file gets the usual mode (0666 less the umask); a replaced file keeps
+    its mode. A symbolic link is written through, so the link stays a link.
+
+    Raises BadInputError (exit 2) when ``path`` cannot be written.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    keep_mode: int | None = None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        if path.is_symlink():
+            path = Path(os.path.realpath(path))
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a symlink loop, a folder we may not search
+        raise output_error(path, exc) from None
+    else:
+        if stat.S_ISDIR(mode):
+            raise output_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        keep_mode = stat.S_IMODE(mode)
+    # The name cut short, so a name near the file system's limit still gets a temporary one.
+    tmp = path.parent / f".{path.name[:200]}.{secrets.token_hex(4)}.tmp"
+    try:
+        # 0666: the kernel applies the umask (and a folder's default ACL), as for any new file;
+        # mkstemp's 0600 would leave every written file private. O_EXCL: never write through
+        # a file someone else put at the temporary name.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise output_error(path, exc) from None
+    try:
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+                if keep_mode is not None:
+                    os.fchmod(handle.fileno(), keep_mode)
+                handle.write(text)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise output_error(path, exc) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p path``, with the OSError translated as for writing a file there."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a folder should be
+        raise BadInputError(
+            f"cannot create the folder {path}: a file is in the way",
+            hint="pick another folder, or move that file out of the way",
+        ) from None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        hint = _HINTS.get(exc.errno or 0, "check the path, its permissions and the free space")
+        raise BadInputError(f"cannot create the folder {path}: {reason}", hint=hint) from None
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -29,7 +119,9 @@ def write_if_changed(path: Path, text: str) -> bool:
     try:
         if path.read_text(encoding="utf-8") == text:
             return False
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeDecodeError):
         pass
+    except OSError as exc:
+        raise output_error(path, exc) from None
     write_atomic(path, text)
     return True

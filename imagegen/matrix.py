@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagegen import catalog
-from imagegen.files import write_if_changed
+from imagegen.files import make_dirs, write_if_changed
 from imagegen.render import render
 from imagegen.spec import ImageSpec, SpecInput, build_spec
 
@@ -101,6 +101,7 @@ def write_matrix(out_dir: Path) -> tuple[list[Path], list[Path]]:
     unchanged: list[Path] = []
     for relative, text in sorted(render_matrix().items()):
         path = out_dir / relative
+        make_dirs(path.parent)
         (written if write_if_changed(path, text) else unchanged).append(path)
     return written, unchanged
 

@@ -19,10 +19,19 @@ import jinja2
 from imagegen import __version__, catalog
 from imagegen.spec import ImageSpec
 
-# Where the staged extras live inside the build context (see commands/_context.py).
+# Where the staged extras live inside the build context (see imagegen/staging.py).
 EXTRAS_DIR = "_imagegen"
 CA_PATH = f"{EXTRAS_DIR}/ca.crt"
 WHEELHOUSE_PATH = f"{EXTRAS_DIR}/wheelhouse"
+
+# The .pth line that keeps torch quiet about a numpy the image leaves out (the template says
+# why). Python code placed in single quotes in the shell, so it holds no single quote itself:
+# \x27 is one inside its string, and the message is matched from its start, case-insensitively.
+NUMPY_ABSENT_FILTER = (
+    'import warnings; warnings.filterwarnings("ignore", '
+    r'message="Failed to initialize NumPy: No module named \x27numpy\x27", category=UserWarning)'
+)
+NUMPY_ABSENT_PTH = "imagegen-numpy-absent.pth"
 
 # Memory one compile job may take, for the default MAX_JOBS: torch's headers make a C++
 # translation unit take ~1.5 GiB; nvcc/hipcc with several archs take more.
@@ -186,4 +195,6 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "max_jobs": "" if spec.max_jobs is None else str(spec.max_jobs),
         "per_job_gib": _GIB_PER_JOB[spec.accelerator],
         "labels": labels(spec),
+        "numpy_absent_filter": NUMPY_ABSENT_FILTER,
+        "numpy_absent_pth": NUMPY_ABSENT_PTH,
     }

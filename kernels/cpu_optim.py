@@ -40,7 +40,7 @@ from kernels._optim_common import (
 )
 from op_builder.errors import OpLoadError
 
-__all__ = ["CPUAdagrad", "CPUAdam", "CPULion", "set_simd_level"]
+__all__ = ["CPUAdagrad", "CPUAdam", "CPULion", "set_simd_level", "simd_level", "supported_simd_level"]
 
 Backend = Literal["kernel", "fallback"]
 SimdLevel = Literal["auto", "scalar", "avx2", "avx512"]
@@ -64,6 +64,23 @@ def set_simd_level(level: SimdLevel) -> None:
     for module in _MODULES.values():
         module.set_simd_level(level)
     _simd_level = level
+
+
+def simd_level(op: str) -> str | None:
+    """The instruction set ``op``'s next step runs (scalar, avx2 or avx512); None before it loads.
+
+    Self-tests and reports read it to say which code path they checked.
+    """
+    module = _MODULES.get(op)
+    return None if module is None else str(module.simd_level())
+
+
+def supported_simd_level(op: str = "cpu_adam") -> str:
+    """The best instruction set this CPU supports, as ``op``'s kernel probes it (loads the op).
+
+    Raises OpLoadError when the op cannot load.
+    """
+    return str(_OPS[op].load().supported_simd_level())
 
 
 def _on_load(op: str, module: ModuleType) -> None:

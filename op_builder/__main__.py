@@ -158,6 +158,47 @@ def cmd_verify(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0 if report.ok else 1
 
 
+# ------------------------------------------------------------------ selftest
+
+
+def cmd_selftest(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    # Deferred: kernels.selftests imports torch and every front; the other commands must not.
+    from kernels import selftests
+
+    names: list[str] = list(args.ops)
+    check_op_names(names)  # a typo is bad input (exit 2), not a failed self-test
+    if not names:
+        manifest = read_installed()
+        installed = manifest.ops if manifest else {}
+        names = [name for name in ALL_OPS if name in installed] or list(ALL_OPS)
+    if args.isa != "auto":
+        try:
+            selftests.force_isa(args.isa, names)
+        except selftests.UnsupportedIsa as exc:
+            raise BadInputError(
+                f"--isa {args.isa}: {exc}", hint=f"use --isa {exc.supported} (or a lower level), or auto"
+            ) from None
+    report = selftests.run_selftests(names, selftests.resolve_device(args.device), env)
+    if args.json:
+        _emit(report.to_json())
+    else:
+        rows = [
+            [
+                r.name,
+                "skipped" if r.skipped else ("pass" if r.ok else "FAIL"),
+                r.device,
+                r.isa or "-",
+                "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}",
+                "-" if r.tolerance is None else f"{r.tolerance:.3g}",
+                f"{r.seconds:.3f}",
+                r.skipped or r.error or "",
+            ]
+            for r in report.ops
+        ]
+        print(_table(rows, ["op", "result", "device", "isa", "max err", "tolerance", "seconds", "why"]))
+    return 0 if report.ok else 1
+
+
 # ------------------------------------------------------------------ flags / plan
 
 
@@ -268,6 +309,20 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--cuda", metavar="X.Y", help="judge against this CUDA toolkit version")
     verify = add("verify", "import ops with JIT disabled; exit 0 only if all load ahead of time")
     verify.add_argument("ops", nargs="*", help="ops to verify (default: every installed op)")
+    selftest = add("selftest", "each op's kernel against an independent reference; exit 0 only if all pass")
+    selftest.add_argument("ops", nargs="*", help="ops to test (default: the installed ops, else every op)")
+    selftest.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "auto"),
+        default="auto",
+        help="where GPU ops run: cuda, or cpu (GPU ops are then skipped, and fail); auto: cuda if visible",
+    )
+    selftest.add_argument(
+        "--isa",
+        choices=("scalar", "avx2", "avx512", "auto"),
+        default="auto",
+        help="force the CPU optimizers' instruction set (default: the best this CPU runs)",
+    )
     flags = add("flags", "the exact sources and flags an op gets under this environment")
     flags.add_argument("op")
     flags.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
@@ -285,6 +340,7 @@ _COMMANDS = {
     "binary": cmd_binary,
     "report": cmd_report,
     "verify": cmd_verify,
+    "selftest": cmd_selftest,
     "flags": cmd_flags,
     "plan": cmd_plan,
     "archs": cmd_archs,

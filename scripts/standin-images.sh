@@ -5,6 +5,7 @@
 #   scripts/standin-images.sh            # build what is missing (a no-op when all exist)
 #   scripts/standin-images.sh --force    # rebuild all of them
 #   scripts/standin-images.sh --cuda     # also the CUDA stand-ins (copy the host toolkit)
+#   scripts/standin-images.sh --mirrors  # print the Debian mirrors a base build would use, and exit
 #
 # Images (cached by tag and recipe revision):
 #   imagegen-standin/debian:bookworm        debootstrap --variant=minbase, slimmed like
@@ -19,7 +20,9 @@
 # without ending up in any layer: tests check that a proxy CA never reaches a runtime image.
 #
 # Environment:
-#   STANDIN_MIRROR   Debian mirror (default http://deb.debian.org/debian)
+#   STANDIN_MIRROR   Debian mirror (default: the host's own, from its apt sources)
+#   STANDIN_SECURITY_MIRROR
+#                    Debian security mirror (default: the host's own, from its apt sources)
 #   STANDIN_CA       CA bundle apt uses for an HTTPS mirror (default /etc/ssl/certs/ca-certificates.crt)
 #   CUDA_HOME        toolkit copied by --cuda (default /usr/local/cuda)
 #   STANDIN_PREFIX   repository prefix of the tags (default imagegen-standin), e.g. to time a
@@ -27,8 +30,9 @@
 set -euo pipefail
 
 SUITE=bookworm
-MIRROR="${STANDIN_MIRROR:-http://deb.debian.org/debian}"
-SECURITY_MIRROR="${STANDIN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+# Resolved only when the base is built (resolve_mirrors), so cached images need no mirror.
+MIRROR="${STANDIN_MIRROR:-}"
+SECURITY_MIRROR="${STANDIN_SECURITY_MIRROR:-}"
 CA_BUNDLE="${STANDIN_CA:-/etc/ssl/certs/ca-certificates.crt}"
 CUDA_DIR="${CUDA_HOME:-/usr/local/cuda}"
 
@@ -45,14 +49,76 @@ REVISION_KEY=io.imagegen.standin.revision
 
 force=0
 want_cuda=0
+print_mirrors=0
 for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
         --cuda) want_cuda=1 ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        --mirrors) print_mirrors=1 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "standin-images: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
+
+say() { echo "standin-images: $*" >&2; }
+
+# The host's Debian mirrors, from its apt sources as apt itself reads them (sources.list,
+# sources.list.d/*.list and deb822 *.sources; `Enabled: no` and deb-src entries skipped), so a
+# machine behind a corporate mirror builds the bases from that mirror without edits. apt's own
+# APT_CONFIG points it at other sources. A Debian archive is told from other repositories (a
+# vendor's, Ubuntu's on an Ubuntu host) by its suite: the one built here, the host's codename
+# on a Debian host, or a Debian alias such as stable.
+apt_targets() {
+    command -v apt-get >/dev/null || return 0
+    # --no-release-info: every configured source, whether or not `apt-get update` ever ran.
+    # shellcheck disable=SC2016  # $(...) here is apt's --format syntax, not the shell's
+    apt-get indextargets --no-release-info --format '$(TARGET_OF) $(REPO_URI) $(RELEASE) $(COMPONENT)' \
+        2>/dev/null | sort -u || true
+}
+
+# debian_mirror main|security SUITES < targets: the first http(s) `deb` entry carrying the main
+# component whose suite is one of SUITES (main) or such a suite's -security or /updates (security).
+debian_mirror() {
+    awk -v kind="$1" -v suites="$2" '
+        BEGIN { n = split(suites, list, " "); for (i = 1; i <= n; i++) debian[list[i]] = 1 }
+        $1 != "deb" || $2 !~ /^https?:\/\// || $4 != "main" { next }
+        {
+            suite = $3
+            if (kind == "security") { if (!sub(/(-security|\/updates)$/, "", suite)) next }
+            else if (suite ~ /[-\/]/) next  # -updates, -backports: the archive has a plain entry too
+            if (suite in debian) { uri = $2; sub(/\/+$/, "", uri); print uri; exit }
+        }'
+}
+
+# Fills MIRROR and SECURITY_MIRROR where the environment did not; exits 1 naming the
+# variable to set when the host's sources have no such entry.
+resolve_mirrors() {
+    [ -n "$MIRROR" ] && [ -n "$SECURITY_MIRROR" ] && return 0
+    local suites="$SUITE stable oldstable testing unstable sid" targets
+    if [ -r /etc/os-release ]; then
+        # shellcheck disable=SC1091  # the host's file, read in a subshell
+        suites="$suites $(. /etc/os-release; [ "${ID:-}" != debian ] || echo "${VERSION_CODENAME:-}")"
+    fi
+    targets="$(apt_targets)"
+    [ -n "$MIRROR" ] || MIRROR="$(debian_mirror main "$suites" <<<"$targets")"
+    [ -n "$SECURITY_MIRROR" ] || SECURITY_MIRROR="$(debian_mirror security "$suites" <<<"$targets")"
+    local sources="this host's apt sources (/etc/apt/sources.list, sources.list.d/*.list, *.sources)"
+    if [ -z "$MIRROR" ]; then
+        say "no Debian mirror for $SUITE in $sources; set STANDIN_MIRROR to one (the URL a 'deb URL $SUITE main' line would name)"
+        exit 1
+    fi
+    if [ -z "$SECURITY_MIRROR" ]; then
+        say "no Debian security mirror for $SUITE-security in $sources; set STANDIN_SECURITY_MIRROR to one (the URL a 'deb URL $SUITE-security main' line would name)"
+        exit 1
+    fi
+}
+
+if [ "$print_mirrors" -eq 1 ]; then
+    resolve_mirrors
+    echo "STANDIN_MIRROR=$MIRROR"
+    echo "STANDIN_SECURITY_MIRROR=$SECURITY_MIRROR"
+    exit 0
+fi
 
 # Debian's client matches Debian's dockerd; any client works for these plain commands.
 if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER="$(command -v docker)"; fi
@@ -61,7 +127,6 @@ if ! "$DOCKER" info >/dev/null 2>&1; then
     exit 3
 fi
 
-say() { echo "standin-images: $*" >&2; }
 current() {
     [ "$("$DOCKER" image inspect --format "{{ index .Config.Labels \"$REVISION_KEY\" }}" "$1" 2>/dev/null)" = "$REVISION" ]
 }
@@ -81,6 +146,7 @@ trap 'exit 130' INT TERM
 build_base() {
     command -v debootstrap >/dev/null || { say "debootstrap is missing (apt-get install debootstrap)"; exit 1; }
     [ "$(id -u)" -eq 0 ] || { say "debootstrap needs root"; exit 1; }
+    resolve_mirrors
     local root="$workdir/rootfs" start=$SECONDS
     say "debootstrap $SUITE (minbase) from $MIRROR"
     debootstrap --variant=minbase "$SUITE" "$root" "$MIRROR" >"$workdir/debootstrap.log" 2>&1 || {
@@ -142,6 +208,7 @@ derive() {
     say "apt-get install $* -> $tag"
     local container="imagegen-standin-$kind-$$"
     # The CA is mounted, never copied, so no layer holds it.
+    # shellcheck disable=SC2016  # the quoted script expands in the container's sh
     "$DOCKER" run --name "$container" \
         -v "$CA_BUNDLE:/run/host-ca.crt:ro" \
         -e DEBIAN_FRONTEND=noninteractive \

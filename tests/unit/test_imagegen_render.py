@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -141,7 +142,7 @@ def test_gpu_runtime_gets_python_from_apt_and_only_gpu_op_packages() -> None:
 
 def test_ca_cert_is_trusted_while_building_and_absent_from_runtime(tmp_path: Path) -> None:
     ca = tmp_path / "ca.crt"
-    ca.write_text("pem")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     parts = stages(render(spec(cpu=True, ops="all", ca_cert=str(ca))))
     assert "COPY _imagegen/ca.crt /usr/local/share/ca-certificates/imagegen-extra.crt" in parts["devel"]
     assert "update-ca-certificates" in parts["devel"] and "PIP_CERT=" in parts["devel"]
@@ -173,10 +174,10 @@ def test_torch_comes_from_the_targets_index_by_default() -> None:
 
 
 def test_torch_from_another_index_is_pinned_by_version_and_its_build_checked() -> None:
-    s = spec(cuda="13.0", ops="all", torch="2.15.0", torch_index="https://pypi.org/simple")
-    assert s.torch_requirement == "torch==2.15.0"  # PyPI's CUDA wheels carry no "+cu130"
+    s = spec(cuda="13.0", ops="all", torch="2.15.0", torch_index="https://index.example.invalid/simple")
+    assert s.torch_requirement == "torch==2.15.0"  # PyPI and its mirrors: no "+cu130" on CUDA wheels
     devel = stages(render(s))["devel"]
-    assert 'pip install --index-url https://pypi.org/simple "torch==2.15.0"' in devel
+    assert 'pip install --index-url https://index.example.invalid/simple "torch==2.15.0"' in devel
     assert "python -c 'import sys, torch;" in devel
     assert labels(render(s))["io.imagegen.torch"] == "2.15.0"
 
@@ -265,3 +266,33 @@ def test_max_jobs_is_a_build_arg_with_a_computed_default() -> None:
     assert "/proc/meminfo" in auto and "nproc" in auto and 'MAX_JOBS="$jobs"' in auto
     fixed = stages(render(spec(cpu=True, ops="all", max_jobs=3)))["build"]
     assert "ARG MAX_JOBS=3\n" in fixed
+
+
+# As torch words it (torch/csrc/utils/tensor_numpy.cpp) when numpy is not installed.
+NUMPY_ABSENT = "Failed to initialize NumPy: No module named 'numpy' (Triggered internally at ...)"
+
+
+@pytest.mark.parametrize("flags", [{"cpu": True}, {"cuda": "13.0"}, {"rocm": "6.2", "buildkit": False}])
+def test_the_venv_keeps_torch_quiet_about_absent_numpy_and_nothing_else(flags: dict[str, object]) -> None:
+    """The .pth line as the shell writes it, run here: only torch's numpy-absent warning goes."""
+    build = stages(render(spec(ops="all", **flags)))["build"]
+    written = re.search(r"printf '%s\\n' '([^']*)' >\"\$site/(\S+\.pth)\"", build)
+    assert written, "the build stage writes no .pth into the venv"
+    # Written into the venv the runtime copies, before the op check (so that run is quiet too).
+    assert build.index(written[0]) < build.index("python -m op_builder verify")
+    assert written[1].startswith("import ")  # site runs only .pth lines that start so
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        exec(written[1], {})  # the rendered line itself, as site would run it
+        warnings.warn(NUMPY_ABSENT, UserWarning, stacklevel=1)
+        # A numpy that is there but does not load, or lacks a part, still warns; so does the rest.
+        warnings.warn("Failed to initialize NumPy: _ARRAY_API not found", UserWarning, stacklevel=1)
+        warnings.warn("Failed to initialize NumPy: No module named 'numpy.core'", UserWarning, stacklevel=1)
+        warnings.warn("Failed to initialize NumPy: No module named 'numpy'", DeprecationWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in shown] == [
+        "Failed to initialize NumPy: _ARRAY_API not found",
+        "Failed to initialize NumPy: No module named 'numpy.core'",
+        "Failed to initialize NumPy: No module named 'numpy'",
+        "something else",
+    ]

@@ -190,10 +190,9 @@ def test_all_drops_an_op_without_archs_and_says_so() -> None:
 
 
 def test_custom_torch_index_relaxes_the_catalog_check_with_a_warning() -> None:
-    spec = build_spec(
-        SpecInput(cuda="12.1", ops="quantizer", torch="2.7.1", torch_index="https://mirror/whl"), {}
-    )
-    assert spec.torch == "2.7.1" and spec.torch_index == "https://mirror/whl"
+    index = "https://index.example.invalid/simple"
+    spec = build_spec(SpecInput(cuda="12.1", ops="quantizer", torch="2.7.1", torch_index=index), {})
+    assert spec.torch == "2.7.1" and spec.torch_index == index
     assert spec.warnings and "trusting --torch-index" in spec.warnings[0]
 
 

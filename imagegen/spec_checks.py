@@ -1,0 +1,304 @@
+"""The checks of ``imagegen.spec``, one per option: each returns the value resolved, or raises
+one ``BadInputError`` with a hint (exit 2)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from stat import S_ISDIR, S_ISREG
+
+from imagegen import catalog
+from imagegen.catalog import Accelerator, Target
+from imagegen.errors import BadInputError
+from op_builder import ALL_OPS, CUDAOpBuilder
+from op_builder import archs as arch_lib
+from op_builder.registry import check_op_names
+from op_builder.suggest import did_you_mean
+
+# Environment variables read as the middle layer of the cascade.
+ENV_PREFIX = "IMAGEGEN_"
+
+_VERSION_RE = re.compile(r"^\d+\.\d+$")
+
+# Which compiled bytecode (.pyc) the runtime venv keeps, and the suffix each adds to the
+# default tag. "startup": only what a process imports to start torch and load the image's ops.
+BYTECODE_TAG_SUFFIX = {"startup": "", "all": "-allbytecode", "none": "-nobytecode"}
+BYTECODE_MODES = tuple(BYTECODE_TAG_SUFFIX)
+DEFAULT_BYTECODE = "startup"
+
+
+def target(cuda: str | None, rocm: str | None, cpu: bool) -> Target:
+    given = [name for name, on in (("--cuda", cuda), ("--rocm", rocm), ("--cpu", cpu)) if on]
+    if not given:
+        raise BadInputError("no target given", hint="pick exactly one of --cuda X.Y, --rocm X.Y or --cpu")
+    if len(given) > 1:
+        raise BadInputError(
+            f"two targets at once: {' and '.join(given)}",
+            hint="an image has one target; render one image per target (see `imagegen matrix`)",
+        )
+    if cpu:
+        return catalog.CPU_TARGET
+    accelerator: Accelerator = "cuda" if cuda else "rocm"
+    version = (cuda or rocm or "").strip()
+    label = "CUDA" if accelerator == "cuda" else "ROCm"
+    supported = ", ".join(catalog.targets(accelerator))
+    if not _VERSION_RE.match(version):
+        raise BadInputError(
+            f"--{accelerator} {version!r} is not a {label} version",
+            hint=f"use MAJOR.MINOR; supported: {supported}",
+        )
+    found = catalog.lookup(accelerator, version)
+    if found is None:
+        closest = catalog.closest_version(accelerator, version)
+        raise BadInputError(
+            f"{label} {version} is not supported",
+            hint=f"the closest supported version is {closest}; supported: {supported}",
+        )
+    return found
+
+
+def distro(value: str | None, target: Target, standins: bool) -> str:
+    if value is None:
+        return catalog.STANDIN_DISTRO if standins else target.distros[0]
+    if value not in target.distros:
+        suggestion = did_you_mean(value, target.distros)
+        raise BadInputError(
+            f"distro {value!r} is not available for {target.name}",
+            hint=(suggestion + " " if suggestion else "") + "available: " + ", ".join(target.distros),
+        )
+    return value
+
+
+def bytecode(value: str | None) -> str:
+    if value is None:
+        return DEFAULT_BYTECODE
+    mode = value.strip().lower()
+    if mode not in BYTECODE_MODES:
+        suggestion = did_you_mean(mode, BYTECODE_MODES)
+        raise BadInputError(
+            f"--bytecode {value!r} is not a bytecode mode",
+            hint=(suggestion + " " if suggestion else "")
+            + "use startup (the default: what torch and the ops import), all, or none",
+        )
+    return mode
+
+
+def python(
+    value: str | None,
+    target: Target,
+    distro: str,
+    standins: bool,
+    base_devel: str | None,
+    base_runtime: str | None,
+) -> str:
+    default = catalog.STANDIN_PYTHON if standins else target.default_python(distro)
+    if value is None:
+        return default
+    if not _VERSION_RE.match(value):
+        raise BadInputError(f"--python {value!r} is not a Python version", hint="use MAJOR.MINOR, e.g. 3.11")
+    if base_devel and base_runtime:
+        return value  # the user's own bases decide which Python there is
+    if standins and value != catalog.STANDIN_PYTHON:
+        raise BadInputError(
+            f"the stand-in bases have Python {catalog.STANDIN_PYTHON}, not {value}",
+            hint=f"drop --python, or pass --python {catalog.STANDIN_PYTHON}",
+        )
+    if target.accelerator == "cpu":
+        if value not in catalog.CPU_PYTHONS:
+            raise BadInputError(
+                f"Python {value} has no python:{value}-slim image we support",
+                hint="supported: " + ", ".join(catalog.CPU_PYTHONS),
+            )
+        return value
+    if value != default:
+        others = [d for d, py in catalog.UBUNTU_PYTHON.items() if py == value and d in target.distros]
+        hint = f"use --distro {others[0]}" if others else f"drop --python (it is {default} on {distro})"
+        raise BadInputError(
+            f"{target.name} images use {distro}'s python3, which is {default}, not {value}",
+            hint=hint + ", or pass --base-devel and --base-runtime images that ship your Python",
+        )
+    return value
+
+
+def torch(
+    value: str | None, target: Target, python: str, custom_index: str | None, warnings: list[str]
+) -> tuple[str, str]:
+    built = target.torch_versions()
+    if value is None:
+        torch = target.default_torch
+    else:
+        resolved = catalog.resolve_torch_release(value)
+        if resolved is None:
+            raise BadInputError(
+                f"torch {value} is not a torch release we know",
+                hint=f"torch built for {target.name}: {_span(built)}",
+            )
+        torch = resolved
+    torch_range = target.torch_range(torch)
+    if torch_range is None:
+        if custom_index is None:
+            raise BadInputError(
+                f"torch {torch} is not built for {target.name}",
+                hint=f"torch built for {target.name}: {_span(built)} "
+                "(or pass --torch-index for your own index)",
+            )
+        # With the user's own index we cannot know what it holds: say so once and go on.
+        variant = target.torch[-1].variant
+        warnings.append(
+            f"torch {torch} is not in the catalog for {target.name}; trusting --torch-index {custom_index}"
+        )
+    else:
+        variant = torch_range.variant
+    if not catalog.torch_supports_python(torch, python):
+        bounds = catalog.python_range(torch)
+        span = f"{bounds[0]} to {bounds[1]}" if bounds else "unknown"
+        fits = [t for t in built if catalog.torch_supports_python(t, python)]
+        hint = f"torch {torch} supports Python {span}"
+        if fits:
+            hint += f"; for Python {python} on {target.name} use torch {_span(tuple(fits))}"
+        raise BadInputError(f"torch {torch} has no wheels for Python {python}", hint=hint)
+    return torch, variant
+
+
+def _span(versions: tuple[str, ...]) -> str:
+    if not versions:
+        return "none"
+    return f"{versions[0]} to {versions[-1]}" if len(versions) > 2 else ", ".join(versions)
+
+
+def ops(value: str | None, target: Target) -> tuple[tuple[str, ...], bool]:
+    """The selected ops in registry order, and whether they came from ``all``."""
+    fits = tuple(n for n, b in ALL_OPS.items() if target.accelerator != "cpu" or b.target == "cpu")
+    if value is None:
+        raise BadInputError(
+            "no ops given",
+            hint="pass --ops A,B or --ops all; ops for " + target.name + ": " + ", ".join(fits),
+        )
+    tokens = [t.strip() for t in value.split(",") if t.strip()]
+    if not tokens:
+        raise BadInputError("--ops is empty", hint="for example --ops cpu_adam,cpu_lion, or --ops all")
+    if tokens == ["all"]:
+        return fits, True
+    if "all" in tokens:
+        raise BadInputError("--ops all cannot be combined with op names", hint="pass either all or a list")
+    check_op_names(tokens)
+    for name in tokens:
+        if name not in fits:
+            raise BadInputError(
+                f"{name} is a GPU op and the target is the CPU",
+                hint="build it with --cuda X.Y or --rocm X.Y, or drop it; CPU ops: " + ", ".join(fits),
+            )
+    wanted = set(tokens)
+    return tuple(n for n in ALL_OPS if n in wanted), False
+
+
+def archs(value: str | None, target: Target) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if target.accelerator == "cpu":
+        if value is not None:
+            raise BadInputError(
+                "--arch applies to --cuda and --rocm images only", hint="drop --arch for --cpu"
+            )
+        return (), ()
+    if target.accelerator == "rocm":
+        if value is None:
+            return (), catalog.default_rocm_archs()
+        return (), arch_lib.parse_rocm_arch_list(value)
+    version = target.version or ""
+    if value is None:
+        return catalog.default_cuda_archs(version), ()
+    # No 'native': the build runs in a container, usually on a machine without the GPU.
+    parsed = arch_lib.parse_cuda_arch_list(value, native=None)
+    arch_lib.validate_for_toolkit(parsed, version)
+    return tuple(str(a) for a in parsed), ()
+
+
+def per_op_archs(
+    names: tuple[str, ...], cuda_archs: tuple[str, ...], explicit: bool, warnings: list[str]
+) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Each CUDA op's own arch list (the op_builder rule); ops left with none are an error
+    when named, and dropped with a warning when they came in through ``all``."""
+    if not cuda_archs:
+        return names, ()
+    parsed = arch_lib.parse_cuda_arch_list(";".join(cuda_archs))
+    kept_names: list[str] = []
+    per_op: list[tuple[str, tuple[str, ...]]] = []
+    for name in names:
+        builder = ALL_OPS[name]
+        if not isinstance(builder, CUDAOpBuilder):
+            kept_names.append(name)
+            continue
+        decision = builder.arch_decision(parsed)
+        if decision.reason is not None:
+            if explicit:
+                raise BadInputError(decision.reason, hint=f"add an arch in range to --arch, or drop {name}")
+            warnings.append(decision.reason + f", so --ops all leaves {name} out")
+            continue
+        kept_names.append(name)
+        per_op.append((name, tuple(str(a) for a in decision.kept)))
+    return tuple(kept_names), tuple(per_op)
+
+
+def existing_dir(value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    try:
+        is_dir = path.is_dir()
+    except OSError:  # a name too long, a folder we may not search: not a usable wheelhouse either
+        is_dir = False
+    if not is_dir:
+        raise BadInputError(
+            f"wheelhouse {value} is not a directory",
+            hint="pass a folder of wheels, e.g. --wheelhouse /opt/wheels (pip download --dest DIR ...)",
+        )
+    return path.resolve()
+
+
+_PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+
+
+def existing_file(value: str | None) -> Path | None:
+    """The --ca-cert bundle, checked here: apt and pip in the build would fail on it later
+    without naming it (update-ca-certificates skips a non-PEM file silently)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    hint = "pass a PEM bundle, e.g. --ca-cert /etc/ssl/certs/ca-certificates.crt"
+    try:
+        mode = path.stat().st_mode
+        # Checked before reading: a FIFO or a device (/dev/zero) would block or never end.
+        if S_ISDIR(mode):
+            problem: str | None = "is a directory, not a file"
+        elif not S_ISREG(mode):
+            problem = "is not a regular file"
+        else:
+            problem, data = None, path.read_bytes()
+    except FileNotFoundError:
+        problem = "does not exist"
+    except OSError as exc:
+        problem = f"cannot be read: {(exc.strerror or str(exc)).lower()}"
+    if problem:
+        raise BadInputError(f"CA certificate file {value} {problem}", hint=hint)
+    if _PEM_CERTIFICATE not in data:
+        raise BadInputError(
+            f"CA certificate file {value} is not PEM: it has no {_PEM_CERTIFICATE.decode()} line",
+            hint=hint + "; convert a DER file with `openssl x509 -inform der -in FILE -out FILE.pem`",
+        )
+    return path.resolve()
+
+
+def max_jobs(flag: int | None, env: Mapping[str, str]) -> int | None:
+    if flag is not None:
+        value: int | str = flag
+    else:
+        text = env.get(ENV_PREFIX + "MAX_JOBS", "").strip()
+        if not text:
+            return None
+        value = text
+    if isinstance(value, str) and not value.isdigit():
+        raise BadInputError(f"max jobs {value!r} is not a whole number", hint="for example --max-jobs 4")
+    jobs = int(value)
+    if jobs < 1:
+        raise BadInputError(f"max jobs {jobs} is below 1", hint="for example --max-jobs 4, or leave it out")
+    return jobs

@@ -1,0 +1,134 @@
+"""Self-tests of the ``quantizer`` (int8 / int4) and ``fp_quantizer`` (FP8) ops, through
+``kernels.quantization`` with ``use_kernel=True``.
+
+The references apply the documented rules directly, written out here in fp32:
+
+* symmetric: ``scale = max|x| / qmax``, ``q = clamp(round(x / scale), -qmax, qmax)``;
+* asymmetric: ``scale = (max - min) / (2**bits - 1)``, ``offset = min``,
+  ``q = clamp(round((x - min) / scale), 0, 2**bits - 1)``;
+* FP8: ``scale = max|x| / fmax``, ``q = float8(clamp(x / scale, -fmax, fmax))`` by torch's own cast;
+
+with round-half-to-even and code 0 for a group whose scale is 0. The op promises codes and
+scales bit-identical to these rules, so they are compared exactly; dequantized values within
+the output dtype's tolerance. Groups: 37 of them (no multiple of the groups a block handles),
+of sizes 1, 7, 127 and 4097 (int4: the even 2, 6, 128, 4098); the first group is all zeros
+(scale 0) and the second constant (max == min). int8 also runs once over ~1M elements.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
+from kernels.selftests._harness import EXACT, GPU_TOLERANCE, SelfTest, SelfTestContext
+
+GROUPS = 37
+GROUP_SIZES = (1, 7, 127, 4097)
+EVEN_GROUP_SIZES = (2, 6, 128, 4098)
+LARGE = (257, 4097)  # ~1.05M elements
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+FP8_DTYPE = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _input(ctx: SelfTestContext, dtype: torch.dtype, groups: int, size: int) -> Tensor:
+    gen = torch.Generator(device=ctx.device).manual_seed(groups * 7 + size)
+    x = torch.randn(groups, size, device=ctx.device, generator=gen) * 4
+    x[0] = 0.0
+    if size > 1:
+        x[1] = 3.0
+    return x.to(dtype)
+
+
+def _nonzero(scale: Tensor) -> Tensor:
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+def _int_reference(x: Tensor, bits: int, symmetric: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(codes as int32 [groups, size], scale, offset or None) by the documented rules."""
+    xf = x.float()
+    low, high = xf.amin(dim=1), xf.amax(dim=1)
+    if symmetric:
+        qmax = 2 ** (bits - 1) - 1
+        scale = torch.maximum(low.abs(), high.abs()) / qmax
+        codes = torch.round(xf / _nonzero(scale)[:, None]).clamp(-qmax, qmax)
+        offset = None
+    else:
+        top = 2**bits - 1
+        scale = (high - low) / top
+        codes = torch.round((xf - low[:, None]) / _nonzero(scale)[:, None]).clamp(0, top)
+        offset = low
+    codes[scale == 0] = 0
+    return codes.to(torch.int32), scale, offset
+
+
+def _codes(data: Tensor, bits: int, symmetric: bool, size: int) -> Tensor:
+    """The front's stored codes as int32 [groups, size]; int4 holds element 2i in the low
+    nibble and 2i + 1 in the high one, in two's complement when symmetric."""
+    raw = data.to(torch.int32)
+    if bits == 8:
+        return raw.reshape(-1, size)
+    nibbles = torch.stack((raw & 0xF, (raw >> 4) & 0xF), dim=-1).reshape(-1, size)
+    return torch.where(nibbles >= 8, nibbles - 16, nibbles) if symmetric else nibbles
+
+
+def _int_case(ctx: SelfTestContext, dtype: torch.dtype, groups: int, size: int, bits: int, sym: bool) -> None:
+    x = _input(ctx, dtype, groups, size)
+    q = quantize(x, bits, size, sym, use_kernel=True)
+    codes, scale, offset = _int_reference(x, bits, sym)
+    label = f"int{bits} {'sym' if sym else 'asym'} {_name(dtype)} {groups}x{size}"
+    ctx.compare(f"{label} codes", _codes(q.data, bits, sym, size), codes, EXACT)
+    ctx.compare(f"{label} scale", q.scale, scale, EXACT)
+    expected = codes.float() * scale[:, None]
+    if offset is not None:
+        assert q.offset is not None, f"{label}: no offset from an asymmetric quantization"
+        ctx.compare(f"{label} offset", q.offset, offset, EXACT)
+        expected = expected + offset[:, None]
+    out = dequantize(q, use_kernel=True)
+    ctx.compare(f"{label} dequantized", out, expected.to(dtype), GPU_TOLERANCE[dtype])
+
+
+def _quantizer(ctx: SelfTestContext) -> None:
+    for dtype in ctx.dtypes:
+        for sym in (True, False):
+            for size in GROUP_SIZES:
+                _int_case(ctx, dtype, GROUPS, size, 8, sym)
+            for size in EVEN_GROUP_SIZES:
+                _int_case(ctx, dtype, GROUPS, size, 4, sym)
+    _int_case(ctx, torch.float32, *LARGE, 8, True)
+
+
+def _fp8_case(ctx: SelfTestContext, dtype: torch.dtype, groups: int, size: int, fmt: str) -> None:
+    x = _input(ctx, dtype, groups, size)
+    q = quantize_fp8(x, size, fmt, use_kernel=True)  # type: ignore[arg-type]
+    fmax = FP8_MAX[fmt]
+    xf = x.float()
+    scale = xf.abs().amax(dim=1) / fmax
+    scaled = (xf / _nonzero(scale)[:, None]).clamp(-fmax, fmax)
+    scaled[scale == 0] = 0.0
+    codes = scaled.to(FP8_DTYPE[fmt]).float()
+    label = f"fp8 {fmt} {_name(dtype)} {groups}x{size}"
+    if q.data.dtype != FP8_DTYPE[fmt]:
+        raise AssertionError(f"{label}: codes are {q.data.dtype}, expected {FP8_DTYPE[fmt]}")
+    ctx.compare(f"{label} codes", q.data.float().reshape(groups, size), codes, EXACT)
+    ctx.compare(f"{label} scale", q.scale, scale, EXACT)
+    out = dequantize_fp8(q, use_kernel=True)
+    ctx.compare(f"{label} dequantized", out, (codes * scale[:, None]).to(dtype), GPU_TOLERANCE[dtype])
+
+
+def _fp_quantizer(ctx: SelfTestContext) -> None:
+    for dtype in ctx.dtypes:
+        for fmt in ("e4m3", "e5m2"):
+            for size in GROUP_SIZES:
+                _fp8_case(ctx, dtype, GROUPS, size, fmt)
+    _fp8_case(ctx, torch.float32, *LARGE, "e4m3")
+
+
+SELFTESTS = (
+    SelfTest("quantizer", "gpu", _quantizer),
+    SelfTest("fp_quantizer", "gpu", _fp_quantizer),
+)

@@ -1,0 +1,341 @@
+"""Every bad input meets the contract (tests/unit/contract.py): exit 2 (or the documented code),
+one ``error:`` line and a ``hint:``, never a traceback, nothing written; with --json one
+``{"error": ...}`` document. Writing output has its own tests (test_write_output.py).
+
+No engine is needed: the tests that must not reach one block the docker SDK and subprocesses,
+so touching the engine fails the test instead of waiting on a daemon.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagegen import verify as verify_lib
+from imagegen.errors import BadInputError, VerificationFailedError
+from imagegen.reference import reference_problem
+from imagegen.spec import SpecInput, build_spec
+from tests.unit.contract import DOCKERFILE, PEM, assert_json_error, assert_reported, invoke
+
+# Commands with a --json option (dockerfile writes a Dockerfile, never JSON).
+JSON_COMMANDS = {"build", "verify", "matrix", "ops"}
+
+
+class EngineTouched(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bad input must be refused before the engine: reaching for it fails the test."""
+    monkeypatch.setitem(sys.modules, "docker", None)  # `import docker` raises ImportError
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise EngineTouched(f"a process was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+# ------------------------------------------------------------------ image references
+
+
+def test_tag_longer_than_docker_allows_is_refused_by_the_spec() -> None:
+    with pytest.raises(BadInputError, match="128"):
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen:" + "t" * 129), {})
+    build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen:" + "t" * 128), {})  # the limit itself
+
+
+# Checked against dockerd 20.10 (`docker tag`): the name limit applies to the normalized name.
+REFERENCES = [
+    ("imagegen:cpu-dev", None),
+    ("a" * 237 + ":t", None),  # docker.io/library/ + 237 = 255
+    ("a" * 238, "255"),
+    ("x/" + "a" * 243, None),  # docker.io/x/ + 243 = 255
+    ("x/" + "a" * 245, "255"),
+    ("localhost:5000/" + "a" * 240, None),  # a registry host is not prefixed
+    ("a:" + "t" * 128, None),
+    ("a:" + "t" * 129, "128"),
+    ("a--b__c.d_e", None),
+    ("a___b", "does not match"),
+    ("reg.example:5000/team/ops:v1", None),
+    ("Registry.IO:5000/x/y:TAG", None),  # upper case is fine in a host and a tag
+    ("ghcr.io/Team/ops", "upper-case"),
+    ("UPPER:x", "upper-case"),
+    ("UPPER::x", "does not match"),
+    ("a:b:c", "does not match"),
+    ("busybox@sha256:" + "0" * 64, None),
+    ("sha256:" + "0" * 64, None),  # an image id
+    ("[::1]:5000/x", None),
+    ("", "empty"),
+    (" a", "white space"),
+    ("a b", "white space"),
+    ("-a", "does not match"),
+    ("a/", "does not match"),
+    ("a//b", "does not match"),
+]
+
+
+@pytest.mark.parametrize(("ref", "problem"), REFERENCES, ids=[r[:30] or "empty" for r, _ in REFERENCES])
+def test_reference_grammar_matches_docker(ref: str, problem: str | None) -> None:
+    found = reference_problem(ref)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+
+
+def test_a_tag_to_build_cannot_have_a_digest_but_a_base_can() -> None:
+    digest = "@sha256:" + "0" * 64
+    with pytest.raises(BadInputError, match="digest"):
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen" + digest), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", base_devel="python" + digest), {})
+    assert spec.base_devel == "python" + digest
+
+
+def test_reference_check_is_fast_on_long_hostile_input() -> None:
+    import time
+
+    start = time.monotonic()
+    for text in ("a-" * 5000 + "!", "a." * 5000 + "/", "a" * 10000 + ":" + "-" * 10000):
+        assert reference_problem(text) is not None
+    assert time.monotonic() - start < 1.0
+
+
+# ------------------------------------------------------------------ --ca-cert
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("not a certificate\n", "is not PEM"),
+        (b"\x30\x82\x01\x0a\x02\x82\x01\x01\x00", "is not PEM"),  # DER
+        ("", "is not PEM"),
+        ("-----BEGIN PRIVATE KEY-----\nMII\n-----END PRIVATE KEY-----\n", "is not PEM"),
+        (None, "is a directory"),
+    ],
+    ids=["text", "der", "empty", "private-key", "directory"],
+)
+def test_ca_cert_that_is_not_a_pem_file_is_refused_by_name(
+    tmp_path: Path, content: str | bytes | None, fragment: str
+) -> None:
+    ca = tmp_path / "proxy-ca.crt"
+    if content is None:
+        ca.mkdir()
+    elif isinstance(content, bytes):
+        ca.write_bytes(content)
+    else:
+        ca.write_text(content)
+    result = invoke([*DOCKERFILE, "--ca-cert", str(ca)])
+    assert_reported(result, fragment=fragment)
+    assert str(ca) in result.stderr
+
+
+def test_ca_cert_pem_bundle_is_accepted(tmp_path: Path) -> None:
+    ca = tmp_path / "bundle.crt"
+    ca.write_text("# a comment before the first certificate\n" + PEM + PEM)
+    assert build_spec(SpecInput(cpu=True, ops="cpu_adam", ca_cert=str(ca)), {}).ca_cert == ca.resolve()
+
+
+def test_ca_cert_that_is_a_device_is_refused_without_reading_it() -> None:
+    assert_reported(invoke([*DOCKERFILE, "--ca-cert", "/dev/zero"]), fragment="not a regular file")
+
+
+# ------------------------------------------------------------------ verify
+
+
+@pytest.mark.parametrize(
+    ("image", "timeout", "fragment"),
+    [
+        ("", 300.0, "empty"),
+        ("UPPER::x", 300.0, "IMAGE"),
+        ("a:" + "t" * 129, 300.0, "128"),
+        ("imagegen:cpu", 0.0, "--timeout"),
+        ("imagegen:cpu", -5.0, "--timeout"),
+        ("imagegen:cpu", float("nan"), "--timeout"),
+        ("imagegen:cpu", float("inf"), "--timeout"),
+    ],
+)
+def test_verify_image_refuses_bad_input_before_the_engine(
+    no_engine: None, image: str, timeout: float, fragment: str
+) -> None:
+    with pytest.raises(BadInputError, match=fragment):
+        verify_lib.verify_image(image, timeout=timeout)
+
+
+def test_an_image_without_python_is_a_verification_failure() -> None:
+    error = verify_lib.start_error(
+        "busybox:latest",
+        "failed to create shim task: OCI runtime create failed: runc create failed: unable to start "
+        'container process: exec: "python": executable file not found in $PATH: unknown',
+    )
+    assert isinstance(error, VerificationFailedError) and error.exit_code == 1
+    assert "has no `python`" in error.message and error.hint
+
+
+def test_an_image_without_op_builder_is_a_verification_failure() -> None:
+    output = "/usr/bin/python: No module named op_builder\n"
+    error = verify_lib.no_report_error("python:3.11", "python -m op_builder verify --json", 1, output)
+    assert error.exit_code == 1
+    assert "not op_builder" in error.message
+
+
+def test_the_engine_refusing_to_start_the_verifier_is_translated_once() -> None:
+    import docker
+
+    class Container:
+        def start(self) -> None:
+            raise docker.errors.APIError(
+                "400 Client Error", explanation='exec: "python": executable file not found in $PATH'
+            )
+
+    class Containers:
+        def create(self, *args: Any, **kwargs: Any) -> Container:
+            return Container()
+
+    class Client:
+        containers = Containers()
+
+    with pytest.raises(VerificationFailedError, match="no `python`"):
+        verify_lib._run_sealed(Client(), "busybox", "name", {}, None, 10.0)
+
+
+# ------------------------------------------------------------------ the broad table
+
+
+def _ca_dir(tmp: Path) -> str:
+    path = tmp / "ca-dir"
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
+def _ca_text(tmp: Path) -> str:
+    path = tmp / "ca.txt"
+    path.write_text("plain text\n")
+    return str(path)
+
+
+def _a_file(tmp: Path) -> str:
+    path = tmp / "a-file"
+    path.write_text("x")
+    return str(path)
+
+
+# (arguments, expected message fragment); "{ca_dir}", "{ca_text}", "{file}", "{tmp}" are filled in.
+TABLE: list[tuple[list[str], str]] = [
+    # dockerfile: the spec's checks
+    (["dockerfile", "--ops", "cpu_adam"], "no target"),
+    (["dockerfile", "--cpu"], "no ops"),
+    (["dockerfile", "--cpu", "--ops", ""], "--ops is empty"),
+    (["dockerfile", "--cpu", "--ops", ",,,"], "--ops is empty"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam,all"], "cannot be combined"),
+    (["dockerfile", "--cpu", "--ops", "cpü_adam"], "unknown op"),
+    (["dockerfile", "--cpu", "--ops", "transformer"], "GPU op"),
+    (["dockerfile", "--cpu", "--cuda", "12.1", "--ops", "cpu_adam"], "two targets"),
+    (["dockerfile", "--cuda", "12", "--ops", "quantizer"], "not a CUDA version"),
+    (["dockerfile", "--cuda", "99.9", "--ops", "quantizer"], "not supported"),
+    (["dockerfile", "--rocm", "x", "--ops", "quantizer"], "not a ROCm version"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--arch", "8.0"], "--arch"),
+    (["dockerfile", "--cuda", "12.1", "--ops", "quantizer", "--arch", "garbage"], ""),
+    (["dockerfile", "--cuda", "12.1", "--ops", "quantizer", "--arch", "native"], ""),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--python", "3"], "not a Python version"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "0.1"], "torch 0.1"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--bytecode", "some"], "bytecode"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--distro", "windows"], "distro"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--offline"], "--offline needs --wheelhouse"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--keep-ca-cert"], "--keep-ca-cert"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--max-jobs", "-3"], "below 1"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--max-jobs", "abc"], "--max-jobs"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--wheelhouse", "{file}"], "not a directory"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--ca-cert", "{ca_dir}"], "is a directory"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--ca-cert", "{ca_text}"], "is not PEM"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--ca-cert", "{tmp}/none.crt"], "does not exist"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--base-devel", "py thon"], "white space"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--base-runtime", "Py:3"], "upper-case"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "-o", "{tmp}"], "is a directory"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "-o", ""], "is a directory"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "-o", "{tmp}/no/Dockerfile"], "does not exist"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "-o", "{file}/Dockerfile"], "not a folder"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--frobnicate"], "No such option"),
+    (["dockerfile", "--cpu", "--ops"], "requires an argument"),
+    # build: the same spec, plus its own options, all before any engine work
+    (["build", "--cpu", "--ops", "nope"], "unknown op"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--tag", "imagegen:" + "t" * 129], "128"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--tag", "a" * 238], "255"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--tag", "Imagegen:x"], "upper-case"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--tag", "a b"], "white space"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--tag", "x@sha256:" + "0" * 64], "digest"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--push", "--no-verify"], "--push"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--ca-cert", "{ca_dir}"], "is a directory"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--source", "{tmp}"], "sources"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--max-jobs", "1.5"], "--max-jobs"),
+    # verify
+    (["verify", ""], "empty"),
+    (["verify", "UPPER::x"], "not a valid image reference"),
+    (["verify", "a:" + "t" * 129], "128"),
+    (["verify", "imagegen:cpu", "--timeout", "0"], "--timeout"),
+    (["verify", "imagegen:cpu", "--timeout", "-1"], "--timeout"),
+    (["verify", "imagegen:cpu", "--timeout", "nan"], "--timeout"),
+    (["verify", "imagegen:cpu", "--timeout", "abc"], "--timeout"),
+    (["verify", "imagegen:cpu", "--ops", "cpu_adm"], "unknown op"),
+    (["verify"], "Missing argument"),
+    # matrix
+    (["matrix", "--out", "{file}"], "is a file"),
+    (["matrix", "--out", "{file}", "--check"], "is a file"),
+    (["matrix", "--out", "{file}/sub"], "a file is in the way"),
+    # ops, and the root
+    (["ops", "--frobnicate"], "No such option"),
+    (["ops", "extra"], "unexpected extra argument"),
+    (["nosuch"], "No such command"),
+]
+
+
+def _fill(args: list[str], tmp: Path) -> list[str]:
+    values = {"{ca_dir}": _ca_dir(tmp), "{ca_text}": _ca_text(tmp), "{file}": _a_file(tmp)}
+    filled = []
+    for arg in args:
+        for key, value in values.items():
+            arg = arg.replace(key, value)
+        filled.append(arg.replace("{tmp}", str(tmp)))
+    return filled
+
+
+@pytest.mark.parametrize(("args", "fragment"), TABLE, ids=[" ".join(a)[:60] for a, _ in TABLE])
+def test_bad_input_meets_the_contract(no_engine: None, workdir: Path, args: list[str], fragment: str) -> None:
+    filled = _fill(args, workdir)
+    before = sorted(p.name for p in workdir.rglob("*"))
+    assert_reported(invoke(filled), fragment=fragment)
+    if filled[0] in JSON_COMMANDS:
+        assert_json_error(invoke([*filled, "--json"]), fragment=fragment)
+    assert sorted(p.name for p in workdir.rglob("*")) == before  # nothing written
+
+
+# Odd values for each option of `dockerfile`: each is accepted (exit 0) or refused by the
+# contract (exit 2), never a traceback.
+ODD_VALUES = [
+    "", " ", "-", "--", "all", "ALL", ",", ";", "0", "-1", "1e9", "3.11.0", "12.1.0", "x" * 300,
+    "ünïcødé", "a\tb", "a\nb", "../..", "/", "%s%n", "{}", "$(true)", "\\", "'", '"', "None",
+]  # fmt: skip
+OPTIONS = [
+    "--ops", "--python", "--torch", "--arch", "--distro", "--base-devel", "--base-runtime",
+    "--torch-index", "--wheelhouse", "--ca-cert", "--bytecode", "--max-jobs", "-o",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["--cpu", "--cuda=12.1"])
+@pytest.mark.parametrize("option", OPTIONS)
+@pytest.mark.parametrize("value", ODD_VALUES)
+def test_odd_option_values_never_crash(workdir: Path, target: str, option: str, value: str) -> None:
+    ops = "cpu_adam" if target == "--cpu" else "quantizer"
+    args = ["dockerfile", target, "--ops", ops, option, value]
+    if option == "--ops":
+        args = ["dockerfile", target, option, value]
+    result = invoke(args)
+    if result.exit_code == 0:
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert "Traceback" not in result.stderr
+    else:
+        assert_reported(result)
