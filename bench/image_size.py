@@ -11,7 +11,8 @@ the runtime image, since the bytecode mode trades that time against size.
 
 The CPU image takes torch from the local wheelhouse. The CUDA image (``--cuda``) is built on
 the CUDA 13.0 stand-ins (this machine's toolkit, scripts/standin-images.sh --cuda) with
-torch's CUDA 13 wheels from PyPI by default (several GB to download the first time).
+torch's CUDA 13 wheels from the index this machine's pip uses (scripts/pip_index.py) unless
+--torch-index or IMAGEGEN_TORCH_INDEX names one (several GB to download the first time).
 Needs Docker and the stand-ins (scripts/ensure-docker.sh, scripts/standin-images.sh).
 """
 
@@ -21,17 +22,18 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagegen.engine import build_image  # noqa: E402
-from imagegen.engine_probe import Engine, detect_engine  # noqa: E402
-from imagegen.images import image_size  # noqa: E402
-from imagegen.render import render  # noqa: E402
+from imagegen import pipeline  # noqa: E402
+from imagegen.engine import Engine, detect_engine  # noqa: E402
+from imagegen.engine.client import docker_client  # noqa: E402
 from imagegen.spec import BYTECODE_MODES, BYTECODE_TAG_SUFFIX, ImageSpec, SpecInput, build_spec  # noqa: E402
 from imagegen.verify import sealed_container_options  # noqa: E402
 
@@ -39,13 +41,14 @@ GOAL = 0.5
 CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
 
 
-def cpu_spec(ops: str, engine: Engine, bytecode: str | None = None) -> ImageSpec:
+def cpu_spec(ops: str, engine: Engine, bytecode: str | None = None, tag: str | None = None) -> ImageSpec:
     """The CPU image the integration tests build, from stand-ins, torch from the local wheelhouse."""
     return build_spec(
         SpecInput(
             ops=ops,
             cpu=True,
             standins=True,
+            tag=tag,
             wheelhouse=os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels"),
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",
@@ -55,15 +58,29 @@ def cpu_spec(ops: str, engine: Engine, bytecode: str | None = None) -> ImageSpec
     )
 
 
+def pip_index_url() -> str:
+    """The index this machine's pip installs from (as `make image-cuda` finds it)."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "pip_index.py")], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        sys.exit(done.stderr.strip())
+    return done.stdout.strip()
+
+
 def cuda_spec(args: argparse.Namespace, engine: Engine) -> ImageSpec:
-    """The CUDA 13.0 image from the stand-ins; torch from PyPI (unlabelled CUDA 13 wheels)."""
+    """The CUDA 13.0 image from the stand-ins; torch from pip's index (unlabelled CUDA 13 wheels).
+
+    Without an index named, imagegen would use the catalog's download.pytorch.org index, which
+    a machine behind a mirror cannot reach; pip's own index is the one this machine can.
+    """
     return build_spec(
         SpecInput(
             ops=args.ops or CUDA_OPS,
             cuda="13.0",
             standins=True,
             torch=args.torch,
-            torch_index=args.torch_index,
+            torch_index=args.torch_index or os.environ.get("IMAGEGEN_TORCH_INDEX") or pip_index_url(),
             arch=args.arch,
             bytecode=args.bytecode,
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
@@ -79,10 +96,8 @@ def import_torch_seconds(tag: str, runs: int = 5) -> list[float]:
     The first run also warms the page cache, as the first start on a node would; the median
     of the runs is the figure reported.
     """
-    import docker
-
     probe = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
-    client = docker.from_env()
+    client = docker_client()
     seconds: list[float] = []
     try:
         for _ in range(runs):
@@ -95,9 +110,7 @@ def import_torch_seconds(tag: str, runs: int = 5) -> list[float]:
 
 
 def _largest_layers(tag: str, count: int = 4) -> list[dict[str, Any]]:
-    import docker
-
-    client = docker.from_env()
+    client = docker_client()
     try:
         history = client.api.history(tag)
     finally:
@@ -111,7 +124,7 @@ def main() -> int:
     parser.add_argument("--ops", help=f"default: cpu_adam,cpu_lion; with --cuda {CUDA_OPS}")
     parser.add_argument("--cuda", action="store_true", help="the CUDA 13.0 image instead of the CPU one")
     parser.add_argument("--torch", default="2.15.0", help="torch release for --cuda")
-    parser.add_argument("--torch-index", default="https://pypi.org/simple", help="torch index for --cuda")
+    parser.add_argument("--torch-index", help="torch index for --cuda (default: the index pip uses here)")
     parser.add_argument("--arch", default="8.0;9.0+PTX", help="arch list for --cuda")
     parser.add_argument(
         "--bytecode", choices=BYTECODE_MODES, help="the image `imagegen --bytecode MODE` builds"
@@ -121,8 +134,6 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from imagegen.commands._context import staged_context
-
     engine = detect_engine()
     if args.cuda:
         spec = cuda_spec(args, engine)
@@ -131,13 +142,12 @@ def main() -> int:
     # Named as imagegen's default tags are: the default bytecode mode adds nothing.
     name = spec.target + BYTECODE_TAG_SUFFIX[spec.bytecode]
     out = Path(args.out or REPO / "bench" / "results" / f"image_size_{name}.json")
-    text = render(spec)
     sizes: dict[str, int] = {}
     tags = {stage: f"imagegen-bench/{name}:{stage}" for stage in ("runtime", "build", "devel")}
-    with staged_context(spec, REPO) as context:
-        for stage, tag in tags.items():
-            build_image(engine, context, text, tag, target=stage)
-            sizes[stage] = image_size(engine, tag)
+    for stage, tag in tags.items():
+        # The same spec under one tag per stage (the tag is not part of the Dockerfile).
+        report = pipeline.build(replace(spec, tag=tag), verify=False, source=REPO, engine=engine, stage=stage)
+        sizes[stage] = report.size_bytes
     ratio = sizes["runtime"] / sizes["devel"]
     import_seconds = import_torch_seconds(tags["runtime"])
     results = {

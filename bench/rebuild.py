@@ -28,9 +28,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagegen.engine import build_image  # noqa: E402
-from imagegen.engine_probe import detect_engine  # noqa: E402
-from imagegen.render import render  # noqa: E402
+from imagegen import pipeline  # noqa: E402
+from imagegen.engine import detect_engine  # noqa: E402
+from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from image_size import cpu_spec  # noqa: E402
@@ -38,7 +38,6 @@ from image_size import cpu_spec  # noqa: E402
 COPIED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen")
 GOAL = 0.1
 _COMPILE = re.compile(r"\bbuilding op (\w+)|building '[\w.]+' extension")
-_STEP = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
 _DONE = re.compile(r"^#(\d+) DONE (\d+(?:\.\d+)?)s$")
 _CACHED = re.compile(r"^#(\d+) CACHED$")
 
@@ -49,7 +48,7 @@ def step_report(log: Sequence[str]) -> dict[str, Any]:
     ran: dict[str, float] = {}
     cached: list[str] = []
     for line in log:
-        if m := _STEP.match(line):
+        if m := BK_HEADER.match(line):
             titles.setdefault(m.group(1), f"[{m.group(2)}] {m.group(3)}"[:100])
         elif m := _DONE.match(line):
             ran[m.group(1)] = float(m.group(2))
@@ -82,12 +81,8 @@ def main() -> int:
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "rebuild.json"))
     args = parser.parse_args()
 
-    from imagegen.commands._context import staged_context
-
     engine = detect_engine()
-    spec = cpu_spec(args.ops, engine)
-    text = render(spec)
-    tag = "imagegen-bench/cpu:rebuild"
+    spec = cpu_spec(args.ops, engine, tag="imagegen-bench/cpu:rebuild")
     if args.prune_cache:
         if engine.client is None:
             parser.error("--prune-cache needs a docker CLI (BuildKit engine)")
@@ -97,23 +92,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="imagegen-rebuild-") as tmp:
         checkout = Path(tmp)
         _copy_checkout(checkout)
-        with staged_context(spec, checkout) as context:
-            cold = build_image(engine, context, text, tag, no_cache=True)
+        cold = pipeline.build(spec, verify=False, source=checkout, engine=engine, no_cache=True)
         touched = checkout / args.touch
         touched.write_text(touched.read_text() + "\n# changed by bench/rebuild.py\n")
         time.sleep(1)  # a new mtime even on file systems with one-second resolution
-        # A fresh staging, as `imagegen build` does on every run.
-        with staged_context(spec, checkout) as context:
-            warm = build_image(engine, context, text, tag)
-    ratio = warm.seconds / cold.seconds
+        # The pipeline stages the context afresh, as `imagegen build` does on every run.
+        warm = pipeline.build(spec, verify=False, source=checkout, engine=engine)
+    ratio = warm.build_seconds / cold.build_seconds
     warm_steps = step_report(warm.log)
     results = {
         "ops": spec.ops,
         "engine": engine.kind,
         "touched": args.touch,
         "cache_mounts_pruned": args.prune_cache,
-        "cold_seconds": round(cold.seconds, 1),
-        "rebuild_seconds": round(warm.seconds, 1),
+        "cold_seconds": round(cold.build_seconds, 1),
+        "rebuild_seconds": round(warm.build_seconds, 1),
         "ratio": round(ratio, 3),
         "goal_ratio": GOAL,
         "goal_met": ratio <= GOAL and not warm_steps["ops_compiled"],
@@ -125,7 +118,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     compiled = warm_steps["ops_compiled"] or "none"
-    print(f"cold {cold.seconds:.1f}s, rebuild after touching {args.touch} {warm.seconds:.1f}s")
+    print(f"cold {cold.build_seconds:.1f}s, rebuild after touching {args.touch} {warm.build_seconds:.1f}s")
     print(f"ratio {ratio:.3f} (goal <= {GOAL}); ops compiled in the rebuild: {compiled}")
     print(f"written to {out}")
     return 0 if results["goal_met"] else 1

@@ -1,9 +1,10 @@
 """The ``imagegen`` command line: composition only; each command lives in imagegen/commands/.
 
 Error handling lives here, once: commands raise errors derived from ``UserFacingError`` (imagegen's
-and op_builder's share that root), and
-``ImagegenGroup.invoke`` turns them into one message (or ``{"error": ...}`` with --json) and
-the error's exit code: 0 ok, 1 build or verification failed, 2 bad input, 3 no engine.
+and op_builder's share that root), and ``ImagegenGroup.invoke`` turns them into one message
+(or ``{"error": ...}`` with --json) and the error's exit code: 0 ok, 1 build or verification
+failed, 2 bad input, 3 no engine. An error marked ``reported`` (the command printed its whole
+answer already) only sets the exit code. Commands never exit themselves.
 ``IMAGEGEN_DEBUG=1`` prints the traceback as well.
 """
 
@@ -12,30 +13,42 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Any
+from typing import Any, cast
 
 import typer
 from typer.core import TyperGroup
 
-from imagegen.commands import build, dockerfile, doctor, matrix, ops, verify
-from imagegen.commands._options import JSON_META_KEY
-from imagegen.commands._output import report_error
-from imagegen.errors import UserFacingError
+from imagegen.commands import JSON_META_KEY, build, dockerfile, doctor, matrix, ops, report_error, verify
+from imagegen.errors import BadInputError, ImagegenError, UserFacingError
 
 # 128 + SIGINT, as shells report a command stopped by Ctrl-C.
 INTERRUPTED_EXIT_CODE = 130
+# click's UsageError (unknown option, a value of the wrong type, a missing argument), reached
+# through typer's public BadParameter: newer typer versions vendor click under a private name.
+_USAGE_ERROR: type[Exception] = typer.BadParameter.__bases__[0]
 
 
 class ImagegenGroup(TyperGroup):
     """Runs a command and maps any UserFacingError to its exit code; the only place that exits."""
 
     def invoke(self, ctx: Any) -> Any:  # Any: the Context class moved between typer versions
+        # Read before parsing: a usage error can stop it before --json's callback has run.
+        wants_json = "--json" in ctx.args
         try:
             return super().invoke(ctx)
+        except _USAGE_ERROR as exc:
+            # A malformed command line is bad input too: the same error and hint as the rest.
+            usage = cast("typer.BadParameter", exc)
+            path = usage.ctx.command_path if usage.ctx is not None else "imagegen"
+            error = BadInputError(usage.format_message(), hint=f"see `{path} --help`")
+            report_error(error, as_json=wants_json or bool(ctx.meta.get(JSON_META_KEY)))
+            raise typer.Exit(error.exit_code) from None
         except UserFacingError as exc:
             if os.environ.get("IMAGEGEN_DEBUG", "").strip() not in ("", "0"):
                 traceback.print_exc(file=sys.stderr)
-            report_error(exc, as_json=bool(ctx.meta.get(JSON_META_KEY)))
+            # A command that already printed its whole answer must not print a second document.
+            if not (isinstance(exc, ImagegenError) and exc.reported):
+                report_error(exc, as_json=bool(ctx.meta.get(JSON_META_KEY)))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

@@ -23,7 +23,16 @@ __all__ = [
 
 
 class ImagegenError(UserFacingError):
-    """A failure of imagegen's own work (building, verifying, talking to the engine)."""
+    """A failure of imagegen's own work (building, verifying, talking to the engine).
+
+    ``reported=True``: the command has already printed its whole answer (the JSON document
+    of a failed verification, a stale matrix, doctor's findings), which says what went wrong;
+    the CLI then only exits with the error's code and prints nothing more.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, *, reported: bool = False) -> None:
+        super().__init__(message, hint)
+        self.reported = reported
 
 
 class BuildFailedError(ImagegenError):

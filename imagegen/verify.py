@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import os
 import signal
 import time
 import uuid
@@ -18,7 +20,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from imagegen.errors import BadInputError, EngineUnavailableError, VerificationFailedError
+from imagegen.engine.client import docker_client
+from imagegen.errors import BadInputError, VerificationFailedError
+from imagegen.reference import check_reference
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -159,23 +163,62 @@ def verify_command(ops: Sequence[str] | None) -> list[str]:
     return ["python", "-m", "op_builder", "verify", "--json", *(ops or ())]
 
 
+def check_verify_input(image: str, timeout: float) -> None:
+    """Bad input (exit 2) before the engine is touched: the daemon would answer a malformed
+    reference or a zero timeout with an API error, not a message a user can act on."""
+    check_reference("IMAGE", image)
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise BadInputError(
+            f"--timeout {timeout:g} is not a positive number of seconds",
+            hint="for example --timeout 300 (the default)",
+        )
+
+
+def no_report_error(image: str, command: str, exit_code: int, output: str) -> VerificationFailedError:
+    """Why the verifier printed no report, in words (exit 1: the image cannot be verified)."""
+    tail = "\n".join(output.strip().splitlines()[-OUTPUT_TAIL_LINES:])
+    if "No module named op_builder" in output:
+        return VerificationFailedError(
+            f"{image} has python but not op_builder (this project) installed, so it cannot be verified",
+            hint="verify images built by `imagegen build`; its output:\n" + tail,
+        )
+    return VerificationFailedError(
+        f"could not verify {image}: `{command}` exited {exit_code} without a report",
+        hint="the image needs python with this project installed on PATH; its output:\n" + tail,
+    )
+
+
+def start_error(image: str, explanation: str) -> VerificationFailedError:
+    """The engine's refusal to start the verifier, in words; an image without python is the usual case."""
+    if "executable file not found" in explanation or "no such file or directory" in explanation:
+        return VerificationFailedError(
+            f"{image} has no `python` on its PATH, so op_builder cannot be verified in it",
+            hint="the verifier runs `python -m op_builder verify` in the image: verify images built "
+            "by `imagegen build`, or any image with python and this project (op_builder) installed",
+        )
+    lines = explanation.strip().splitlines()
+    return VerificationFailedError(
+        f"could not start the verifier in {image}: {lines[0] if lines else 'no reason given'}",
+        hint="check the image with `docker run --rm IMAGE python -m op_builder verify`",
+    )
+
+
 # --------------------------------------------------------------------------- running
 
 
 def verify_image(image: str, ops: Sequence[str] | None = None, timeout: float = 300) -> VerifyResult:
     """Load ``ops`` (default: the image's io.imagegen.ops label, else every installed op) in ``image``.
 
-    Raises BadInputError when the image is not here, VerificationFailedError when the
-    verifier could not run at all (no Python, no op_builder, timed out).
+    Raises BadInputError for a malformed reference or timeout and when the image is not
+    here, VerificationFailedError when the verifier could not run at all (no Python, no
+    op_builder, timed out).
     """
+    check_verify_input(image, timeout)
+    client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
+    # Deferred for the reason imagegen.engine.client gives; the factory above has reported a
+    # missing package already.
     import docker
 
-    try:
-        client = docker.from_env(timeout=max(60, int(timeout) + 30))
-    except docker.errors.DockerException as exc:
-        raise EngineUnavailableError(
-            f"no Docker daemon answers: {exc}", hint="start one with scripts/ensure-docker.sh"
-        ) from exc
     start = time.monotonic()
     try:
         try:
@@ -197,12 +240,8 @@ def verify_image(image: str, ops: Sequence[str] | None = None, timeout: float = 
     seconds = time.monotonic() - start
     result = parse_verify_output(stdout, wanted, image, seconds)
     if result is None:
-        tail = "\n".join((stdout + "\n" + stderr).strip().splitlines()[-OUTPUT_TAIL_LINES:])
-        raise VerificationFailedError(
-            f"could not verify {image}: `{' '.join(verify_command(wanted))}` "
-            f"exited {exit_code} without a report",
-            hint="the image needs python with this project installed on PATH; its output:\n" + tail,
-        )
+        command = " ".join(verify_command(wanted))
+        raise no_report_error(image, command, exit_code, stdout + "\n" + stderr)
     return result
 
 
@@ -232,20 +271,24 @@ def _run_sealed(
     ops: Sequence[str] | None,
     timeout: float,
 ) -> tuple[int, str, str]:
+    import docker
     import requests
 
     options = sealed_container_options()
     options["environment"]["DS_DISABLE_JIT"] = "1"
-    container = client.containers.create(
-        image,
-        command=verify_command(ops),
-        name=name,
-        user=run_user(str(config.get("User") or "")),
-        labels={VERIFY_LABEL: "1"},
-        detach=True,
-        **options,
-    )
-    container.start()
+    try:
+        container = client.containers.create(
+            image,
+            command=verify_command(ops),
+            name=name,
+            user=run_user(str(config.get("User") or "")),
+            labels={VERIFY_LABEL: "1"},
+            detach=True,
+            **options,
+        )
+        container.start()
+    except docker.errors.APIError as exc:  # the edge where the engine's refusals enter: translated once
+        raise start_error(image, str(exc.explanation or exc)) from exc
     try:
         status = container.wait(timeout=timeout)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from imagegen import log
 from imagegen.spec import ImageSpec, SpecInput, build_spec
 
 
-def make_spec(**flags: Any) -> ImageSpec:
+def make_spec(inp: SpecInput) -> ImageSpec:
     """Build and validate the spec from the command's option values and the process environment."""
-    spec = build_spec(SpecInput(**flags), os.environ)
+    spec = build_spec(inp, os.environ)
     for warning in spec.warnings:
         log.warn(warning)
     return spec

@@ -33,10 +33,13 @@ from imagegen.commands._options import (
 from imagegen.commands._spec import make_spec
 from imagegen.files import write_atomic
 from imagegen.render import render
+from imagegen.spec import SpecInput
 
 OutputOption = Annotated[
     Optional[Path],
-    typer.Option("--output", "-o", metavar="FILE", help="Write here (atomically) instead of stdout."),
+    typer.Option(
+        "--output", "-o", metavar="FILE", help="Write here (atomically) instead of stdout ('-': stdout)."
+    ),
 ]
 
 
@@ -63,14 +66,14 @@ def dockerfile(
     output: OutputOption = None,
 ) -> None:
     """Render the multi-stage Dockerfile (devel -> build -> runtime) for the selected ops."""
-    spec = make_spec(
+    spec = make_spec(SpecInput(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, python=python, torch=torch, arch=arch, distro=distro,
         base_devel=base_devel, base_runtime=base_runtime, standins=standins, torch_index=torch_index,
         wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert, keep_ca_cert=keep_ca_cert,
         buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs,
-    )  # fmt: skip
+    ))  # fmt: skip
     text = render(spec)
-    if output is None:
+    if output is None or str(output) == "-":  # '-' is stdout, as for most tools
         sys.stdout.write(text)
         return
     write_atomic(output, text)

@@ -10,7 +10,7 @@ import typer
 from imagegen import log
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import emit_json
-from imagegen.errors import BuildFailedError
+from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.matrix import stale_files, write_matrix
 
 OutDirOption = Annotated[
@@ -26,19 +26,23 @@ def matrix(
     out: OutDirOption = Path("dockerfiles"), check: CheckOption = False, json: JsonOption = False
 ) -> None:
     """Render dockerfiles/<target>/Dockerfile for the standard matrix, and docker-bake.hcl."""
+    if out.exists() and not out.is_dir():
+        raise BadInputError(
+            f"--out {out} is a file, not a folder",
+            hint="name the folder to write into, e.g. --out dockerfiles",
+        )
     if check:
         stale = stale_files(out)
         if json:
             emit_json({"ok": not stale, "stale": stale})
-            if stale:
-                raise typer.Exit(BuildFailedError.exit_code)  # the document above already says which
-            return
         if stale:
             raise BuildFailedError(
                 f"{len(stale)} generated file(s) under {out} are out of date: {', '.join(stale)}",
                 hint="run `imagegen matrix` and commit the result",
+                reported=json,  # the document above already says which
             )
-        log.info(f"{out} is up to date")
+        if not json:
+            log.info(f"{out} is up to date")
         return
     written, unchanged = write_matrix(out)
     if json:

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from imagegen.engine import client as engine_client
+
 REPO = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("IMAGEGEN_IT_WHEELHOUSE", "/opt/wheels"))
 CA_CERT = Path(os.environ.get("IMAGEGEN_IT_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"))
@@ -60,9 +62,8 @@ def docker_ready() -> None:
 
 @pytest.fixture(scope="session")
 def docker_client(docker_ready: None) -> Iterator[Any]:
-    import docker
-
-    client = docker.from_env(timeout=300)
+    # The client imagegen itself uses (same DOCKER_HOST handling and no-daemon error).
+    client = engine_client.docker_client(timeout=300)
     yield client
     client.close()
 

@@ -279,26 +279,23 @@ def test_ctrl_c_during_verify_leaves_no_container(cpu_image: dict[str, Any], doc
     assert _verify_containers(docker_client) == []
 
 
-# Builds the CPU image with the layer cache off through the engine API, so a RUN step is
+# Builds the CPU image with the layer cache off through the pipeline, so a RUN step is
 # certainly running when the test interrupts it.
 UNCACHED_BUILD = """
 import os, sys
-from pathlib import Path
-from imagegen.commands._context import staged_context
-from imagegen.engine import build_image
-from imagegen.engine_probe import detect_engine
-from imagegen.render import render
+from imagegen import pipeline
+from imagegen.engine import detect_engine
 from imagegen.spec import SpecInput, build_spec
 
 engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
 spec = build_spec(
     SpecInput(ops="cpu_lion", cpu=True, base_devel=sys.argv[2], base_runtime=sys.argv[3],
-              wheelhouse=sys.argv[4], ca_cert=sys.argv[5], buildkit=engine.kind != "classic"),
+              wheelhouse=sys.argv[4], ca_cert=sys.argv[5], buildkit=engine.kind != "classic",
+              tag="imagegen-it/interrupted:1", verify=False),
     os.environ,
 )
 print("engine", engine.kind, flush=True)
-with staged_context(spec) as context:
-    build_image(engine, context, render(spec), "imagegen-it/interrupted:1", no_cache=True)
+pipeline.build(spec, verify=False, engine=engine, no_cache=True)
 """
 
 

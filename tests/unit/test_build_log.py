@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen.build_log import (
+from imagegen.engine.build_log import (
     compiler_excerpt,
     describe_failure,
     failing_step_output,
     find_failed_op,
     op_sources,
 )
-from imagegen.engine_probe import EngineKind
+from imagegen.engine.types import EngineKind
 from imagegen.errors import BuildFailedError
 
 # ---------------------------------------------------------------- reading a failed build's log
@@ -204,3 +204,75 @@ def test_failure_without_an_op_names_the_step() -> None:
     err = describe_failure(log, "buildkit", SOURCES, "img")
     assert err.message == "building img failed at step [build 1/4] RUN pip install torch==2.13.0"
     assert err.hint is not None and "No matching distribution" in err.hint
+
+
+# A failed op compile as pip prints it in the build stage (BuildKit prefixes stripped): ninja
+# built one object, the failing one warned before its error, and pip's traceback followed.
+_FAILING_CXX = (
+    "c++ -MMD -MF /src/build/temp/kernels/csrc/cpu_optim/cpu_adam.o.d -O3 -Wall -fPIC "
+    "-I/src/kernels/csrc/includes -c /src/kernels/csrc/cpu_optim/cpu_adam.cpp "
+    "-o /src/build/temp/kernels/csrc/cpu_optim/cpu_adam.o -std=c++17"
+)
+_WARNINGS = "".join(
+    f"      /src/kernels/csrc/cpu_optim/cpu_adam.cpp:{n}:5: warning: unused variable 'w{n}'\n"
+    for n in range(3, 9)
+)
+PIP_COMPILE_FAILURE = f"""\
+      op_builder: building op cpu_adam
+      building 'kernels._ops.cpu_adam' extension
+      [1/2] c++ -MMD -c /src/kernels/csrc/cpu_optim/cpu_lion.cpp -o cpu_lion.o -O3
+      FAILED: [code=1] /src/build/temp/kernels/csrc/cpu_optim/cpu_adam.o
+      {_FAILING_CXX}
+{_WARNINGS}\
+      /src/kernels/csrc/cpu_optim/cpu_adam.cpp:12:18: error: 'undefined_symbol' was not declared
+         12 | int f() {{ return undefined_symbol + 1; }}
+            |                  ^~~~~~~~~~~~~~~~
+      ninja: build stopped: subcommand failed.
+      op_builder: op cpu_adam FAILED to build
+      Traceback (most recent call last):
+        File "/opt/venv/lib/python3.11/site-packages/torch/utils/cpp_extension.py", line 2893, in run
+          subprocess.run(
+      subprocess.CalledProcessError: Command '['ninja', '-v', '-j', '2']' returned non-zero exit status 1.
+
+      The above exception was the direct cause of the following exception:
+
+      Traceback (most recent call last):
+        File "/opt/venv/lib/python3.11/site-packages/setuptools/build_meta.py", line 441, in build_wheel
+          return _build(['bdist_wheel', '--dist-info-dir', str(metadata_directory)])
+                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+        File "/opt/venv/lib/python3.11/site-packages/torch/utils/cpp_extension.py", line 2910, in run
+          raise RuntimeError(message) from e
+      RuntimeError: Error compiling objects for extension
+      [end of output]
+
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+  ERROR: Failed building wheel for imagegen
+""".splitlines()
+
+
+def test_compile_failure_hint_has_the_command_and_the_error_but_no_traceback() -> None:
+    err = describe_failure(PIP_COMPILE_FAILURE, "classic", SOURCES, "img:1")
+    assert "op cpu_adam" in err.message
+    assert err.hint is not None
+    assert _FAILING_CXX in err.hint  # the compiler command line that failed, whole
+    assert "cpu_adam.cpp:12:18: error: 'undefined_symbol' was not declared" in err.hint
+    assert "Traceback" not in err.hint
+    assert (
+        'File "' not in err.hint and "RuntimeError" not in err.hint and "CalledProcessError" not in err.hint
+    )
+
+
+def test_compile_failure_without_ninja_shows_the_compiler_command() -> None:
+    # setuptools' own compiler loop (no ninja): the command is the last compiler line before the error.
+    output = [
+        "building 'kernels._ops.cpu_adam' extension",
+        "x86_64-linux-gnu-gcc -fPIC -c kernels/csrc/cpu_optim/cpu_lion.cpp -o build/cpu_lion.o",
+        "x86_64-linux-gnu-gcc -fPIC -c kernels/csrc/cpu_optim/cpu_adam.cpp -o build/cpu_adam.o",
+        *[f"note: unrelated line {n}" for n in range(8)],
+        "kernels/csrc/cpu_optim/cpu_adam.cpp:2:18: error: 'undefined_symbol' was not declared",
+        "error: command '/usr/bin/x86_64-linux-gnu-gcc' failed with exit code 1",
+    ]
+    excerpt = compiler_excerpt(output)
+    assert excerpt[0] == output[2]
+    assert output[1] not in excerpt
+    assert output[-2] in excerpt

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.engine_probe import (
+from imagegen.engine.probe import (
     ClientProbe,
     EngineProbe,
     choose_engine,
     docker_clients,
     probe_buildx,
     probe_builtin_buildkit,
+    probe_engine,
 )
 from imagegen.errors import EngineUnavailableError
 
@@ -127,3 +128,14 @@ def test_buildx_probe(tmp_path: Path) -> None:
     )
     assert probe_buildx(str(with_plugin), {})
     assert not probe_buildx(str(without), {})
+
+
+def test_no_daemon_message_says_it_once(tmp_path: Path) -> None:
+    # A socket nobody listens on: the SDK fails to connect, the probe records why.
+    env = {"DOCKER_HOST": f"unix://{tmp_path / 'nobody.sock'}", "PATH": str(tmp_path)}
+    with pytest.raises(EngineUnavailableError) as info:
+        choose_engine(probe_engine(env), env=env)
+    message = info.value.message
+    assert message.startswith("no Docker daemon answers: ")
+    assert message.count("no Docker daemon answers") == 1, message
+    assert info.value.hint is not None and "scripts/ensure-docker.sh" in info.value.hint

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from imagegen import errors, files, log
 from imagegen.cli import app
-from imagegen.commands._context import staged_context
 from imagegen.render import render
 from imagegen.spec import SpecInput, build_spec
+from imagegen.staging import staged_context
 from op_builder import ALL_OPS
 
 runner = CliRunner()
@@ -47,6 +47,7 @@ def test_dockerfile_to_stdout_is_the_rendered_text() -> None:
 
 def test_dockerfile_output_file_is_written_whole(tmp_path: Path) -> None:
     target = tmp_path / "sub" / "Dockerfile"
+    target.parent.mkdir()  # -o does not create folders: a missing one is a typo more often than not
     result = runner.invoke(app, ["dockerfile", "--cuda", "12.4", "--ops", "quantizer", "-o", str(target)])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
@@ -64,7 +65,7 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(
         raise OSError("disk full")
 
     monkeypatch.setattr(files.os, "replace", broken_replace)
-    with pytest.raises(OSError):
+    with pytest.raises(errors.BadInputError, match="disk full"):
         files.write_atomic(path, "new\n")
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["Dockerfile"]
@@ -78,8 +79,10 @@ def test_warnings_go_to_stderr_and_the_dockerfile_to_stdout() -> None:
 
 
 def test_debug_env_shows_the_traceback() -> None:
-    quiet = runner.invoke(app, ["dockerfile", "--cpu", "--ops", "nope"], env={"IMAGEGEN_DEBUG": ""})
-    loud = runner.invoke(app, ["dockerfile", "--cpu", "--ops", "nope"], env={"IMAGEGEN_DEBUG": "1"})
+    # Two targets at once: a plain BadInputError (an unknown op would be its subclass UnknownOpError).
+    args = ["dockerfile", "--cpu", "--cuda", "12.1", "--ops", "cpu_adam"]
+    quiet = runner.invoke(app, args, env={"IMAGEGEN_DEBUG": ""})
+    loud = runner.invoke(app, args, env={"IMAGEGEN_DEBUG": "1"})
     assert quiet.exit_code == loud.exit_code == 2
     assert "Traceback" not in quiet.stderr
     assert "Traceback" in loud.stderr and "BadInputError" in loud.stderr
@@ -107,14 +110,14 @@ def test_staged_context_holds_only_the_wheel_inputs_and_the_extras(tmp_path: Pat
     (wheels / "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel")
     (wheels / "notes.txt").write_text("not a wheel")
     ca = tmp_path / "ca.pem"
-    ca.write_text("pem")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     spec = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(wheels), ca_cert=str(ca)), {})
     with staged_context(spec, REPO) as context:
         top = sorted(p.name for p in context.iterdir())
         assert top == sorted(
             ["README.md", "_imagegen", "kernels", "op_builder", "pyproject.toml", "setup.py"]
         )
-        assert (context / "_imagegen" / "ca.crt").read_text() == "pem"
+        assert (context / "_imagegen" / "ca.crt").read_text() == "-----BEGIN CERTIFICATE-----\n"
         assert [p.name for p in (context / "_imagegen" / "wheelhouse").iterdir()] == [
             "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
         ]

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed
 
 def _variants(tmp: Path) -> dict[str, str]:
     ca = tmp / "ca.crt"
-    ca.write_text("pem\n")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     out = {f"matrix/{name}": text for name, text in render_matrix().items() if name.endswith("Dockerfile")}
     for name, flags in {
         "cpu-ca-wheelhouse": {"cpu": True, "ops": "all", "ca_cert": str(ca), "wheelhouse": str(tmp)},

@@ -1,21 +1,48 @@
-"""Images already built: their id and size, removing them, pushing them to a registry."""
+"""Images on this machine: which are here, their id and size, removing and pushing them.
+
+The docker SDK itself is imported inside the functions that need its error classes, for the
+reason ``imagegen.engine.client`` gives.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
-from imagegen.docker_sdk import sdk_client
-from imagegen.engine_probe import Engine
-from imagegen.errors import BadInputError, BuildFailedError
-from imagegen.process import stream_process
-from imagegen.progress import LogView
+from imagegen.engine.client import docker_client
+from imagegen.engine.process import stream_process
+from imagegen.engine.progress import LogView
+from imagegen.engine.types import Engine
+from imagegen.errors import BadInputError, BuildFailedError, EngineUnavailableError
+
+
+def local_images(refs: Sequence[str], env: Mapping[str, str] = os.environ) -> dict[str, bool] | None:
+    """{ref: present locally}; None when no daemon answers (the caller reports that)."""
+    try:
+        client = docker_client(env, timeout=30)
+    except EngineUnavailableError:
+        return None
+    import docker
+
+    try:
+        found: dict[str, bool] = {}
+        for ref in refs:
+            try:
+                client.api.inspect_image(ref)
+                found[ref] = True
+            except docker.errors.ImageNotFound:
+                found[ref] = False
+        return found
+    except docker.errors.DockerException:
+        return None
+    finally:
+        client.close()
 
 
 def inspect_image_id(tag: str) -> str:
     """The id of image ``tag`` (for a build that left no iidfile behind)."""
-    client = sdk_client(os.environ)
+    client = docker_client(os.environ)
     try:
         return str(client.api.inspect_image(tag)["Id"])
     finally:
@@ -26,7 +53,7 @@ def image_size(engine: Engine, tag: str) -> int:
     """Size in bytes of image ``tag`` (all layers, as ``docker images`` shows it)."""
     import docker
 
-    client = sdk_client(os.environ)
+    client = docker_client(os.environ)
     try:
         return int(client.api.inspect_image(tag)["Size"])
     except docker.errors.ImageNotFound as exc:
@@ -39,7 +66,7 @@ def remove_image(engine: Engine, tag: str, force: bool = False) -> None:
     """Remove image ``tag``; an image that is already gone is fine."""
     import docker
 
-    client = sdk_client(os.environ)
+    client = docker_client(os.environ)
     try:
         client.api.remove_image(tag, force=force)
     except docker.errors.ImageNotFound:
@@ -67,7 +94,7 @@ def _push_cli(client: str, tag: str) -> None:
 
 
 def _push_sdk(tag: str) -> None:
-    client = sdk_client(os.environ, timeout=None)
+    client = docker_client(os.environ, timeout=None)
     lines: list[str] = []
     try:
         repository, _, version = tag.rpartition(":") if _has_tag(tag) else (tag, "", "latest")

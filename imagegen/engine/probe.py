@@ -19,22 +19,19 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from imagegen import log
-from imagegen.docker_sdk import ENSURE_DOCKER_HINT, first_line, sdk_client
+from imagegen.engine.client import (
+    ENSURE_DOCKER_HINT,
+    NO_DAEMON,
+    daemon_unavailable,
+    docker_client,
+    first_line,
+)
+from imagegen.engine.types import Engine
 from imagegen.errors import EngineUnavailableError
 
-EngineKind = Literal["buildx", "buildkit", "classic"]
-
 PROBE_TIMEOUT_S = 20.0
-
-
-@dataclass(frozen=True)
-class Engine:
-    kind: EngineKind
-    client: str | None  # the docker CLI used; None when the SDK alone drives the classic builder
-    server_version: str
 
 
 @dataclass(frozen=True)
@@ -49,8 +46,9 @@ class ClientProbe:
 @dataclass(frozen=True)
 class EngineProbe:
     server_version: str | None  # None: no daemon answered
-    server_error: str | None
+    server_error: str | None  # why not, as the user reads it ("no Docker daemon answers: ...")
     clients: tuple[ClientProbe, ...]
+    server_hint: str | None = None  # how to fix it, when not the usual "start a daemon"
 
 
 def docker_clients(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -99,16 +97,16 @@ def probe_builtin_buildkit(client: str, env: Mapping[str, str]) -> bool:
     return _run_probe(argv, probe_env, stdin="FROM scratch\n")
 
 
-def probe_server(env: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """(server version, None) when a daemon answers, else (None, why not)."""
+def probe_server(env: Mapping[str, str]) -> tuple[str | None, EngineUnavailableError | None]:
+    """(server version, None) when a daemon answers, else (None, the error saying why not)."""
     try:
-        client = sdk_client(env, timeout=10)
+        client = docker_client(env, timeout=10)
     except EngineUnavailableError as exc:
-        return None, exc.message
+        return None, exc
     try:
         version = client.version()
     except Exception as exc:  # the SDK raises requests / docker errors alike
-        return None, first_line(str(exc))
+        return None, daemon_unavailable(first_line(str(exc)))
     finally:
         client.close()
     return str(version.get("Version", "unknown")), None
@@ -116,10 +114,12 @@ def probe_server(env: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 def probe_engine(env: Mapping[str, str] = os.environ, prefer_buildkit: bool = True) -> EngineProbe:
     """Probe the daemon and the docker clients, stopping at the first BuildKit-capable one."""
-    server_version, server_error = probe_server(env)
+    server_version, error = probe_server(env)
     paths = docker_clients(env)
-    if server_version is None or not prefer_buildkit or _buildkit_disabled(env):
-        return EngineProbe(server_version, server_error, tuple(ClientProbe(p) for p in paths))
+    if error is not None:
+        return EngineProbe(None, error.message, tuple(ClientProbe(p) for p in paths), error.hint)
+    if not prefer_buildkit or _buildkit_disabled(env):
+        return EngineProbe(server_version, None, tuple(ClientProbe(p) for p in paths))
     probes = [ClientProbe(p, buildx=probe_buildx(p, env)) for p in paths]
     if not any(p.buildx for p in probes):
         for i, p in enumerate(probes):
@@ -127,7 +127,7 @@ def probe_engine(env: Mapping[str, str] = os.environ, prefer_buildkit: bool = Tr
             probes[i] = ClientProbe(p.path, buildx=False, builtin_buildkit=builtin)
             if builtin:
                 break
-    return EngineProbe(server_version, server_error, tuple(probes))
+    return EngineProbe(server_version, None, tuple(probes))
 
 
 def _buildkit_disabled(env: Mapping[str, str]) -> bool:
@@ -143,8 +143,11 @@ def choose_engine(
     Raises EngineUnavailableError when no daemon answered.
     """
     if probe.server_version is None:
-        detail = f": {probe.server_error}" if probe.server_error else ""
-        raise EngineUnavailableError(f"no Docker daemon answers{detail}", hint=ENSURE_DOCKER_HINT)
+        # server_error already is the whole sentence (the client factory wrote it): adding
+        # "no Docker daemon answers" in front again said it twice.
+        raise EngineUnavailableError(
+            probe.server_error or NO_DAEMON, hint=probe.server_hint or ENSURE_DOCKER_HINT
+        )
     version = probe.server_version
     if not prefer_buildkit:
         return Engine("classic", None, version), ("BuildKit not wanted (--no-buildkit): classic builder",)

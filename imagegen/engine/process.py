@@ -8,9 +8,9 @@ import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
-from imagegen.docker_sdk import ENSURE_DOCKER_HINT
+from imagegen.engine.client import ENSURE_DOCKER_HINT
+from imagegen.engine.progress import LogView
 from imagegen.errors import EngineUnavailableError
-from imagegen.progress import LogView
 
 # Seconds a cancelled docker CLI gets to stop its build before it is killed.
 CANCEL_GRACE_S = 15.0

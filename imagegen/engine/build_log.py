@@ -10,18 +10,14 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from imagegen.engine_probe import EngineKind
+from imagegen.engine.log_lines import BK_ERROR, BK_HEADER, BK_OUTPUT, CLASSIC_STEP, strip_buildkit
+from imagegen.engine.types import EngineKind
 from imagegen.errors import BuildFailedError
+from op_builder import ALL_OPS, get_builder
 
 # Lines of compiler output put into a failed build's hint.
 EXCERPT_LINES = 30
 
-# BuildKit --progress=plain: "#8 12.3 text" (a step's output), "#8 [stage 1/3] RUN ..." (its
-# title), "#8 ERROR: why". BK_HEADER and CLASSIC_STEP are shared with imagegen.progress.
-_BK_OUTPUT = re.compile(r"^#(\d+) \d+(?:\.\d+)? (.*)$")
-BK_HEADER = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
-_BK_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
-CLASSIC_STEP = re.compile(r"^Step \d+/\d+ : (.*)$")
 # A compiler / ninja / nvcc error naming a file under kernels/csrc.
 _CSRC_PATH = re.compile(r"kernels/csrc/([\w./+-]+?)\.(?:cpp|cc|cu|cuh|hip|h|hpp|c|o)\b")
 # gcc/clang "file:12:3: error:", nvcc "file(12): error", ninja "FAILED:", the linker, setuptools.
@@ -30,6 +26,19 @@ _ERROR_LINE = re.compile(
     r"|undefined reference|Error compiling|^\s*error: command"
 )
 _INCLUDED_FROM = re.compile(r"^\s*(?:In file included|from) .*kernels/csrc/")
+# ninja's line naming the failed object; the next line is the command that failed.
+_NINJA_FAILED = re.compile(r"^\s*FAILED: ")
+# A compiler run on one source: ninja's "[3/7] c++ ... -c f.cpp", setuptools' own
+# "x86_64-linux-gnu-gcc ... -c f.cpp", nvcc, hipcc.
+_COMPILER_COMMAND = re.compile(
+    r"^\s*(?:\[\d+/\d+\]\s+)?\S*\b(?:c\+\+|g\+\+|gcc|cc|clang\+\+|clang|nvcc|hipcc)(?:-[\d.]+)?\s.*\s-c\s"
+)
+# Python tracebacks (pip's and setuptools' around a failed compile): they tell where in pip
+# the failure surfaced, not why, and would push the compiler's own lines out of the hint.
+_TRACEBACK = re.compile(r"^(\s*)Traceback \(most recent call last\):")
+_CHAINED = re.compile(
+    r"^\s*(?:The above exception was the direct cause|During handling of the above exception)"
+)
 _OP_MARKERS = (
     re.compile(r"\bbuilding op[: ]+['\"]?([a-z][a-z0-9_]*)"),
     # setuptools' own line per extension: building 'kernels._ops.cpu_adam' extension
@@ -69,18 +78,13 @@ def failing_step_output(lines: Sequence[str], kind: EngineKind) -> tuple[str | N
         if header:
             titles.setdefault(header.group(1), f"[{header.group(2)}] {header.group(3)}")
             continue
-        err = _BK_ERROR.match(line)
+        err = BK_ERROR.match(line)
         if err and failed is None and "context canceled" not in err.group(2):
             failed = err.group(1)
     if failed is None:
         return None, [strip_buildkit(ln) for ln in lines]
-    body = [m.group(2) for m in map(_BK_OUTPUT.match, lines) if m and m.group(1) == failed]
+    body = [m.group(2) for m in map(BK_OUTPUT.match, lines) if m and m.group(1) == failed]
     return titles.get(failed), body
-
-
-def strip_buildkit(line: str) -> str:
-    m = _BK_OUTPUT.match(line)
-    return m.group(2) if m else line
 
 
 def ops_for_source(path: str, sources_by_op: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
@@ -128,15 +132,61 @@ def find_failed_op(output: Sequence[str], sources_by_op: Mapping[str, Sequence[s
 
 
 def compiler_excerpt(output: Sequence[str], limit: int = EXCERPT_LINES) -> list[str]:
-    """About ``limit`` lines worth reading: from just before the first compiler error, else the tail."""
-    for i, line in enumerate(output):
-        if _ERROR_LINE.search(line) and not line.lstrip().startswith("FAILED: "):
-            start = max(0, i - 3)
-            # Include the "In file included from" chain above the error in full.
-            while start > 0 and _INCLUDED_FROM.match(output[start - 1]):
-                start -= 1
-            return list(output[start : start + limit])
-    return list(output[-limit:])
+    """About ``limit`` lines worth reading: the compiler command that failed, then the output
+    from just before the first compiler error; else the tail. Python tracebacks are left out.
+    """
+    lines = without_tracebacks(output)
+    first = _first_compiler_error(lines)
+    if first is None:
+        return lines[-limit:]
+    start = max(0, first - 3)
+    # Include the "In file included from" chain above the error in full.
+    while start > 0 and _INCLUDED_FROM.match(lines[start - 1]):
+        start -= 1
+    excerpt = lines[start : start + limit]
+    command = failing_command(lines[:first])
+    if command is not None and command not in excerpt:
+        # Warnings between the command and its first error would otherwise leave it out.
+        excerpt = [command, *excerpt[: limit - 1]]
+    return excerpt
+
+
+def _first_compiler_error(lines: Sequence[str]) -> int | None:
+    for i, line in enumerate(lines):
+        if _ERROR_LINE.search(line) and not _NINJA_FAILED.match(line):
+            return i
+    return None
+
+
+def failing_command(lines: Sequence[str]) -> str | None:
+    """The compiler command line that failed, from the output before its first error.
+
+    ninja prints it right after its ``FAILED:`` line (other jobs' commands may come between);
+    setuptools without ninja compiles one source at a time, so it is the last compiler run.
+    """
+    for i, line in enumerate(lines[:-1]):
+        if _NINJA_FAILED.match(line) and lines[i + 1].strip():
+            return lines[i + 1]
+    return next((line for line in reversed(lines) if _COMPILER_COMMAND.match(line)), None)
+
+
+def without_tracebacks(lines: Sequence[str]) -> list[str]:
+    """``lines`` without Python tracebacks: the frames, the exception line that ends each one,
+    and the "above exception" lines that chain them."""
+    kept: list[str] = []
+    depth: int | None = None  # indentation of the traceback being skipped
+    for line in lines:
+        m = _TRACEBACK.match(line)
+        if m:
+            depth = len(m.group(1))
+        elif depth is not None:
+            # Frames, their source lines and carets are indented deeper; the exception
+            # line is the first one back at the traceback's own depth.
+            if line.strip() and len(line) - len(line.lstrip()) <= depth:
+                depth = None
+        elif not _CHAINED.match(line):
+            kept.append(line)
+    return kept
 
 
 def describe_failure(
@@ -165,12 +215,10 @@ def describe_failure(
         message = f"building {tag} failed at step {title}"
     else:
         message = f"building {tag} failed" + (f": {engine_error}" if engine_error else "")
-    hint = "last lines of the build output:\n" + "\n".join(excerpt) if excerpt else None
+    hint = "from the failed step's output:\n" + "\n".join(excerpt) if excerpt else None
     return BuildFailedError(message, hint=hint)
 
 
 def op_sources() -> dict[str, tuple[str, ...]]:
-    """Sources of every known op, relative to kernels/csrc (imported late: op_builder probes nothing)."""
-    from op_builder import ALL_OPS, get_builder
-
+    """Sources of every known op, relative to kernels/csrc."""
     return {name: tuple(get_builder(name).sources) for name in ALL_OPS}

@@ -1,4 +1,4 @@
-"""The build context ``imagegen build`` hands to the engine: a staged copy, not the checkout.
+"""The build context a build hands to the engine: a staged copy, not the checkout.
 
 Staging copies only what the Dockerfile reads (``imagegen.sources``: setup.py,
 pyproject.toml, README.md, op_builder/, kernels/) plus the extras at their fixed places (``_imagegen/ca.crt``,

@@ -7,10 +7,13 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
 
-from imagegen.build_log import BK_HEADER, CLASSIC_STEP, strip_buildkit
-from imagegen.engine_probe import EngineKind
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status
+
+from imagegen.engine.log_lines import BK_HEADER, CLASSIC_STEP, strip_buildkit
+from imagegen.engine.types import EngineKind
 
 _BK_STATE = re.compile(r"^#\d+ (?:DONE|CACHED|ERROR|CANCELED)\b")
 _BK_DIGEST = re.compile(r"^#\d+ sha256:[0-9a-f]+$")
@@ -30,10 +33,8 @@ class LogView:
         self.lines: list[str] = []
         self._step_started = time.monotonic()
         self._step_title: str | None = None
-        self._status: Any = None
+        self._status: Status | None = None
         if not plain:
-            from rich.console import Console
-
             self._console = Console(file=sys.stderr, highlight=False)
             self._status = self._console.status("starting the build")
             self._status.start()
@@ -50,8 +51,6 @@ class LogView:
         if self.plain:
             print(line, file=sys.stderr, flush=True)
             return
-        from rich.markup import escape
-
         if _BK_DIGEST.match(line):
             return  # BuildKit's step digests say nothing to a person
         if self.kind == "classic":
@@ -60,7 +59,7 @@ class LogView:
         elif BK_HEADER.match(line) or _BK_STATE.match(line):
             self._console.print(escape(line), no_wrap=True, overflow="ellipsis")
         text = strip_buildkit(line).strip()
-        if text:
+        if text and self._status is not None:
             self._status.update(escape(text[: self._console.width - 4]))
 
     def _classic_timing(self, line: str) -> None:
@@ -77,8 +76,6 @@ class LogView:
         if self.plain:
             print(text, file=sys.stderr, flush=True)
         else:
-            from rich.markup import escape
-
             self._console.print(f"[dim]{escape(text)}[/dim]")
 
     def close(self) -> None:

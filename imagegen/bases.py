@@ -1,39 +1,13 @@
-"""Which images are on this machine (for doctor, and for the stand-in hint after a failed pull)."""
+"""Base images: the local stand-ins, and what to do when a spec's bases are not here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from imagegen import catalog
+from imagegen.engine.images import local_images
 from imagegen.spec import ImageSpec
 
 STANDIN_SCRIPT = "scripts/standin-images.sh"
 STANDIN_TAGS = ("imagegen-standin/debian:bookworm", catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
-
-
-def local_images(refs: Sequence[str]) -> dict[str, bool] | None:
-    """{ref: present locally}; None when no daemon answers (the caller reports that)."""
-    try:
-        import docker
-    except ImportError:
-        return None
-    try:
-        client = docker.from_env(timeout=30)
-    except docker.errors.DockerException:
-        return None
-    try:
-        found: dict[str, bool] = {}
-        for ref in refs:
-            try:
-                client.api.inspect_image(ref)
-                found[ref] = True
-            except docker.errors.ImageNotFound:
-                found[ref] = False
-        return found
-    except docker.errors.DockerException:
-        return None
-    finally:
-        client.close()
 
 
 def standin_hint(target: str = "cpu") -> str:

@@ -1,0 +1,52 @@
+"""The one Docker SDK client factory: everything in imagegen that talks to the daemon uses it.
+
+Failures to connect become ``EngineUnavailableError`` here, once, with the one message a
+user sees for them (``no Docker daemon answers: why``) and the way to start a daemon.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from imagegen.errors import EngineUnavailableError
+
+if TYPE_CHECKING:
+    import docker
+
+ENSURE_DOCKER_HINT = (
+    "start a daemon with scripts/ensure-docker.sh (installs and starts docker.io on Debian as root), "
+    "or point DOCKER_HOST at one you can reach"
+)
+NO_DAEMON = "no Docker daemon answers"
+
+
+def docker_client(env: Mapping[str, str] = os.environ, timeout: float | None = 120) -> docker.DockerClient:
+    """A client of the daemon ``env`` points at (``DOCKER_HOST``, else the local socket).
+
+    ``timeout=None``: no read timeout, for a classic build that can be silent for minutes
+    while a kernel compiles. Raises EngineUnavailableError when no daemon answers.
+    """
+    # Imported here, not at module top: the docker SDK is the CLI extra's and is slow to
+    # import; `imagegen ops` / `dockerfile` and the pure parts of the engine never need it.
+    try:
+        import docker
+    except ImportError as exc:
+        raise EngineUnavailableError(
+            "the docker Python package is missing", hint="pip install 'imagegen[cli]'"
+        ) from exc
+    try:
+        return docker.from_env(environment=dict(env), timeout=timeout)
+    except docker.errors.DockerException as exc:
+        raise daemon_unavailable(first_line(str(exc))) from exc
+
+
+def daemon_unavailable(why: str | None) -> EngineUnavailableError:
+    """The error for a daemon that does not answer, ``why`` (the SDK's reason) said once."""
+    message = f"{NO_DAEMON}: {why}" if why else NO_DAEMON
+    return EngineUnavailableError(message, hint=ENSURE_DOCKER_HINT)
+
+
+def first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text

@@ -1,0 +1,191 @@
+"""One image build as a library call: engine -> render -> stage -> build -> verify -> push.
+
+``build(spec)`` returns a frozen ``BuildReport``; ``imagegen build`` prints it (its
+``to_json()`` is the ``--json`` summary), and the benchmarks and integration tests call the
+same function instead of assembling the steps themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from imagegen import log
+from imagegen.bases import missing_base_hint
+from imagegen.engine import Engine, EngineKind, build_image, detect_engine, image_size, push_image
+from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.render import render
+from imagegen.sources import check_sources, source_root
+from imagegen.spec import ImageSpec
+from imagegen.staging import staged_context
+from imagegen.verify import VerifyResult, verify_image
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    name: str  # "engine", "build", "verify", "push"
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": round(self.seconds, 1)}
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What one build made. ``ok`` is False only when the image was built and an op did not
+    verify (it was then not pushed); every other failure is raised instead."""
+
+    ok: bool
+    tag: str
+    target: str  # the image's target ("cpu", "cuda12.1"), not the Dockerfile stage
+    ops: tuple[str, ...]
+    archs: tuple[str, ...]
+    torch: str
+    python: str
+    engine: EngineKind
+    stage: str  # the Dockerfile stage built ("runtime" unless asked otherwise)
+    image_id: str
+    size_bytes: int
+    build_seconds: float
+    verify: VerifyResult | None  # None: not verified
+    pushed: bool
+    steps: tuple[StepTiming, ...]
+    # The build's output lines (benchmarks read which steps ran and which were cached).
+    log: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def verify_seconds(self) -> float | None:
+        return None if self.verify is None else self.verify.seconds
+
+    @property
+    def failed_ops(self) -> tuple[str, ...]:
+        return () if self.verify is None else tuple(op.name for op in self.verify.ops if not op.ok)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``imagegen build --json`` summary."""
+        verify_seconds = self.verify_seconds
+        return {
+            "ok": self.ok,
+            "tag": self.tag,
+            "target": self.target,
+            "ops": list(self.ops),
+            "archs": list(self.archs),
+            "torch": self.torch,
+            "python": self.python,
+            "engine": self.engine,
+            "size_bytes": self.size_bytes,
+            "build_seconds": round(self.build_seconds, 1),
+            "verify_seconds": None if verify_seconds is None else round(verify_seconds, 1),
+            "verify": None if self.verify is None else self.verify.to_json(),
+            "pushed": self.pushed,
+            "image_id": self.image_id,
+            "stage": self.stage,
+            "steps": [step.to_json() for step in self.steps],
+        }
+
+
+class _Steps:
+    """Step headers with timings on stderr (``imagegen.log.step``), kept for the report too."""
+
+    def __init__(self) -> None:
+        self.timings: list[StepTiming] = []
+
+    @contextmanager
+    def step(self, name: str, title: str) -> Iterator[None]:
+        start = time.monotonic()
+        with log.step(title):
+            yield
+        self.timings.append(StepTiming(name, time.monotonic() - start))
+
+
+def build(
+    spec: ImageSpec,
+    *,
+    verify: bool = True,
+    source: Path | None = None,
+    engine: Engine | None = None,
+    stage: str = "runtime",
+    no_cache: bool = False,
+    env: Mapping[str, str] = os.environ,
+) -> BuildReport:
+    """Build ``spec``'s image up to ``stage`` from the checkout at ``source`` (default: the one
+    imagegen runs from), verify it, and push it when ``spec.push`` and every op verified.
+
+    ``engine``: one already detected (benchmarks building several images); default: detect
+    it here, and fall back to the classic variant of the Dockerfile when BuildKit is wanted
+    but missing. ``no_cache`` re-runs every build step.
+    Raises BadInputError, EngineUnavailableError, BuildFailedError (with how to get the base
+    images when they are not here), VerificationFailedError (when the verifier cannot run).
+    """
+    root = source or source_root()
+    check_sources(root)  # bad input before any engine work
+    if spec.push and not verify:
+        raise BadInputError(
+            "pushing without verifying: images are pushed only after verification passed",
+            hint="verify the image, or push it yourself",
+        )
+    steps = _Steps()
+    if engine is None:
+        with steps.step("engine", "detect the container engine"):
+            engine = detect_engine(env, prefer_buildkit=spec.buildkit)
+            log.info(f"{engine.kind} builder, server {engine.server_version}")
+    if spec.buildkit and engine.kind == "classic":
+        log.warn("BuildKit is not available here: building the classic variant (no cache mounts)")
+        spec = replace(spec, buildkit=False)
+    text = render(spec)
+
+    with steps.step("build", f"build {spec.tag}"), staged_context(spec, root) as context:
+        try:
+            result = build_image(
+                engine,
+                context,
+                text,
+                spec.tag,
+                target=stage,
+                build_args={"MAX_JOBS": str(spec.max_jobs)} if spec.max_jobs else {},
+                no_cache=no_cache,
+            )
+        except BuildFailedError as exc:
+            raise _with_base_hint(exc, spec) from None
+    size = image_size(engine, spec.tag)
+
+    verified = None
+    if verify:
+        with steps.step("verify", f"verify {spec.tag}"):
+            verified = verify_image(spec.tag, ops=spec.ops)
+    ok = verified is None or verified.ok
+    if spec.push and ok:
+        with steps.step("push", f"push {spec.tag}"):
+            push_image(engine, spec.tag)
+    return BuildReport(
+        ok=ok,
+        tag=spec.tag,
+        target=spec.target,
+        ops=spec.ops,
+        archs=spec.archs,
+        torch=spec.torch_release,
+        python=spec.python,
+        engine=engine.kind,
+        stage=stage,
+        image_id=result.image_id,
+        size_bytes=size,
+        build_seconds=result.seconds,
+        verify=verified,
+        pushed=spec.push and ok,
+        steps=tuple(steps.timings),
+        log=result.log,
+    )
+
+
+def _with_base_hint(exc: BuildFailedError, spec: ImageSpec) -> BuildFailedError:
+    """Add how to get the base images when they are missing here (a pull failure looks alike)."""
+    extra = missing_base_hint(spec)
+    if extra is None:
+        return exc
+    hint = extra if not exc.hint else f"{extra}\n{exc.hint}"
+    return BuildFailedError(exc.message, hint=hint)

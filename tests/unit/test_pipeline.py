@@ -1,0 +1,154 @@
+"""The build pipeline and `imagegen build` with the engine answered by hand (no Docker needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from imagegen import pipeline
+from imagegen.cli import app
+from imagegen.engine import BuildResult, Engine
+from imagegen.errors import BuildFailedError
+from imagegen.spec import ImageSpec, SpecInput, build_spec
+from imagegen.verify import OpResult, VerifyResult
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE = Engine("buildkit", "/usr/bin/docker", "20.10.24")
+# The keys `imagegen build --json` has always printed; the report may add more.
+SUMMARY_KEYS = {
+    "ok", "tag", "target", "ops", "archs", "torch", "python", "engine",
+    "size_bytes", "build_seconds", "verify_seconds", "verify", "pushed",
+}  # fmt: skip
+
+
+class FakeEngine:
+    """Records what the pipeline asked of the engine; ``failing`` ops do not verify."""
+
+    def __init__(self, failing: tuple[str, ...] = (), build_error: BuildFailedError | None = None) -> None:
+        self.failing = failing
+        self.build_error = build_error
+        self.calls: list[str] = []
+        self.context_files: list[str] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(pipeline, "detect_engine", self.detect_engine)
+        monkeypatch.setattr(pipeline, "build_image", self.build_image)
+        monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 123 * 2**20)
+        monkeypatch.setattr(pipeline, "verify_image", self.verify_image)
+        monkeypatch.setattr(pipeline, "push_image", lambda engine, tag: self.calls.append(f"push {tag}"))
+        monkeypatch.setattr(pipeline, "missing_base_hint", lambda spec: f"not here: {spec.base_devel}")
+
+    def detect_engine(self, env: object, prefer_buildkit: bool = True) -> Engine:
+        self.calls.append("detect")
+        return ENGINE
+
+    def build_image(self, engine: Engine, context: Path, text: str, tag: str, **kw: Any) -> BuildResult:
+        self.calls.append(f"build {tag} {kw['target']} no_cache={kw['no_cache']}")
+        self.context_files = sorted(p.name for p in context.iterdir())
+        if self.build_error is not None:
+            raise self.build_error
+        return BuildResult(tag, "sha256:abc", 12.34, log=("#1 DONE 0.1s",))
+
+    def verify_image(self, tag: str, ops: tuple[str, ...]) -> VerifyResult:
+        self.calls.append(f"verify {tag}")
+        results = tuple(
+            OpResult(op, op not in self.failing, "aot" if op not in self.failing else None, 0.01, None)
+            for op in ops
+        )
+        return VerifyResult(tag, all(r.ok for r in results), "2.13.0", None, None, results, 2.26)
+
+
+def spec(**changes: Any) -> ImageSpec:
+    return build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1", **changes), {})
+
+
+def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine()
+    engine.install(monkeypatch)
+    report = pipeline.build(spec(), source=REPO)
+    assert engine.calls == ["detect", "build it:1 runtime no_cache=False", "verify it:1"]
+    assert "setup.py" in engine.context_files and "imagegen" not in engine.context_files  # staged
+    data = report.to_json()
+    assert set(data) >= SUMMARY_KEYS
+    assert data["ok"] is True and data["pushed"] is False
+    assert data["tag"] == "it:1" and data["target"] == "cpu" and data["engine"] == "buildkit"
+    assert data["ops"] == ["cpu_adam", "cpu_lion"] and data["archs"] == []
+    assert data["size_bytes"] == 123 * 2**20
+    assert data["build_seconds"] == 12.3 and data["verify_seconds"] == 2.3
+    assert data["verify"]["ok"] is True and [op["name"] for op in data["verify"]["ops"]] == list(report.ops)
+    assert [step["name"] for step in data["steps"]] == ["engine", "build", "verify"]
+    assert report.log == ("#1 DONE 0.1s",)
+    json.dumps(data)  # serialisable as it is
+
+
+def test_failed_verification_is_a_report_and_nothing_is_pushed(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine(failing=("cpu_lion",))
+    engine.install(monkeypatch)
+    report = pipeline.build(spec(push=True), source=REPO)
+    assert not report.ok and not report.pushed and report.failed_ops == ("cpu_lion",)
+    assert not any(call.startswith("push") for call in engine.calls)
+
+
+def test_push_after_verification_and_a_given_engine_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine()
+    engine.install(monkeypatch)
+    report = pipeline.build(spec(push=True), source=REPO, engine=ENGINE, no_cache=True)
+    assert report.ok and report.pushed
+    assert engine.calls == ["build it:1 runtime no_cache=True", "verify it:1", "push it:1"]
+
+
+def test_a_stage_without_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine()
+    engine.install(monkeypatch)
+    report = pipeline.build(spec(), source=REPO, engine=ENGINE, verify=False, stage="devel")
+    assert report.ok and report.verify is None and report.to_json()["verify_seconds"] is None
+    assert engine.calls == ["build it:1 devel no_cache=False"]
+
+
+def test_build_failure_gets_the_base_image_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeEngine(build_error=BuildFailedError("building it:1 failed", hint="log")).install(monkeypatch)
+    with pytest.raises(BuildFailedError) as info:
+        pipeline.build(spec(), source=REPO)
+    assert info.value.message == "building it:1 failed"
+    assert info.value.hint == f"not here: {spec().base_devel}\nlog"
+
+
+def test_classic_engine_builds_the_classic_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine()
+    engine.install(monkeypatch)
+    rendered: list[bool] = []
+    monkeypatch.setattr(pipeline, "render", lambda s: rendered.append(s.buildkit) or "FROM scratch\n")
+    pipeline.build(spec(), source=REPO, engine=Engine("classic", None, "20.10.24"), verify=False)
+    assert rendered == [False]
+
+
+runner = CliRunner()
+BUILD = ["build", "--cpu", "--ops", "cpu_adam,cpu_lion", "--tag", "it:1", "--source", str(REPO)]
+
+
+def test_build_json_prints_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeEngine().install(monkeypatch)
+    result = runner.invoke(app, [*BUILD, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) >= SUMMARY_KEYS and data["ok"] is True
+
+
+def test_build_json_failed_verification_is_one_document_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeEngine(failing=("cpu_adam",)).install(monkeypatch)
+    result = runner.invoke(app, [*BUILD, "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)  # the summary alone: no {"error": ...} after it
+    assert data["ok"] is False and data["verify"]["ok"] is False
+
+
+def test_build_text_failed_verification_says_which_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeEngine(failing=("cpu_adam",)).install(monkeypatch)
+    result = runner.invoke(app, BUILD)
+    assert result.exit_code == 1
+    assert "tag" in result.stdout and "123 MiB" in result.stdout
+    assert "these ops did not load ahead of time: cpu_adam" in result.stderr
