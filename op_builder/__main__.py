@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -21,12 +20,12 @@ from op_builder import archs as arch_lib
 from op_builder import binary
 from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError, UserFacingError
-from op_builder.loader import load_op
 from op_builder.manifest import read_installed
 from op_builder.plan import make_plan, probe_host
 from op_builder.registry import ALL_OPS, check_op_names, get_builder
-from op_builder.report import OpVerification, VerifyReport
+from op_builder.report import SelfTestResult
 from op_builder.toolchain import CudaToolkit, Toolchain, probe_cuda
+from op_builder.verification import verify_ops
 
 
 def _emit(data: Any) -> None:
@@ -127,35 +126,45 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    import torch  # deferred: every other command works without importing torch
-
     names: list[str] = list(args.ops)
     check_op_names(names)  # a typo is bad input (exit 2), not a failed verification
     manifest = read_installed()
     if not names:
         names = sorted(manifest.ops) if manifest else []
-    # Verification proves the ahead-of-time modules load: never compile here.
-    sealed = {**env, "DS_DISABLE_JIT": "1"}
-    results = []
-    for name in names:
-        start = time.perf_counter()
-        source, error = None, None
-        try:
-            loaded = load_op(get_builder(name), sealed)
-            source = loaded.source
-        except UserFacingError as exc:
-            error = exc.message
-        seconds = round(time.perf_counter() - start, 6)
-        results.append(OpVerification(name, source == "aot", source, seconds, error))
-    report = VerifyReport(torch.__version__, torch.version.cuda, torch.version.hip, tuple(results))
+    report = verify_ops(
+        names,
+        env,
+        manifest,
+        selftest=args.selftest,
+        device=args.device,
+        require_gpu=args.require_gpu,
+    )
     if args.json:
         _emit(report.to_json())
     else:
-        rows = [[r.name, r.source or "-", f"{r.seconds:.3f}", r.error or ""] for r in results]
-        print(_table(rows, ["op", "loaded from", "seconds", "error"]))
-    if not results:
+        rows = [
+            [
+                r.name,
+                r.source or "-",
+                _selftest_cell(r.selftest),
+                "-" if r.binary is None else ("ok" if r.binary.ok else "DIFFERS"),
+                f"{r.seconds:.3f}",
+                "; ".join(r.problems()),
+            ]
+            for r in report.ops
+        ]
+        print(_table(rows, ["op", "loaded from", "self-test", "device code", "seconds", "problem"]))
+    if not report.ops:
         print("error: no ops are installed ahead of time, and none were named", file=sys.stderr)
     return 0 if report.ok else 1
+
+
+def _selftest_cell(test: SelfTestResult | None) -> str:
+    if test is None:
+        return "-"
+    if test.skipped:
+        return "skipped"
+    return f"pass ({test.isa})" if test.ok and test.isa else ("pass" if test.ok else "FAIL")
 
 
 # ------------------------------------------------------------------ selftest
@@ -307,8 +316,20 @@ def _parser() -> argparse.ArgumentParser:
 
     report = add("report", "every op: target, installed, compatible here, and why not")
     report.add_argument("--cuda", metavar="X.Y", help="judge against this CUDA toolkit version")
-    verify = add("verify", "import ops with JIT disabled; exit 0 only if all load ahead of time")
+    verify = add("verify", "load each op ahead of time, run its self-test, audit its GPU code")
     verify.add_argument("ops", nargs="*", help="ops to verify (default: every installed op)")
+    verify.add_argument(
+        "--no-selftest", dest="selftest", action="store_false", help="only load and audit, skip self-tests"
+    )
+    verify.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "auto"),
+        default="auto",
+        help="where self-tests run (default: auto)",
+    )
+    verify.add_argument(
+        "--require-gpu", action="store_true", help="a GPU op's self-test skipped for want of a GPU fails"
+    )
     selftest = add("selftest", "each op's kernel against an independent reference; exit 0 only if all pass")
     selftest.add_argument("ops", nargs="*", help="ops to test (default: the installed ops, else every op)")
     selftest.add_argument(

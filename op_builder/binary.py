@@ -20,9 +20,10 @@ from __future__ import annotations
 import mmap
 import re
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from op_builder import binary_formats as formats
 from op_builder.archs import nvcc_gencode_flags, parse_cuda_arch_list
@@ -96,6 +97,18 @@ class Audit:
             "ok": self.ok,
         }
 
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Audit:
+        """Read an audit back (what ``verify`` printed in an image); the verdict is recomputed."""
+
+        def names(key: str) -> tuple[str, ...]:
+            value = raw.get(key)
+            return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+        found = DeviceCode(names("sass"), names("ptx"), names("gfx"), names("other"), names("unreadable"))
+        planned = names("planned")
+        return _compare(found, planned)
+
 
 def planned_names(planned_archs: Sequence[str]) -> tuple[str, ...]:
     """What a module built for ``planned_archs`` must hold: the ``code=`` of each ``-gencode``
@@ -109,7 +122,10 @@ def planned_names(planned_archs: Sequence[str]) -> tuple[str, ...]:
 def audit(found: DeviceCode, planned_archs: Sequence[str]) -> Audit:
     """Compare a module's device code with the arch list the manifest records for its op
     (``"8.0"``, ``"9.0+PTX"``, ``"9.0a"``, ``"10.0f"``, or gfx targets); pure."""
-    planned = planned_names(planned_archs)
+    return _compare(found, planned_names(planned_archs))
+
+
+def _compare(found: DeviceCode, planned: tuple[str, ...]) -> Audit:
     missing = _listed(set(planned) - found.names())
     extra = _listed(found.names() - set(planned))
     ok = not missing and not extra and not found.unreadable

@@ -13,19 +13,42 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from op_builder.binary import Audit
+
 Source = Literal["aot", "jit", "fallback"]
 SOURCES: tuple[Source, ...] = ("aot", "jit", "fallback")
 
 
 @dataclass(frozen=True)
 class OpVerification:
-    """One op's load check: it passes only when it loaded from its ahead-of-time module."""
+    """One op's verification: it loaded from its ahead-of-time module, its self-test passed
+    (``selftest``; None when not run), and its GPU code is what was planned (``binary``; None for
+    CPU ops). A self-test skipped for want of a GPU passes unless the run required a GPU."""
 
     name: str
     ok: bool
     source: Source | None
     seconds: float
     error: str | None
+    selftest: SelfTestResult | None = None
+    binary: Audit | None = None
+
+    @staticmethod
+    def verdict(
+        source: Source | None,
+        error: str | None,
+        selftest: SelfTestResult | None,
+        binary: Audit | None,
+        require_gpu: bool = False,
+    ) -> bool:
+        """The one rule for an op's verdict, used when writing and again when reading."""
+        if source != "aot" or error is not None:
+            return False
+        if binary is not None and not binary.ok:
+            return False
+        if selftest is None or selftest.ok:
+            return True
+        return selftest.skipped is not None and selftest.error is None and not require_gpu
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +57,8 @@ class OpVerification:
             "source": self.source,
             "seconds": self.seconds,
             "error": self.error,
+            "selftest": self.selftest.to_json() if self.selftest else None,
+            "binary": self.binary.to_json() if self.binary else None,
         }
 
     @classmethod
@@ -43,17 +68,49 @@ class OpVerification:
         error = str(raw["error"]) if raw.get("error") else None
         if known is not None and known != "aot" and error is None:
             error = f"loaded from {known}, not ahead of time"
+        selftest = raw.get("selftest")
+        test = (
+            SelfTestResult.from_json(selftest)
+            if isinstance(selftest, Mapping) and "name" in selftest
+            else None
+        )
+        binary = raw.get("binary")
+        audit = Audit.from_json(binary) if isinstance(binary, Mapping) else None
         return cls(
             name=str(raw["name"]),
-            ok=bool(raw.get("ok")) and known == "aot",
+            # Reading can only lower a verdict: a run with --require-gpu wrote False for a skip.
+            ok=bool(raw.get("ok")) and cls.verdict(known, error, test, audit),
             source=known,
             seconds=float(raw.get("seconds") or 0.0),
             error=error,
+            selftest=test,
+            binary=audit,
         )
 
     @classmethod
     def not_reported(cls, name: str) -> OpVerification:
         return cls(name, False, None, 0.0, "not reported by the image (op not installed?)")
+
+    def problems(self) -> list[str]:
+        """What failed, in words, for a one-line summary (empty when the op passed)."""
+        if self.ok:
+            return []
+        found: list[str] = [self.error] if self.error else []
+        if self.binary is not None and not self.binary.ok:
+            parts = [f"missing {' '.join(self.binary.missing)}"] if self.binary.missing else []
+            parts += [f"extra {' '.join(self.binary.extra)}"] if self.binary.extra else []
+            parts += list(self.binary.found.unreadable)
+            found.append("device code differs from the plan: " + "; ".join(parts))
+        test = self.selftest
+        if test is not None and not test.ok:
+            if test.skipped:
+                found.append(f"self-test skipped ({test.skipped}) and a GPU was required")
+            elif test.error:
+                found.append(f"self-test failed: {test.error}")
+            else:
+                worst, allowed = _number(test.max_abs_err), _number(test.tolerance)
+                found.append(f"self-test failed: max error {worst} > tolerance {allowed}")
+        return found or ["failed"]
 
 
 @dataclass(frozen=True)
@@ -188,3 +245,7 @@ def _optional_float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"

@@ -20,6 +20,9 @@ import pytest
 
 from op_builder.binary import Audit, DeviceCode, audit, format_text, read_device_code
 from op_builder.errors import BadInputError
+from op_builder.manifest import InstalledOp, Manifest
+from op_builder.report import OpVerification
+from op_builder.verification import audit_module
 
 NVCC = shutil.which("nvcc")
 HIPCC = shutil.which("hipcc")
@@ -399,3 +402,42 @@ def test_the_binary_command_prints_the_json_and_refuses_non_elf(
     refused = _op_builder("binary", junk)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith("error: ")
+
+
+def _manifest(name: str, target: str, archs: tuple[str, ...]) -> Manifest:
+    op = InstalledOp(name, f"kernels._ops.{name}", target, archs)
+    return Manifest("2.13.0", "13.0", None, "cuda", "3.11", {name: op})
+
+
+@pytest.mark.parametrize(
+    ("module", "planned", "missing", "extra"),
+    [
+        ("plus_ptx", ("8.0", "9.0+PTX"), (), ()),  # exactly the plan
+        ("plus_ptx", ("8.0", "9.0"), (), ("compute_90",)),  # PTX nobody planned
+        ("two_archs", ("8.0", "9.0+PTX"), ("compute_90",), ()),  # PTX missing
+        ("one_arch", ("8.0", "9.0"), ("sm_90",), ()),  # an arch missing
+        ("two_archs", ("8.0",), (), ("sm_90",)),  # an arch nobody planned
+    ],
+)
+def test_verification_audits_a_gpu_module_against_its_manifest(
+    cuda_modules: dict[str, Path],
+    module: str,
+    planned: tuple[str, ...],
+    missing: tuple[str, ...],
+    extra: tuple[str, ...],
+) -> None:
+    found = audit_module("fused_adam", str(cuda_modules[module]), _manifest("fused_adam", "gpu", planned))
+    assert found is not None
+    assert (found.missing, found.extra, found.ok) == (missing, extra, not missing and not extra)
+    entry = OpVerification.verdict("aot", None, None, found)
+    assert entry is found.ok  # a module that differs from its plan fails verification
+    text = OpVerification("fused_adam", entry, "aot", 0.1, None, None, found).problems()
+    assert entry or "device code differs from the plan" in text[0]
+
+
+def test_verification_does_not_audit_cpu_ops_and_reports_an_unreadable_module(tmp_path: Path) -> None:
+    assert audit_module("cpu_adam", "/nonexistent.so", _manifest("cpu_adam", "cpu", ())) is None
+    junk = tmp_path / "junk.so"
+    junk.write_text("not ELF")
+    found = audit_module("fused_adam", str(junk), _manifest("fused_adam", "gpu", ("9.0",)))
+    assert found is not None and not found.ok and found.found.unreadable
