@@ -13,21 +13,19 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any
 
 from imagegen.engine.client import docker_client
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.reference import check_reference
+from op_builder.report import OpVerification, VerifyReport
 
-if TYPE_CHECKING:
-    from rich.table import Table
-
-Source = Literal["aot", "jit", "fallback"]
 VERIFY_LABEL = "io.imagegen.verify"
 OPS_LABEL = "io.imagegen.ops"
 # The user a verify container runs as when the image itself says root (or nothing).
@@ -36,32 +34,22 @@ OUTPUT_TAIL_LINES = 30
 
 
 @dataclass(frozen=True)
-class OpResult:
-    name: str
-    ok: bool
-    source: Source | None
-    seconds: float
-    error: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "ok": self.ok,
-            "source": self.source,
-            "seconds": self.seconds,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True)
 class VerifyResult:
+    """What verifying one image found: every requested op's entry (``op_builder.report``)."""
+
     image: str
     ok: bool
     torch: str
     cuda: str | None
     hip: str | None
-    ops: tuple[OpResult, ...]
+    ops: tuple[OpVerification, ...]
     seconds: float
+    gpus: str | None = None  # what --gpus passed to the container; None: no GPU
+
+    @property
+    def gpu_selftests_skipped(self) -> tuple[str, ...]:
+        """GPU ops whose self-test did not run for want of a GPU (their load and audit did)."""
+        return tuple(op.name for op in self.ops if op.selftest is not None and op.selftest.skipped)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,61 +59,45 @@ class VerifyResult:
             "cuda": self.cuda,
             "hip": self.hip,
             "seconds": round(self.seconds, 3),
+            "gpus": self.gpus,
             "ops": [op.to_json() for op in self.ops],
         }
+
+    def failure_summary(self) -> str:
+        """One line naming each failed op and what differed."""
+        failed = [f"{op.name} ({'; '.join(op.problems())})" for op in self.ops if not op.ok]
+        return ", ".join(failed) or "no op was verified"
 
 
 # --------------------------------------------------------------------------- pure parts
 
 
 def parse_verify_output(
-    stdout: str, requested: Sequence[str] | None, image: str, seconds: float
+    stdout: str, requested: Sequence[str] | None, image: str, seconds: float, gpus: str | None = None
 ) -> VerifyResult | None:
     """The result from ``op_builder verify --json`` output, or None when there is no JSON in it.
 
-    ``ok`` is recomputed here rather than trusted: every requested op (or, with none
-    requested, every reported op, of which there must be at least one) must have loaded
-    from its ahead-of-time module.
+    Verdicts are recomputed (``op_builder.report``) rather than trusted, and every requested
+    op (or, with none requested, every reported op, of which there must be at least one)
+    must be reported and pass.
     """
     data = _last_json_object(stdout)
     if data is None:
         return None
-    reported: dict[str, OpResult] = {}
-    for raw in data.get("ops") or []:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            continue
-        source = raw.get("source")
-        op = OpResult(
-            name=raw["name"],
-            ok=bool(raw.get("ok")) and source == "aot",
-            source=cast(Source, source) if source in ("aot", "jit", "fallback") else None,
-            seconds=float(raw.get("seconds") or 0.0),
-            error=str(raw["error"]) if raw.get("error") else None,
-        )
-        if op.source is not None and op.source != "aot" and op.error is None:
-            op = OpResult(
-                op.name, False, op.source, op.seconds, f"loaded from {op.source}, not ahead of time"
-            )
-        reported[op.name] = op
+    report = VerifyReport.from_json(data)
+    reported = {op.name: op for op in report.ops}
     names = list(requested) if requested else list(reported)
-    ops = tuple(
-        reported.get(name)
-        or OpResult(name, False, None, 0.0, "not reported by the image (op not installed?)")
-        for name in names
-    )
+    ops = tuple(reported.get(name) or OpVerification.not_reported(name) for name in names)
     return VerifyResult(
         image=image,
         ok=bool(ops) and all(op.ok for op in ops),
-        torch=str(data.get("torch") or ""),
-        cuda=_opt_str(data.get("cuda")),
-        hip=_opt_str(data.get("hip")),
+        torch=report.torch,
+        cuda=report.cuda,
+        hip=report.hip,
         ops=ops,
         seconds=seconds,
+        gpus=gpus,
     )
-
-
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
 
 
 def _last_json_object(text: str) -> dict[str, Any] | None:
@@ -159,8 +131,37 @@ def run_user(image_user: str) -> str:
     return user
 
 
-def verify_command(ops: Sequence[str] | None) -> list[str]:
-    return ["python", "-m", "op_builder", "verify", "--json", *(ops or ())]
+def verify_command(ops: Sequence[str] | None, require_gpu: bool = False) -> list[str]:
+    gpu = ["--require-gpu"] if require_gpu else []
+    return ["python", "-m", "op_builder", "verify", "--json", *gpu, *(ops or ())]
+
+
+def parse_gpus(value: str | None) -> str | None:
+    """``--gpus``: ``all``, or a comma-separated list of device indexes or UUIDs; None: no GPU."""
+    if value is None:
+        return None
+    text = value.strip()
+    items = [item.strip() for item in text.split(",")]
+    if text.lower() == "all":
+        return "all"
+    if not text or not all(re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F/-]+", i) for i in items):
+        raise BadInputError(
+            f"--gpus {value!r} is not a GPU selection",
+            hint="use --gpus all, or device indexes or UUIDs: --gpus 0,1 or --gpus GPU-3f2a...",
+        )
+    return ",".join(items)
+
+
+def device_requests(gpus: str | None) -> list[Any]:
+    """The engine's device requests for ``gpus`` (the NVIDIA container toolkit serves them)."""
+    if gpus is None:
+        return []
+    # Deferred for the reason imagegen.engine.client gives.
+    from docker.types import DeviceRequest
+
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
 
 
 def check_verify_input(image: str, timeout: float) -> None:
@@ -206,8 +207,15 @@ def start_error(image: str, explanation: str) -> VerificationFailedError:
 # --------------------------------------------------------------------------- running
 
 
-def verify_image(image: str, ops: Sequence[str] | None = None, timeout: float = 300) -> VerifyResult:
-    """Load ``ops`` (default: the image's io.imagegen.ops label, else every installed op) in ``image``.
+def verify_image(
+    image: str,
+    ops: Sequence[str] | None = None,
+    timeout: float = 300,
+    gpus: str | None = None,
+    require_gpu: bool = False,
+) -> VerifyResult:
+    """Verify ``ops`` (default: the image's io.imagegen.ops label, else every installed op) in
+    ``image``: load, self-test (on the GPUs ``gpus`` passes, see ``parse_gpus``) and audit each.
 
     Raises BadInputError for a malformed reference or timeout and when the image is not
     here, VerificationFailedError when the verifier could not run at all (no Python, no
@@ -230,7 +238,8 @@ def verify_image(image: str, ops: Sequence[str] | None = None, timeout: float = 
         wanted = requested_ops(ops, config.get("Labels") or {})
         name = f"imagegen-verify-{uuid.uuid4().hex[:12]}"
         try:
-            exit_code, stdout, stderr = _run_sealed(client, image, name, config, wanted, timeout)
+            command = verify_command(wanted, require_gpu)
+            exit_code, stdout, stderr = _run_sealed(client, image, name, config, command, timeout, gpus)
         finally:
             # By name, so a Ctrl-C that lands between create() and the assignment still cleans up.
             with _sigint_deferred():
@@ -238,10 +247,9 @@ def verify_image(image: str, ops: Sequence[str] | None = None, timeout: float = 
     finally:
         client.close()
     seconds = time.monotonic() - start
-    result = parse_verify_output(stdout, wanted, image, seconds)
+    result = parse_verify_output(stdout, wanted, image, seconds, gpus)
     if result is None:
-        command = " ".join(verify_command(wanted))
-        raise no_report_error(image, command, exit_code, stdout + "\n" + stderr)
+        raise no_report_error(image, " ".join(command), exit_code, stdout + "\n" + stderr)
     return result
 
 
@@ -268,8 +276,9 @@ def _run_sealed(
     image: str,
     name: str,
     config: Mapping[str, Any],
-    ops: Sequence[str] | None,
+    command: Sequence[str],
     timeout: float,
+    gpus: str | None,
 ) -> tuple[int, str, str]:
     import docker
     import requests
@@ -279,7 +288,8 @@ def _run_sealed(
     try:
         container = client.containers.create(
             image,
-            command=verify_command(ops),
+            command=list(command),
+            device_requests=device_requests(gpus),
             name=name,
             user=run_user(str(config.get("User") or "")),
             labels={VERIFY_LABEL: "1"},
@@ -320,32 +330,3 @@ def _sigint_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-# --------------------------------------------------------------------------- display
-
-
-def render_table(result: VerifyResult) -> Table:
-    from rich.table import Table
-
-    runtime = f"torch {result.torch}"
-    if result.cuda:
-        runtime += f", CUDA {result.cuda}"
-    if result.hip:
-        runtime += f", HIP {result.hip}"
-    verdict = "[green]ok[/green]" if result.ok else "[red]FAILED[/red]"
-    table = Table(title=f"{result.image} — {runtime} — {verdict} ({result.seconds:.1f}s)")
-    table.add_column("op")
-    table.add_column("loaded")
-    table.add_column("from")
-    table.add_column("seconds", justify="right")
-    table.add_column("error", overflow="fold")
-    for op in result.ops:
-        table.add_row(
-            op.name,
-            "[green]yes[/green]" if op.ok else "[red]no[/red]",
-            op.source or "-",
-            f"{op.seconds:.3f}",
-            op.error or "",
-        )
-    return table

@@ -35,7 +35,7 @@ from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import VerificationFailedError
 from imagegen.spec import SpecInput
-from imagegen.verify import render_table
+from imagegen.verify_table import render_table
 
 NoVerifyOption = Annotated[
     bool, typer.Option("--no-verify", help="Skip loading the ops in a sealed container.")
@@ -88,10 +88,10 @@ def build(
     else:
         _print(report)
     if not report.ok:
+        why = report.verify.failure_summary() if report.verify is not None else "?"
         raise VerificationFailedError(
-            f"{report.tag} was built but these ops did not load ahead of time: "
-            f"{', '.join(report.failed_ops) or '?'}",
-            hint="the table above has each op's error; the image was not pushed",
+            f"{report.tag} was built but failed verification: {why}",
+            hint="the table above has each op's load, self-test and device-code results; not pushed",
             reported=json,  # the summary printed above already is the whole JSON answer
         )
 

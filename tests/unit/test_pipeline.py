@@ -14,7 +14,8 @@ from imagegen.cli import app
 from imagegen.engine import BuildResult, Engine
 from imagegen.errors import BuildFailedError
 from imagegen.spec import ImageSpec, SpecInput, build_spec
-from imagegen.verify import OpResult, VerifyResult
+from imagegen.verify import VerifyResult
+from op_builder.report import OpVerification
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = Engine("buildkit", "/usr/bin/docker", "20.10.24")
@@ -56,7 +57,13 @@ class FakeEngine:
     def verify_image(self, tag: str, ops: tuple[str, ...]) -> VerifyResult:
         self.calls.append(f"verify {tag}")
         results = tuple(
-            OpResult(op, op not in self.failing, "aot" if op not in self.failing else None, 0.01, None)
+            OpVerification(
+                op,
+                op not in self.failing,
+                "aot" if op not in self.failing else None,
+                0.01,
+                "not installed ahead of time" if op in self.failing else None,
+            )
             for op in ops
         )
         return VerifyResult(tag, all(r.ok for r in results), "2.13.0", None, None, results, 2.26)
@@ -151,4 +158,4 @@ def test_build_text_failed_verification_says_which_op(monkeypatch: pytest.Monkey
     result = runner.invoke(app, BUILD)
     assert result.exit_code == 1
     assert "tag" in result.stdout and "123 MiB" in result.stdout
-    assert "these ops did not load ahead of time: cpu_adam" in result.stderr
+    assert "failed verification: cpu_adam (not installed ahead of time)" in result.stderr

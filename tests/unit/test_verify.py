@@ -9,6 +9,8 @@ import pytest
 from rich.console import Console
 
 from imagegen import verify as ver
+from imagegen.errors import BadInputError
+from imagegen.verify_table import render_table
 
 
 def report(*ops: dict[str, Any], ok: bool = True) -> str:
@@ -80,8 +82,20 @@ def test_to_json_has_the_design_shape() -> None:
     result = ver.parse_verify_output(report(op("cpu_adam")), None, "img:1", 2.0)
     assert result is not None
     data = result.to_json()
-    assert set(data) == {"image", "ok", "torch", "cuda", "hip", "seconds", "ops"}
-    assert data["ops"] == [{"name": "cpu_adam", "ok": True, "source": "aot", "seconds": 0.25, "error": None}]
+    # Today's fields plus what the verification issue added: the GPUs passed, and per op its
+    # self-test and device-code audit (None here: an image that did not report them).
+    assert set(data) == {"image", "ok", "torch", "cuda", "hip", "seconds", "ops", "gpus"}
+    assert data["ops"] == [
+        {
+            "name": "cpu_adam",
+            "ok": True,
+            "source": "aot",
+            "seconds": 0.25,
+            "error": None,
+            "selftest": None,
+            "binary": None,
+        }
+    ]
     json.dumps(data)  # serialisable as is
 
 
@@ -127,8 +141,74 @@ def test_table_shows_each_op_and_the_verdict() -> None:
     result = ver.parse_verify_output(raw, None, "img:1", 3.0)
     assert result is not None
     console = Console(record=True, width=120, color_system=None)
-    console.print(ver.render_table(result))
+    console.print(render_table(result))
     text = console.export_text()
     assert "img:1" in text and "FAILED" in text and "torch 2.13.0+cpu" in text
     assert "cpu_adam" in text and "aot" in text
     assert "async_io" in text and "libaio missing" in text
+
+
+def test_verify_command_can_require_a_gpu() -> None:
+    command = ver.verify_command(["fused_adam"], require_gpu=True)
+    assert command == ["python", "-m", "op_builder", "verify", "--json", "--require-gpu", "fused_adam"]
+
+
+def selftest(name: str, ok: bool, skipped: str | None = None, err: float = 0.0) -> dict[str, Any]:
+    measured = {"max_abs_err": err, "tolerance": 1e-5}
+    if skipped:
+        measured = {"max_abs_err": None, "tolerance": None}
+    return {"name": name, "ok": ok, "device": "cpu", **measured, "seconds": 0.1, "isa": None, "error": None,
+            "skipped": skipped}  # fmt: skip
+
+
+def audit(missing: tuple[str, ...] = ()) -> dict[str, Any]:
+    sass = [s for s in ("sm_80", "sm_90") if s not in missing]
+    return {"sass": sass, "ptx": [], "gfx": [], "planned": ["sm_80", "sm_90"], "missing": [], "extra": []}
+
+
+def test_selftests_and_audits_decide_with_the_load() -> None:
+    raw = report(
+        {**op("cpu_adam"), "selftest": selftest("cpu_adam", True), "binary": None},
+        {**op("cpu_lion"), "selftest": selftest("cpu_lion", True, err=0.5), "binary": None},
+        {**op("fused_adam"), "selftest": selftest("fused_adam", False, "needs a GPU"), "binary": audit()},
+        {
+            **op("fused_lion"),
+            "selftest": selftest("fused_lion", False, "needs a GPU"),
+            "binary": audit(("sm_90",)),
+        },
+    )
+    result = ver.parse_verify_output(raw, None, "img", 1.0)
+    assert result is not None and not result.ok
+    verdicts = {o.name: o.ok for o in result.ops}
+    # A wrong result (0.5 > 1e-5 although the image said ok) and a missing arch fail; a GPU
+    # self-test skipped without a GPU does not.
+    assert verdicts == {"cpu_adam": True, "cpu_lion": False, "fused_adam": True, "fused_lion": False}
+    assert result.gpu_selftests_skipped == ("fused_adam", "fused_lion")
+    summary = result.failure_summary()
+    assert "cpu_lion (self-test failed: max error 0.5 > tolerance 1e-05)" in summary
+    assert "fused_lion (device code differs from the plan: missing sm_90)" in summary
+    console = Console(record=True, width=160, color_system=None)
+    console.print(render_table(result))
+    text = console.export_text()
+    assert "GPU self-tests skipped (fused_adam, fused_lion): no GPU was passed" in text
+    assert "differs" in text and "skipped" in text
+
+
+@pytest.mark.parametrize(("value", "expected"), [("all", "all"), ("ALL", "all"), ("0", "0"), ("0, 1", "0,1")])
+def test_gpu_selections(value: str, expected: str) -> None:
+    assert ver.parse_gpus(value) == expected
+    assert ver.parse_gpus(None) is None
+
+
+@pytest.mark.parametrize("value", ["", "gpu0", "0;1", "all,0", "-1"])
+def test_bad_gpu_selections_are_bad_input(value: str) -> None:
+    with pytest.raises(BadInputError, match="--gpus"):
+        ver.parse_gpus(value)
+
+
+def test_gpus_become_device_requests() -> None:
+    assert ver.device_requests(None) == []
+    (every,) = ver.device_requests("all")
+    assert every["Count"] == -1 and every["Capabilities"] == [["gpu"]]
+    (some,) = ver.device_requests("0,1")
+    assert some["DeviceIDs"] == ["0", "1"]
