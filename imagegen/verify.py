@@ -131,9 +131,9 @@ def run_user(image_user: str) -> str:
     return user
 
 
-def verify_command(ops: Sequence[str] | None, require_gpu: bool = False) -> list[str]:
-    gpu = ["--require-gpu"] if require_gpu else []
-    return ["python", "-m", "op_builder", "verify", "--json", *gpu, *(ops or ())]
+def verify_command(ops: Sequence[str] | None, require_gpu: bool = False, selftest: bool = True) -> list[str]:
+    options = (["--require-gpu"] if require_gpu else []) + ([] if selftest else ["--no-selftest"])
+    return ["python", "-m", "op_builder", "verify", "--json", *options, *(ops or ())]
 
 
 def parse_gpus(value: str | None) -> str | None:
@@ -213,6 +213,7 @@ def verify_image(
     timeout: float = 300,
     gpus: str | None = None,
     require_gpu: bool = False,
+    selftest: bool = True,
 ) -> VerifyResult:
     """Verify ``ops`` (default: the image's io.imagegen.ops label, else every installed op) in
     ``image``: load, self-test (on the GPUs ``gpus`` passes, see ``parse_gpus``) and audit each.
@@ -238,7 +239,7 @@ def verify_image(
         wanted = requested_ops(ops, config.get("Labels") or {})
         name = f"imagegen-verify-{uuid.uuid4().hex[:12]}"
         try:
-            command = verify_command(wanted, require_gpu)
+            command = verify_command(wanted, require_gpu, selftest)
             exit_code, stdout, stderr = _run_sealed(client, image, name, config, command, timeout, gpus)
         finally:
             # By name, so a Ctrl-C that lands between create() and the assignment still cleans up.

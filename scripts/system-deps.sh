@@ -5,10 +5,11 @@
 #   docker.io                 a Docker engine (dockerd) and Debian's client with BuildKit
 #   debootstrap               stand-in base images, since no registry is reachable
 #   docker-registry           a registry on localhost for the push test
+#   qemu-user                 qemu-x86_64: the ops' self-tests on an emulated older CPU (portability)
 # Idempotent and quiet when everything is present. Needs root (or sudo) for apt.
 set -euo pipefail
 
-packages=(g++ make ninja-build libaio-dev docker.io debootstrap docker-registry)
+packages=(g++ make ninja-build libaio-dev docker.io debootstrap docker-registry qemu-user)
 # `--rocm`: Debian's ROCm 5.2 HIP compiler, for `make hip-check` (not needed by `make test`).
 if [ "${1:-}" = "--rocm" ]; then
   packages+=(hipcc libamdhip64-dev rocm-device-libs)

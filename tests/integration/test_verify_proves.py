@@ -19,9 +19,11 @@ DERIVED_TAG = "imagegen-it/wrong-kernel:cpu_lion"
 # One .pth line, run at every start of the venv's Python: the compiled cpu_lion module's step
 # still runs, then adds 1.0 to the first element of the param: what a miscompiled or tampered
 # kernel looks like from the outside. The module loads, so only a self-test can catch it.
+# The default argument binds the real step: site runs a .pth line inside a function, so a name
+# the line defines is no global the lambda could see later.
 BREAK_LION = (
-    "import torch, kernels._ops.cpu_lion as m; step = m.lion_step; "
-    "m.lion_step = lambda p, *rest: (step(p, *rest), p.view(-1)[0].add_(1.0))[0]"
+    "import torch, kernels._ops.cpu_lion as m; "
+    "m.lion_step = lambda p, *rest, _step=m.lion_step: (_step(p, *rest), p.view(-1)[0].add_(1.0))[0]"
 )
 
 
@@ -49,7 +51,7 @@ def test_verify_refuses_an_image_whose_kernel_computes_wrong(derived_wrong_image
     assert lion["selftest"]["max_abs_err"] > lion["selftest"]["tolerance"]
     text = imagegen("verify", derived_wrong_image)
     assert text.returncode == 1
-    assert "cpu_lion (self-test failed: max error" in text.stderr
+    assert "cpu_lion (self-test failed: lion param" in text.stderr and "> tolerance" in text.stderr
     # The untouched image still verifies, self-tests included.
     good = imagegen("verify", CPU_TAG, "--json")
     assert good.returncode == 0
