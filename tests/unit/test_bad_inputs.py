@@ -200,7 +200,7 @@ def test_the_engine_refusing_to_start_the_verifier_is_translated_once() -> None:
         containers = Containers()
 
     with pytest.raises(VerificationFailedError, match="no `python`"):
-        verify_lib._run_sealed(Client(), "busybox", "name", {}, None, 10.0)
+        verify_lib._run_sealed(Client(), "busybox", "name", {}, verify_lib.verify_command(None), 10.0, None)
 
 
 # ------------------------------------------------------------------ the broad table
