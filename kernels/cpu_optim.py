@@ -1,9 +1,19 @@
 """CPU optimizers backed by the ``cpu_adam``, ``cpu_adagrad`` and ``cpu_lion`` ops.
 
 ``CPUAdam``, ``CPUAdagrad`` and ``CPULion`` are ``torch.optim.Optimizer`` subclasses that
-update fp32 CPU parameters in place with one SIMD + OpenMP pass per tensor, and can write
-``params.to(bf16 | fp16)`` into a half-precision copy in the same pass
-(``opt.step(half_params=[...])``, one entry per parameter).
+update CPU parameters in place with one SIMD + OpenMP pass per tensor:
+
+* fp32 params, optionally writing ``params.to(bf16 | fp16)`` into a half-precision copy in the
+  same pass (``opt.step(half_params=[...])``, one entry per parameter);
+* bf16 / fp16 params (and grads) directly, as DeepSpeed's CPU optimizers take them: read as
+  half, updated in fp32 against fp32 state, rounded back;
+* non-contiguous params (transposed, tied, channels_last), through a contiguous copy;
+* sparse gradients for ``CPUAdagrad``, as ``torch.optim.Adagrad`` takes them.
+
+``CPUAdam`` keeps its moments in bf16 for param groups given ``"state_dtype": torch.bfloat16``
+(DeepSpeed's ``fp32_optimizer_states=False``): half the state memory, at an accuracy cost
+measured in docs/benchmarks.md. ``step_subgroup(i)`` / ``rollback_subgroup(i)`` step one param
+group and undo that step exactly (ZeRO-Offload's sub-groups), for all three optimizers.
 
 The op is loaded on the first step. When it cannot load (no compiler, JIT disabled and not
 installed, ...), the optimizer runs a pure-PyTorch implementation of the same update and
@@ -20,7 +30,6 @@ a ``torch.optim.Adam`` / ``AdamW`` or ``Adagrad`` state dict loads into the matc
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, Literal
 
@@ -28,11 +37,11 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
+from kernels._cpu_optim_base import CPUOptimizer
 from kernels._op_load import LazyOp
 from kernels._optim_common import (
     AdagradHyper,
     AdamHyper,
-    KernelOptimizer,
     LionHyper,
     Scalar,
     advance_step,
@@ -42,7 +51,6 @@ from op_builder.errors import OpLoadError
 
 __all__ = ["CPUAdagrad", "CPUAdam", "CPULion", "set_simd_level", "simd_level", "supported_simd_level"]
 
-Backend = Literal["kernel", "fallback"]
 SimdLevel = Literal["auto", "scalar", "avx2", "avx512"]
 _SIMD_LEVELS: tuple[SimdLevel, ...] = ("auto", "scalar", "avx2", "avx512")
 
@@ -110,96 +118,11 @@ def _resolve(op: str, use_kernel: bool | None) -> ModuleType | None:
     return None
 
 
-def _check_param(name: str, p: Tensor, half: Tensor | None) -> None:
-    # Checked here for both paths, so the fallback refuses what the kernel refuses.
-    if p.dtype != torch.float32:
-        raise TypeError(
-            f"{name}: params must be float32, got {p.dtype} (keep fp32 master params and pass "
-            "the reduced-precision copies as half_params)"
-        )
-    if p.device.type != "cpu":
-        raise ValueError(f"{name}: params must be CPU tensors, got one on {p.device}")
-    if not p.is_contiguous():
-        raise ValueError(f"{name}: params must be contiguous")
-    if p.grad is not None and p.grad.is_sparse:
-        raise ValueError(f"{name}: sparse gradients are not supported")
-    if p.grad is not None and p.grad.dtype != torch.float32:
-        raise TypeError(f"{name}: gradients must be float32, got {p.grad.dtype}")
-    if half is None:
-        return
-    if half.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"{name}: half_params entries must be bfloat16 or float16, got {half.dtype}")
-    if half.device.type != "cpu" or not half.is_contiguous():
-        raise ValueError(f"{name}: half_params entries must be contiguous CPU tensors")
-    if half.numel() != p.numel():
-        raise ValueError(
-            f"{name}: a half_params entry has {half.numel()} elements but its param has {p.numel()}"
-        )
+class _CPUOptimizer(CPUOptimizer):
+    """Binds the shared step loop to this module's op loading and SIMD settings."""
 
-
-class _CPUOptimizer(KernelOptimizer):
-    """The step loop shared by the three optimizers; subclasses supply state and updates.
-
-    The kernel call is ``module.<kernel_fn>(param, grad, *state[state_keys], half, *scalars)``.
-    """
-
-    backend: Backend | None
-    op_name: ClassVar[str]
-    kernel_fn: ClassVar[str]
-    state_keys: ClassVar[tuple[str, ...]]
-
-    @torch.no_grad()
-    def step(  # type: ignore[override]
-        self,
-        closure: Callable[[], float] | None = None,
-        half_params: Sequence[Tensor | None] | None = None,
-    ) -> float | None:
-        """One update of every parameter that has a gradient.
-
-        half_params: one tensor (bf16 or fp16, same numel) or None per parameter, in
-        param-group order; each receives its parameter's new values, converted as
-        ``param.to(dtype)`` would.
-        """
-        loss = self._run_closure(closure)
-        params = [p for group in self.param_groups for p in group["params"]]
-        if half_params is not None and len(half_params) != len(params):
-            raise ValueError(
-                f"{type(self).__name__}: half_params has {len(half_params)} entries but the "
-                f"optimizer has {len(params)} params (give one per param, None to skip one)"
-            )
-        module = _resolve(self.op_name, self.use_kernel)
-        self.backend = "fallback" if module is None else "kernel"
-        index = 0
-        for group in self.param_groups:
-            for p in group["params"]:
-                half = half_params[index] if half_params is not None else None
-                index += 1
-                if p.grad is None:
-                    continue
-                _check_param(type(self).__name__, p, half)
-                state = self.state[p]
-                if not state:
-                    self._init_state(p, group, state)
-                grad = p.grad.contiguous()  # the kernel reads grads densely; a no-op for most
-                if module is None:
-                    self._fallback_update(p, grad, state, group, half)
-                else:
-                    tensors = [state[key] for key in self.state_keys]
-                    scalars = self._kernel_scalars(state, group)
-                    getattr(module, self.kernel_fn)(p, grad, *tensors, half, *scalars)
-        return loss
-
-    def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
-        """The kernel's arguments after ``half``; counts the step when the kernel takes one."""
-        raise NotImplementedError
-
-    def _fallback_update(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
-    ) -> None:
-        raise NotImplementedError
+    def _module(self) -> ModuleType | None:
+        return _resolve(self.op_name, self.use_kernel)
 
 
 class CPUAdam(_CPUOptimizer):
@@ -207,12 +130,18 @@ class CPUAdam(_CPUOptimizer):
 
     Matches ``torch.optim.AdamW`` / ``torch.optim.Adam`` with ``bias_correction=True``;
     ``bias_correction=False`` uses ``lr`` and ``sqrt(exp_avg_sq)`` uncorrected.
+
+    A param group with ``"state_dtype": torch.bfloat16`` keeps ``exp_avg`` and ``exp_avg_sq`` in
+    bf16 (each step computes them in fp32 and rounds what it stores). A per-group option rather
+    than a constructor argument, so groups may differ, as ZeRO's sub-groups do:
+    ``CPUAdam([{"params": params, "state_dtype": torch.bfloat16}])``.
     """
 
     hyper = AdamHyper
     op_name: ClassVar[str] = "cpu_adam"
     kernel_fn: ClassVar[str] = "adam_step"
     state_keys: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq")
+    state_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
 
     def __init__(
         self,
@@ -231,16 +160,15 @@ class CPUAdam(_CPUOptimizer):
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["step"] = torch.tensor(0.0, dtype=torch.float32)
-        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        dtype = self._state_dtype(group)
+        state["exp_avg"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.contiguous_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.contiguous_format)
 
     def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
         floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
         return (advance_step(state), *floats, bool(group["bias_correction"]), bool(group["adamw_mode"]))
 
-    def _fallback_update(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
-    ) -> None:
+    def _fallback_update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # torch.optim.Adam's single-tensor algorithm, step for step.
         step = advance_step(state)
         lr, eps, wd = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
@@ -257,17 +185,20 @@ class CPUAdam(_CPUOptimizer):
         bc2 = 1.0 - beta2**step if group["bias_correction"] else 1.0
         denom = (exp_avg_sq.sqrt() / math.sqrt(bc2)).add_(eps)
         p.addcdiv_(exp_avg, denom, value=-lr / bc1)
-        if half is not None:
-            half.copy_(p)
 
 
 class CPUAdagrad(_CPUOptimizer):
-    """Adagrad with ``torch.optim.Adagrad`` semantics (lr_decay, weight_decay, initial accumulator)."""
+    """Adagrad with ``torch.optim.Adagrad`` semantics (lr_decay, weight_decay, initial accumulator).
+
+    Takes sparse COO gradients (an ``nn.Embedding(sparse=True)``) as torch's does: only the rows
+    the gradient names are updated, repeated indices summed; weight_decay must then be 0.
+    """
 
     hyper = AdagradHyper
     op_name: ClassVar[str] = "cpu_adagrad"
     kernel_fn: ClassVar[str] = "adagrad_step"
     state_keys: ClassVar[tuple[str, ...]] = ("sum",)
+    sparse_grads: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -286,14 +217,12 @@ class CPUAdagrad(_CPUOptimizer):
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["step"] = torch.tensor(0.0, dtype=torch.float32)
         init = float(group["initial_accumulator_value"])
-        state["sum"] = torch.full_like(p, init, memory_format=torch.contiguous_format)
+        state["sum"] = torch.full_like(p, init, dtype=torch.float32, memory_format=torch.contiguous_format)
 
     def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
         return (advance_step(state), *hyperparams(group, "lr", "lr_decay", "eps", "weight_decay"))
 
-    def _fallback_update(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
-    ) -> None:
+    def _fallback_update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # torch.optim.Adagrad's single-tensor algorithm.
         step = advance_step(state)
         wd = float(group["weight_decay"])
@@ -304,8 +233,6 @@ class CPUAdagrad(_CPUOptimizer):
         state_sum.addcmul_(grad, grad, value=1.0)
         std = state_sum.sqrt().add_(float(group["eps"]))
         p.addcdiv_(grad, std, value=-clr)
-        if half is not None:
-            half.copy_(p)
 
 
 class CPULion(_CPUOptimizer):
@@ -329,14 +256,12 @@ class CPULion(_CPUOptimizer):
         super().__init__(params, LionHyper(lr, betas, weight_decay), use_kernel)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
 
     def _kernel_scalars(self, state: dict[str, Any], group: dict[str, Any]) -> tuple[Scalar, ...]:
         return hyperparams(group, "lr", "betas", "weight_decay")
 
-    def _fallback_update(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], half: Tensor | None
-    ) -> None:
+    def _fallback_update(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         # The same roundings as the kernel (each product and sum rounded to fp32 on its own):
         # sign() amplifies any difference in c near zero into a full 2 * lr step.
         lr, wd = float(group["lr"]), float(group["weight_decay"])
@@ -347,5 +272,3 @@ class CPULion(_CPUOptimizer):
             p.mul_(1.0 - lr * wd)
         p.add_(c.sign_(), alpha=-lr)
         exp_avg.mul_(beta2).add_(grad * (1.0 - beta2))
-        if half is not None:
-            half.copy_(p)

@@ -513,15 +513,24 @@ def test_binding_rejects_bad_tensors(ops: dict[str, ModuleType]) -> None:
     def step(p: Tensor = p, g: Tensor = g, m: Tensor = m, v: Tensor = v, half: Tensor | None = None) -> None:
         adam.adam_step(p, g, m, v, half, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, True)
 
-    with pytest.raises(RuntimeError, match="params must be float32, got Half"):
-        step(p=torch.zeros(n, dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="params must be float32, bfloat16 or float16, got Double"):
+        step(p=torch.zeros(n, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="grads must be bfloat16, got float32"):
+        step(p=torch.zeros(n, dtype=torch.bfloat16))  # half params take grads of their dtype
+    with pytest.raises(RuntimeError, match="exp_avg must be float32 or bfloat16, got float16"):
+        step(m=m.half(), v=v.half())
+    with pytest.raises(RuntimeError, match="exp_avg_sq must be bfloat16, got float32"):
+        step(m=m.bfloat16())  # bf16 moments: both of them
+    with pytest.raises(RuntimeError, match="a half copy is for float32 params; these params are float16"):
+        hp = torch.zeros(n, dtype=torch.float16)
+        step(p=hp, g=hp.clone(), half=torch.zeros(n, dtype=torch.bfloat16))
     with pytest.raises(RuntimeError, match="grads must be float32, got Double"):
         step(g=torch.zeros(n, dtype=torch.float64))
     with pytest.raises(RuntimeError, match="params must be contiguous"):
         step(p=torch.zeros(n, 2).t())
     with pytest.raises(RuntimeError, match=r"exp_avg_sq has shape \[11\] but params have shape \[10\]"):
         step(v=torch.zeros(n + 1))
-    with pytest.raises(RuntimeError, match="half copy must be bfloat16 or float16, got Float"):
+    with pytest.raises(RuntimeError, match="half copy must be bfloat16 or float16, got float32"):
         step(half=torch.zeros(n))
     with pytest.raises(RuntimeError, match="half copy has 9 elements but params have 10"):
         step(half=torch.zeros(n - 1, dtype=torch.bfloat16))
@@ -531,14 +540,22 @@ def test_binding_rejects_bad_tensors(ops: dict[str, ModuleType]) -> None:
         ops["cpu_adagrad"].adagrad_step(p, g, torch.zeros(3), None, 1, 1e-2, 0.0, 1e-10, 0.0)
     with pytest.raises(RuntimeError, match="cpu_lion: grads must be float32"):
         ops["cpu_lion"].lion_step(p, g.bfloat16(), m, None, 1e-4, 0.9, 0.99, 0.0)
+    with pytest.raises(RuntimeError, match="cpu_lion: exp_avg must be float32, got bfloat16"):
+        ops["cpu_lion"].lion_step(p, g, m.bfloat16(), None, 1e-4, 0.9, 0.99, 0.0)
 
 
 @pytest.mark.parametrize("use_kernel", [True, False], ids=["kernel", "fallback"])
 def test_front_rejects_bad_input(use_kernel: bool) -> None:
+    double_param = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    double_param.grad = torch.zeros(4, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"params must be float32, bfloat16 or float16, got torch\.float64"):
+        CPUAdam([double_param], use_kernel=use_kernel).step()
     half_param = torch.zeros(4, dtype=torch.float16, requires_grad=True)
     half_param.grad = torch.zeros(4, dtype=torch.float16)
-    with pytest.raises(TypeError, match=r"params must be float32, got torch\.float16"):
-        CPUAdam([half_param], use_kernel=use_kernel).step()
+    with pytest.raises(
+        TypeError, match=r"half_params are copies of float32 params; this param is torch\.float16"
+    ):
+        CPUAdam([half_param], use_kernel=use_kernel).step(half_params=[torch.zeros(4, dtype=torch.bfloat16)])
 
     p = torch.zeros(4, requires_grad=True)
     p.grad = torch.zeros(4)

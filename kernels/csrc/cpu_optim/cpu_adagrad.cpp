@@ -1,13 +1,14 @@
-// Adagrad step on fp32 CPU tensors, in place: SIMD (run-time choice of AVX-512, AVX2 or
-// scalar), OpenMP across cores, optional bf16/fp16 copy of the new params in the same pass.
+// Adagrad step on CPU tensors, in place: SIMD (run-time choice of AVX-512, AVX2 or scalar),
+// OpenMP across cores. fp32 params, with an optional bf16/fp16 copy of the new params in the
+// same pass, or bf16 / fp16 params updated directly; fp32 arithmetic and state.
 #include "cpu_optim_binding.h"
 #include "cpu_simd.h"
 
 namespace {
 
 struct AdagradArgs {
-  float* p;
-  const float* g;
+  void* p;        // params, stored as the step_range's kParam
+  const void* g;  // grads, stored like params
   float* sum;
   uint16_t* half;
   float l2, eps, clr;
@@ -16,39 +17,41 @@ struct AdagradArgs {
 #define CPU_OPTIM_KERNEL "cpu_adagrad_impl.h"
 #include "cpu_optim_dispatch.h"
 
+using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
 
 void adagrad_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& state_sum,
                   const std::optional<at::Tensor>& half, int64_t step, double lr, double lr_decay,
                   double eps, double weight_decay) {
   constexpr const char* op = "cpu_adagrad";
-  cpu_optim::check_fp32(params, op, "params");
-  cpu_optim::check_like(params, grads, op, "grads");
-  cpu_optim::check_like(params, state_sum, op, "state_sum");
+  const Dtype dtype = cpu_optim::check_params(params, op);
+  cpu_optim::check_like(params, grads, dtype, op, "grads");
+  cpu_optim::check_like(params, state_sum, Dtype::kFloat, op, "state_sum");
   const HalfKind half_kind = cpu_optim::check_half(half, params, op);
   TORCH_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
 
   AdagradArgs args{};
-  args.p = params.data_ptr<float>();
-  args.g = grads.data_ptr<float>();
+  args.p = params.data_ptr();
+  args.g = grads.data_ptr();
   args.sum = state_sum.data_ptr<float>();
   args.half = cpu_optim::half_data(half, half_kind);
   args.l2 = static_cast<float>(weight_decay);
   args.eps = static_cast<float>(eps);
   args.clr = static_cast<float>(lr / (1.0 + static_cast<double>(step - 1) * lr_decay));
 
-  cpu_optim::run_parallel(pick(cpu_simd::active_level(), half_kind), args, params.numel());
+  cpu_optim::run_parallel(pick(cpu_simd::active_level(), dtype, half_kind), args, params.numel());
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Adagrad step on fp32 CPU tensors (SIMD + OpenMP)";
+  m.doc() = "Adagrad step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP)";
   m.def("adagrad_step", &adagrad_step, pybind11::arg("params"), pybind11::arg("grads"),
         pybind11::arg("state_sum"), pybind11::arg("half"), pybind11::arg("step"), pybind11::arg("lr"),
         pybind11::arg("lr_decay"), pybind11::arg("eps"), pybind11::arg("weight_decay"),
         "One Adagrad step (torch.optim.Adagrad semantics), in place on params and state_sum. "
-        "step counts this step (1 on the first). half, when given (bf16 or fp16, same numel), "
-        "receives params.to(half.dtype).");
+        "step counts this step (1 on the first). params and grads: float32, bfloat16 or float16 "
+        "(one dtype; fp32 arithmetic); state_sum: float32. half, when given for fp32 params (bf16 "
+        "or fp16, same numel), receives params.to(half.dtype).");
   cpu_optim::bind_simd_controls(m);
 }

@@ -1,15 +1,16 @@
-// Adam / AdamW step on fp32 CPU tensors, in place: SIMD (run-time choice of AVX-512, AVX2 or
-// scalar), OpenMP across cores, optional bf16/fp16 copy of the new params in the same pass.
+// Adam / AdamW step on CPU tensors, in place: SIMD (run-time choice of AVX-512, AVX2 or
+// scalar), OpenMP across cores. fp32 params, with an optional bf16/fp16 copy of the new params
+// in the same pass, or bf16 / fp16 params updated directly; fp32 arithmetic, fp32 or bf16 moments.
 #include "cpu_optim_binding.h"
 #include "cpu_simd.h"
 
 namespace {
 
 struct AdamArgs {
-  float* p;
-  const float* g;
-  float* m;
-  float* v;
+  void* p;        // params, stored as the step_range's kParam
+  const void* g;  // grads, stored like params
+  void* m;  // moments, stored as the step_range's kState
+  void* v;
   uint16_t* half;
   float l2;     // Adam's L2 coefficient (0 for AdamW)
   float decay;  // AdamW's 1 - lr * wd (1 for Adam)
@@ -17,8 +18,10 @@ struct AdamArgs {
 };
 
 #define CPU_OPTIM_KERNEL "cpu_adam_impl.h"
+#define CPU_OPTIM_BF16_STATE  // the moments may be kept in bf16
 #include "cpu_optim_dispatch.h"
 
+using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
 
 void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
@@ -26,10 +29,15 @@ void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
                const std::optional<at::Tensor>& half, int64_t step, double lr, double beta1, double beta2,
                double eps, double weight_decay, bool bias_correction, bool adamw_mode) {
   constexpr const char* op = "cpu_adam";
-  cpu_optim::check_fp32(params, op, "params");
-  cpu_optim::check_like(params, grads, op, "grads");
-  cpu_optim::check_like(params, exp_avg, op, "exp_avg");
-  cpu_optim::check_like(params, exp_avg_sq, op, "exp_avg_sq");
+  const Dtype dtype = cpu_optim::check_params(params, op);
+  cpu_optim::check_like(params, grads, dtype, op, "grads");
+  // The moments: fp32, or both bf16 (half the state memory, at an accuracy cost).
+  TORCH_CHECK(exp_avg.defined() && (exp_avg.scalar_type() == at::kFloat || exp_avg.scalar_type() == at::kBFloat16),
+              op, ": exp_avg must be float32 or bfloat16, got ",
+              exp_avg.defined() ? cpu_optim::dtype_name(exp_avg.scalar_type()) : "None");
+  const Dtype state = exp_avg.scalar_type() == at::kBFloat16 ? Dtype::kBFloat16 : Dtype::kFloat;
+  cpu_optim::check_like(params, exp_avg, state, op, "exp_avg");
+  cpu_optim::check_like(params, exp_avg_sq, state, op, "exp_avg_sq");
   const HalfKind half_kind = cpu_optim::check_half(half, params, op);
   TORCH_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
 
@@ -37,10 +45,10 @@ void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   const double bc1 = bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
   const double bc2 = bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(step)) : 1.0;
   AdamArgs args{};
-  args.p = params.data_ptr<float>();
-  args.g = grads.data_ptr<float>();
-  args.m = exp_avg.data_ptr<float>();
-  args.v = exp_avg_sq.data_ptr<float>();
+  args.p = params.data_ptr();
+  args.g = grads.data_ptr();
+  args.m = exp_avg.data_ptr();
+  args.v = exp_avg_sq.data_ptr();
   args.half = cpu_optim::half_data(half, half_kind);
   args.l2 = adamw_mode ? 0.0f : static_cast<float>(weight_decay);
   args.decay = adamw_mode ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
@@ -51,19 +59,20 @@ void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   args.eps = static_cast<float>(eps);
   args.step_size = static_cast<float>(lr / bc1);
 
-  cpu_optim::run_parallel(pick(cpu_simd::active_level(), half_kind), args, params.numel());
+  cpu_optim::run_parallel(pick(cpu_simd::active_level(), dtype, half_kind, state), args, params.numel());
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Adam / AdamW step on fp32 CPU tensors (SIMD + OpenMP)";
+  m.doc() = "Adam / AdamW step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP)";
   m.def("adam_step", &adam_step, pybind11::arg("params"), pybind11::arg("grads"), pybind11::arg("exp_avg"),
         pybind11::arg("exp_avg_sq"), pybind11::arg("half"), pybind11::arg("step"),
         pybind11::arg("lr"), pybind11::arg("beta1"), pybind11::arg("beta2"), pybind11::arg("eps"),
         pybind11::arg("weight_decay"), pybind11::arg("bias_correction"), pybind11::arg("adamw_mode"),
         "One Adam (adamw_mode=False) or AdamW step, in place on params, exp_avg and exp_avg_sq. "
-        "step counts this step (1 on the first). half, when given (bf16 or fp16, same numel), "
-        "receives params.to(half.dtype).");
+        "step counts this step (1 on the first). params and grads: float32, bfloat16 or float16 "
+        "(one dtype; fp32 arithmetic); exp_avg and exp_avg_sq: both float32 or both bfloat16. half, when given for fp32 params (bf16 or "
+        "fp16, same numel), receives params.to(half.dtype).");
   cpu_optim::bind_simd_controls(m);
 }

@@ -27,64 +27,72 @@ struct AdamConsts {
         use_decay(a.decay != 1.0f) {}
 };
 
-template <cpu_simd::HalfKind kHalf, bool kStream>
-inline void adam_vector(const AdamConsts& c, float* pp, const float* gp, float* mp, float* vp, uint16_t* hp) {
-  isa::V p = isa::vload(pp);
-  isa::V g = isa::vload(gp);
+// One vector of elements. Params and grads are stored as kParam (fp32, or bf16 / fp16 params
+// updated directly: widened on load, the fp32 result rounded on store), the moments as kState
+// (fp32, or bf16: this step's update uses the fp32 moments it computed; only what is stored for
+// the next step is rounded).
+template <cpu_simd::Dtype kParam, cpu_simd::Dtype kState, cpu_simd::HalfKind kHalf, bool kStream>
+inline void adam_vector(const AdamConsts& c, cpu_simd::storage_t<kParam>* pp, const cpu_simd::storage_t<kParam>* gp,
+                        cpu_simd::storage_t<kState>* mp, cpu_simd::storage_t<kState>* vp, uint16_t* hp) {
+  isa::V p = isa::load<kParam>(pp);
+  isa::V g = isa::load<kParam>(gp);
   if (c.use_l2) g = isa::vfmadd(c.l2, p, g);
   if (c.use_decay) p = isa::vmul(p, c.decay);
-  isa::V m = isa::vload(mp);
+  isa::V m = isa::load<kState>(mp);
   m = isa::vfmadd(c.one_minus_beta1, isa::vsub(g, m), m);
-  const isa::V v = isa::vfmadd(c.one_minus_beta2, isa::vmul(g, g), isa::vmul(c.beta2, isa::vload(vp)));
+  const isa::V v = isa::vfmadd(c.one_minus_beta2, isa::vmul(g, g), isa::vmul(c.beta2, isa::load<kState>(vp)));
   const isa::V denom = isa::vadd(isa::vsqrt(v), c.eps_bc2);
   p = isa::vfmadd(c.neg_step_bc2, isa::vdiv(m, denom), p);
-  isa::vstore(pp, p);
-  isa::vstore(mp, m);
-  isa::vstore(vp, v);
+  isa::store<kParam>(pp, p);
+  isa::store<kState>(mp, m);
+  isa::store<kState>(vp, v);
   isa::store_half<kHalf, kStream>(hp, p);
 }
 
-template <cpu_simd::HalfKind kHalf, bool kStream>
+template <cpu_simd::Dtype kParam, cpu_simd::Dtype kState, cpu_simd::HalfKind kHalf, bool kStream>
 void adam_loop(const AdamArgs& a, int64_t begin, int64_t end) {
+  using P = cpu_simd::storage_t<kParam>;
+  using S = cpu_simd::storage_t<kState>;
   constexpr int64_t W = isa::kWidth;
   const AdamConsts c(a);
   // Locals, so that stores through the data pointers cannot make the compiler reload them.
-  float* const pp = a.p;
-  const float* const gp = a.g;
-  float* const mp = a.m;
-  float* const vp = a.v;
+  P* const pp = static_cast<P*>(a.p);
+  const P* const gp = static_cast<const P*>(a.g);
+  S* const mp = static_cast<S*>(a.m);
+  S* const vp = static_cast<S*>(a.v);
   uint16_t* const hp = a.half;
   int64_t i = begin;
   for (; i + W <= end; i += W) {
-    adam_vector<kHalf, kStream>(c, pp + i, gp + i, mp + i, vp + i, hp == nullptr ? nullptr : hp + i);
+    adam_vector<kParam, kState, kHalf, kStream>(c, pp + i, gp + i, mp + i, vp + i, hp == nullptr ? nullptr : hp + i);
   }
   if (i < end) {
     // The tail goes through the same vector code via zero-padded copies, so every element
     // of a tensor is computed identically whatever its position.
     const int64_t r = end - i;
-    float p[W] = {}, g[W] = {}, m[W] = {}, v[W] = {};
+    P p[W] = {}, g[W] = {};
+    S m[W] = {}, v[W] = {};
     uint16_t h[W] = {};
-    std::memcpy(p, pp + i, r * sizeof(float));
-    std::memcpy(g, gp + i, r * sizeof(float));
-    std::memcpy(m, mp + i, r * sizeof(float));
-    std::memcpy(v, vp + i, r * sizeof(float));
-    adam_vector<kHalf, false>(c, p, g, m, v, h);
-    std::memcpy(pp + i, p, r * sizeof(float));
-    std::memcpy(mp + i, m, r * sizeof(float));
-    std::memcpy(vp + i, v, r * sizeof(float));
+    std::memcpy(p, pp + i, r * sizeof(P));
+    std::memcpy(g, gp + i, r * sizeof(P));
+    std::memcpy(m, mp + i, r * sizeof(S));
+    std::memcpy(v, vp + i, r * sizeof(S));
+    adam_vector<kParam, kState, kHalf, false>(c, p, g, m, v, h);
+    std::memcpy(pp + i, p, r * sizeof(P));
+    std::memcpy(mp + i, m, r * sizeof(S));
+    std::memcpy(vp + i, v, r * sizeof(S));
     if (hp != nullptr) std::memcpy(hp + i, h, r * sizeof(uint16_t));
   }
 }
 
 // Elements [begin, end) of one tensor: one pass over p, g, m, v (and the half copy).
-template <cpu_simd::HalfKind kHalf>
+template <cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, cpu_simd::Dtype kState>
 void step_range(const AdamArgs& a, int64_t begin, int64_t end) {
   if constexpr (kHalf != cpu_simd::HalfKind::kNone) {
     if (isa::hstreamable(a.half + begin)) {
-      adam_loop<kHalf, true>(a, begin, end);
+      adam_loop<kParam, kState, kHalf, true>(a, begin, end);
       isa::vfence();  // streamed stores are weakly ordered: drain them before the join
       return;
     }
   }
-  adam_loop<kHalf, false>(a, begin, end);
+  adam_loop<kParam, kState, kHalf, false>(a, begin, end);
 }

@@ -19,30 +19,71 @@ namespace cpu_optim {
 using cpu_simd::HalfKind;
 using cpu_simd::Level;
 
-// The kernels write through raw pointers, so anything but a dense fp32 CPU tensor would be
-// read or written wrongly: refuse it with the reason instead.
-inline void check_fp32(const at::Tensor& t, const char* op, const char* what) {
+using cpu_simd::Dtype;
+
+inline const char* dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return at::toString(type);
+  }
+}
+
+inline at::ScalarType scalar_type(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBFloat16:
+      return at::kBFloat16;
+    case Dtype::kHalf:
+      return at::kHalf;
+    default:
+      return at::kFloat;
+  }
+}
+
+// The kernels write through raw pointers, so anything but a dense CPU tensor of the dtype
+// they were compiled for would be read or written wrongly: refuse it with the reason instead.
+inline void check_dense(const at::Tensor& t, const char* op, const char* what) {
   TORCH_CHECK(t.defined(), op, ": ", what, " is undefined (None)");
   TORCH_CHECK(t.device().is_cpu(), op, ": ", what, " must be a CPU tensor, got one on ", t.device());
-  TORCH_CHECK(t.scalar_type() == at::kFloat, op, ": ", what, " must be float32, got ", t.scalar_type(),
-              " (keep fp32 master params and pass the reduced-precision copy as the half argument)");
   TORCH_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous (call .contiguous() on it)");
 }
 
-inline void check_like(const at::Tensor& params, const at::Tensor& t, const char* op, const char* what) {
-  check_fp32(t, op, what);
+// Params: fp32, or bf16 / fp16 updated directly (fp32 arithmetic and fp32 state inside).
+inline Dtype check_params(const at::Tensor& params, const char* op) {
+  TORCH_CHECK(params.defined(), op, ": params is undefined (None)");
+  const at::ScalarType type = params.scalar_type();
+  TORCH_CHECK(type == at::kFloat || type == at::kBFloat16 || type == at::kHalf, op,
+              ": params must be float32, bfloat16 or float16, got ", dtype_name(type));
+  check_dense(params, op, "params");
+  return type == at::kFloat ? Dtype::kFloat : type == at::kBFloat16 ? Dtype::kBFloat16 : Dtype::kHalf;
+}
+
+// A tensor read and written alongside params: same shape, stored as `dtype`.
+inline void check_like(const at::Tensor& params, const at::Tensor& t, Dtype dtype, const char* op,
+                       const char* what) {
+  TORCH_CHECK(t.defined(), op, ": ", what, " is undefined (None)");
+  TORCH_CHECK(t.scalar_type() == scalar_type(dtype), op, ": ", what, " must be ", dtype_name(scalar_type(dtype)),
+              ", got ", dtype_name(t.scalar_type()));
+  check_dense(t, op, what);
   TORCH_CHECK(t.sizes() == params.sizes(), op, ": ", what, " has shape ", t.sizes(),
               " but params have shape ", params.sizes());
 }
 
-// The optional bf16/fp16 tensor that receives params.to(dtype) in the same pass. Same number
-// of elements as params (a flat view of a model's half weights is fine).
+// The optional bf16/fp16 tensor that receives params.to(dtype) in the same pass, for fp32
+// params only. Same number of elements as params (a flat view of a model's half weights is fine).
 inline HalfKind check_half(const std::optional<at::Tensor>& half, const at::Tensor& params, const char* op) {
   if (!half.has_value() || !half->defined()) return HalfKind::kNone;
   const at::Tensor& h = *half;
+  TORCH_CHECK(params.scalar_type() == at::kFloat, op, ": a half copy is for float32 params; these params are ",
+              dtype_name(params.scalar_type()), " already");
   TORCH_CHECK(h.device().is_cpu(), op, ": the half copy must be a CPU tensor, got one on ", h.device());
   TORCH_CHECK(h.scalar_type() == at::kBFloat16 || h.scalar_type() == at::kHalf, op,
-              ": the half copy must be bfloat16 or float16, got ", h.scalar_type());
+              ": the half copy must be bfloat16 or float16, got ", dtype_name(h.scalar_type()));
   TORCH_CHECK(h.is_contiguous(), op, ": the half copy must be contiguous");
   TORCH_CHECK(h.numel() == params.numel(), op, ": the half copy has ", h.numel(), " elements but params have ",
               params.numel());

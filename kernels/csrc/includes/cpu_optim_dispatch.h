@@ -3,7 +3,9 @@
 // after the op's argument struct and
 //     #define CPU_OPTIM_KERNEL "cpu_<op>_impl.h"
 // That header defines, in terms of `isa` (one instruction set's primitives, see cpu_simd.h),
-//     template <cpu_simd::HalfKind kHalf> void step_range(const Args&, int64_t begin, int64_t end);
+//     template <cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, cpu_simd::Dtype kState>
+//     void step_range(const Args&, int64_t begin, int64_t end);
+// kState is fp32, or bf16 for an op that also defines CPU_OPTIM_BF16_STATE (Adam's moments).
 
 namespace kernel_scalar {
 namespace isa = cpu_simd::scalar;
@@ -26,18 +28,40 @@ namespace isa = cpu_simd::avx512;
 }  // namespace kernel_avx512
 #pragma GCC pop_options
 
-using RangeFn = decltype(&kernel_scalar::step_range<cpu_simd::HalfKind::kNone>);
+using RangeFn = decltype(&kernel_scalar::step_range<cpu_simd::Dtype::kFloat, cpu_simd::HalfKind::kNone,
+                                                      cpu_simd::Dtype::kFloat>);
 
-// The copy for this instruction set and half-precision output (rows: Level; columns: HalfKind).
-inline RangeFn pick(cpu_simd::Level level, cpu_simd::HalfKind half) {
-  using cpu_simd::HalfKind;
-  static constexpr RangeFn table[3][3] = {
-      {kernel_scalar::step_range<HalfKind::kNone>, kernel_scalar::step_range<HalfKind::kBF16>,
-       kernel_scalar::step_range<HalfKind::kFP16>},
-      {kernel_avx2::step_range<HalfKind::kNone>, kernel_avx2::step_range<HalfKind::kBF16>,
-       kernel_avx2::step_range<HalfKind::kFP16>},
-      {kernel_avx512::step_range<HalfKind::kNone>, kernel_avx512::step_range<HalfKind::kBF16>,
-       kernel_avx512::step_range<HalfKind::kFP16>},
-  };
-  return table[static_cast<int>(level)][static_cast<int>(half)];
+// The variants of one instruction set and state storage: fp32 params with no copy, a bf16 copy
+// or an fp16 copy, then bf16 and fp16 params (updated in place; the binding refuses a half copy
+// of them).
+#define CPU_OPTIM_VARIANTS(ns, state)                                                        \
+  {                                                                                          \
+    ns::step_range<cpu_simd::Dtype::kFloat, cpu_simd::HalfKind::kNone, state>,               \
+        ns::step_range<cpu_simd::Dtype::kFloat, cpu_simd::HalfKind::kBF16, state>,           \
+        ns::step_range<cpu_simd::Dtype::kFloat, cpu_simd::HalfKind::kFP16, state>,           \
+        ns::step_range<cpu_simd::Dtype::kBFloat16, cpu_simd::HalfKind::kNone, state>,        \
+        ns::step_range<cpu_simd::Dtype::kHalf, cpu_simd::HalfKind::kNone, state>             \
+  }
+#define CPU_OPTIM_TABLE(state)                                                                      \
+  {                                                                                                 \
+    CPU_OPTIM_VARIANTS(kernel_scalar, state), CPU_OPTIM_VARIANTS(kernel_avx2, state),              \
+        CPU_OPTIM_VARIANTS(kernel_avx512, state)                                                    \
+  }
+
+// The copy for this instruction set, param storage, half-precision output and state storage
+// (bf16 state only where the op defines CPU_OPTIM_BF16_STATE; its binding checks that).
+inline RangeFn pick(cpu_simd::Level level, cpu_simd::Dtype param, cpu_simd::HalfKind half,
+                    cpu_simd::Dtype state = cpu_simd::Dtype::kFloat) {
+  static constexpr RangeFn fp32_state[3][5] = CPU_OPTIM_TABLE(cpu_simd::Dtype::kFloat);
+  const int variant = param == cpu_simd::Dtype::kFloat ? static_cast<int>(half) : 2 + static_cast<int>(param);
+#ifdef CPU_OPTIM_BF16_STATE
+  static constexpr RangeFn bf16_state[3][5] = CPU_OPTIM_TABLE(cpu_simd::Dtype::kBFloat16);
+  if (state == cpu_simd::Dtype::kBFloat16) return bf16_state[static_cast<int>(level)][variant];
+#else
+  (void)state;
+#endif
+  return fp32_state[static_cast<int>(level)][variant];
 }
+
+#undef CPU_OPTIM_TABLE
+#undef CPU_OPTIM_VARIANTS

@@ -26,6 +26,21 @@ enum class Level : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 // Which reduced-precision copy of the updated parameters a kernel also writes.
 enum class HalfKind : int { kNone = 0, kBF16 = 1, kFP16 = 2 };
 
+// How a tensor the kernel reads and writes (params, grads, state) is stored. The arithmetic is
+// fp32 whatever the storage: bf16 / fp16 values are widened on load and rounded on store.
+enum class Dtype : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
+
+template <Dtype kDtype>
+struct Storage {
+  using type = uint16_t;  // the bits of a bf16 or fp16 value
+};
+template <>
+struct Storage<Dtype::kFloat> {
+  using type = float;
+};
+template <Dtype kDtype>
+using storage_t = typename Storage<kDtype>::type;
+
 inline const char* level_name(Level level) {
   switch (level) {
     case Level::kAvx512:
@@ -107,6 +122,21 @@ inline uint16_t float_to_fp16(float f) {
   return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
+// Exact widenings (every bf16 and fp16 value is a float).
+inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+// c10::detail::fp16_ieee_to_fp32_value: normals by rescaling the exponent, subnormals through
+// a magic-number subtraction, infinities and NaNs by the rescale overflowing.
+inline float fp16_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normalized = bits_float((two_w >> 4) + (0xE0u << 23)) * bits_float(0x07800000u);  // * 2^-112
+  const float denormalized = bits_float((two_w >> 17) | (126u << 23)) - 0.5f;
+  const uint32_t magnitude = two_w < (1u << 27) ? float_bits(denormalized) : float_bits(normalized);
+  return bits_float(sign | magnitude);
+}
+
 // ---------------------------------------------------------------- scalar "vectors"
 
 namespace scalar {
@@ -132,6 +162,8 @@ inline V vround(V a) {
 using H = uint16_t;  // kWidth halves
 inline H vbf16(V x) { return float_to_bf16(x); }
 inline H vfp16(V x) { return float_to_fp16(x); }
+inline V vload_bf16(const uint16_t* src) { return bf16_to_float(*src); }
+inline V vload_fp16(const uint16_t* src) { return fp16_to_float(*src); }
 inline void hstore(uint16_t* dst, H h) { *dst = h; }
 inline void hstream(uint16_t* dst, H h) { *dst = h; }
 inline bool hstreamable(const uint16_t*) { return false; }
@@ -179,6 +211,13 @@ inline H vbf16(V x) {
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 inline H vfp16(V x) { return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
+inline V vload_bf16(const uint16_t* src) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+inline V vload_fp16(const uint16_t* src) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+}
 inline void hstore(uint16_t* dst, H h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), h); }
 // Non-temporal: the copy is written once and not read back by the step, so streaming it
 // skips the read-for-ownership a normal store of a cold line costs (2 of every 32 bytes).
@@ -228,6 +267,13 @@ inline H vbf16(V x) {
   return _mm512_cvtepi32_epi16(r);
 }
 inline H vfp16(V x) { return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
+inline V vload_bf16(const uint16_t* src) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+inline V vload_fp16(const uint16_t* src) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+}
 inline void hstore(uint16_t* dst, H h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h); }
 inline void hstream(uint16_t* dst, H h) { _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), h); }
 inline bool hstreamable(const uint16_t* p) { return reinterpret_cast<uintptr_t>(p) % sizeof(H) == 0; }
