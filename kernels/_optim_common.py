@@ -203,10 +203,17 @@ class KernelOptimizer(torch.optim.Optimizer):
         self.use_kernel = use_kernel
         self.backend = None  # set by the first step
 
+    def __getstate__(self) -> dict[str, Any]:
+        # torch's Optimizer pickles only defaults, state and param groups: keep our switch too,
+        # so a deepcopy or an unpickled optimizer steps the way the original did.
+        return {**super().__getstate__(), "use_kernel": self.use_kernel}
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         for group in state.get("param_groups", ()):
             self.hyper.adopt(group, type(self).__name__)
         super().__setstate__(state)
+        self.__dict__.setdefault("use_kernel", None)  # pickled before the switch was kept
+        self.__dict__.setdefault("backend", None)
         # A state dict saved by torch's optimizer lacks our options: take the defaults.
         for group in self.param_groups:
             for key, value in self.defaults.items():

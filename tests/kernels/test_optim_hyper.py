@@ -189,3 +189,20 @@ def test_adam_fronts_take_the_mode_from_a_torch_state_dict(
     assert opt.param_groups[0]["adamw_mode"] is (torch_cls is torch.optim.AdamW)
     with pytest.raises(ValueError, match=f"{cls.__name__} does not implement amsgrad=True"):
         cls([p]).load_state_dict(torch_cls([p], amsgrad=True).state_dict())
+
+
+@pytest.mark.parametrize(
+    "make", [lambda p: CPUAdam(p, use_kernel=False), lambda p: FusedAdam(p, use_kernel=False)]
+)
+def test_a_copied_or_unpickled_optimizer_keeps_its_kernel_switch(make: Any) -> None:
+    import pickle
+
+    p = torch.nn.Parameter(torch.ones(5))
+    p.grad = torch.full((5,), 0.5)
+    original = make([p])
+    for clone in (copy.deepcopy(original), pickle.loads(pickle.dumps(original))):
+        assert clone.use_kernel is False
+        for q in clone.param_groups[0]["params"]:
+            q.grad = torch.full_like(q, 0.5)  # pickling keeps no gradients
+        clone.step()  # raised AttributeError when the switch was lost
+        assert clone.backend == "fallback"

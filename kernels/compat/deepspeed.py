@@ -1,0 +1,33 @@
+"""DeepSpeed's optimizer API over our ops: change one import line, keep the training code.
+
+    from deepspeed.ops.adam import DeepSpeedCPUAdam          # before
+    from kernels.compat.deepspeed import DeepSpeedCPUAdam    # after
+
+| DeepSpeed                                  | here, over                                     |
+|--------------------------------------------|------------------------------------------------|
+| ``deepspeed.ops.adam.DeepSpeedCPUAdam``     | ``kernels.optim.CPUAdam``                      |
+| ``deepspeed.ops.adagrad.DeepSpeedCPUAdagrad`` | ``kernels.optim.CPUAdagrad``                 |
+| ``deepspeed.ops.lion.DeepSpeedCPULion``     | ``kernels.optim.CPULion``                      |
+| ``deepspeed.ops.adam.FusedAdam``            | ``kernels.optim.FusedAdam``                    |
+| ``deepspeed.ops.lion.FusedLion``            | ``kernels.optim.FusedLion``                    |
+| ``deepspeed.ops.lamb.FusedLamb``            | DeepSpeed's LAMB rule, in PyTorch              |
+
+Constructors take DeepSpeed's arguments, in its order, with its defaults; ``step`` and the
+sub-group API follow DeepSpeed's conventions. Every class is a subclass of ours (FusedLamb of our
+optimizer base) and a ``torch.optim.Optimizer``: each op falls back to PyTorch, warning once,
+when it cannot load. docs/deepspeed.md lists every difference from DeepSpeed and from our
+native API, and what DeepSpeed has that this module does not.
+"""
+
+from kernels.compat._ds_cpu import DeepSpeedCPUAdagrad, DeepSpeedCPUAdam, DeepSpeedCPULion
+from kernels.compat._ds_fused import FusedAdam, FusedLion
+from kernels.compat._ds_lamb import FusedLamb
+
+__all__ = [
+    "DeepSpeedCPUAdagrad",
+    "DeepSpeedCPUAdam",
+    "DeepSpeedCPULion",
+    "FusedAdam",
+    "FusedLamb",
+    "FusedLion",
+]
