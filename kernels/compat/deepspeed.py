@@ -11,6 +11,7 @@
 | ``deepspeed.ops.adam.FusedAdam``            | ``kernels.optim.FusedAdam``                    |
 | ``deepspeed.ops.lion.FusedLion``            | ``kernels.optim.FusedLion``                    |
 | ``deepspeed.ops.lamb.FusedLamb``            | DeepSpeed's LAMB rule, in PyTorch              |
+| ``AsyncIOBuilder().load().aio_handle``      | ``kernels.aio_handle.AIOHandle``               |
 
 Constructors take DeepSpeed's arguments, in its order, with its defaults; ``step`` and the
 sub-group API follow DeepSpeed's conventions. Every class is a subclass of ours (FusedLamb of our
@@ -19,11 +20,13 @@ when it cannot load. docs/deepspeed.md lists every difference from DeepSpeed and
 native API, and what DeepSpeed has that this module does not.
 """
 
+from kernels.compat._ds_aio import AsyncIOBuilder
 from kernels.compat._ds_cpu import DeepSpeedCPUAdagrad, DeepSpeedCPUAdam, DeepSpeedCPULion
 from kernels.compat._ds_fused import FusedAdam, FusedLion
 from kernels.compat._ds_lamb import FusedLamb
 
 __all__ = [
+    "AsyncIOBuilder",
     "DeepSpeedCPUAdagrad",
     "DeepSpeedCPUAdam",
     "DeepSpeedCPULion",

@@ -619,3 +619,18 @@ def test_loads_deepspeeds_state_dicts(name: str, use_kernel: bool | None) -> Non
     assert "exp_avg_sq" not in opt.state[ours[0]] or name == "DeepSpeedCPUAdam"
     _run(opt, ref, ours, theirs, steps=5)
     _assert_close(ours, theirs, exact=name == "DeepSpeedCPULion")
+
+
+def test_async_io_builder_gives_a_handle_with_deepspeeds_calls(tmp_path: Any) -> None:
+    from kernels.compat.deepspeed import AsyncIOBuilder
+
+    builder = AsyncIOBuilder()
+    assert builder.is_compatible()
+    handle = builder.load().aio_handle(1 << 20, 8, False, False, 1)
+    data = torch.arange(4096, dtype=torch.float32)
+    path = str(tmp_path / "t.bin")
+    assert handle.pwrite(data, path, False, False) >= 0
+    back = torch.empty_like(data)
+    handle.pread(back, path, False, False)
+    assert torch.equal(back, data)
+    assert handle.get_block_size() == 1 << 20 and handle.get_queue_depth() == 8
