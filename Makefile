@@ -50,6 +50,7 @@ format: setup
 
 bench: setup
 	$(PY) bench/cpu_optim.py
+	$(PY) bench/cpu_optim_state.py
 	$(PY) bench/load_time.py
 	$(PY) bench/gpu_optim.py
 	$(PY) bench/gpu_transformer.py

@@ -18,6 +18,7 @@ from typing import Any
 from imagegen import log
 from imagegen.bases import missing_base_hint
 from imagegen.engine import Engine, EngineKind, build_image, detect_engine, image_size, push_image
+from imagegen.engine.build_log import compile_seconds
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.render import render
 from imagegen.sources import check_sources, source_root
@@ -55,6 +56,9 @@ class BuildReport:
     verify: VerifyResult | None  # None: not verified
     pushed: bool
     steps: tuple[StepTiming, ...]
+    # Seconds each op took to compile in this build (from op_builder's lines in the build log);
+    # empty when the build stage came from the cache.
+    compile_seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
     # The build's output lines (benchmarks read which steps ran and which were cached).
     log: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
@@ -86,6 +90,7 @@ class BuildReport:
             "image_id": self.image_id,
             "stage": self.stage,
             "steps": [step.to_json() for step in self.steps],
+            "compile_seconds": {op: round(s, 1) for op, s in self.compile_seconds.items()},
         }
 
 
@@ -178,6 +183,7 @@ def build(
         verify=verified,
         pushed=spec.push and ok,
         steps=tuple(steps.timings),
+        compile_seconds=compile_seconds(result.log),
         log=result.log,
     )
 

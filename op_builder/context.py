@@ -18,6 +18,7 @@ from op_builder import archs as arch_lib
 from op_builder.archs import CudaArch
 from op_builder.env import env_flag, env_positive_int
 from op_builder.errors import BadInputError
+from op_builder.parallel_build import default_nvcc_threads, job_budget
 from op_builder.toolchain import Toolchain, check_cuda_versions
 
 Accelerator = Literal["cpu", "cuda", "rocm"]
@@ -137,7 +138,8 @@ def resolve_context(
         cuda_archs=cuda_archs,
         rocm_archs=rocm_archs,
         cpu_native=bool(env_flag(env, "DS_CPU_NATIVE")),
-        nvcc_threads=env_positive_int(env, "DS_NVCC_THREADS", 2),
+        # The default follows the job budget (MAX_JOBS, else the CPUs): see default_nvcc_threads.
+        nvcc_threads=env_positive_int(env, "DS_NVCC_THREADS", default_nvcc_threads(job_budget(env))),
         cxx_std=cxx_standard(toolchain.torch.version if toolchain.torch else None),
         warnings=tuple(warnings),
     )

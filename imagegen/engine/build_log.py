@@ -44,6 +44,11 @@ _OP_MARKERS = (
     # setuptools' own line per extension: building 'kernels._ops.cpu_adam' extension
     re.compile(r"building '(?:[\w.]*\.)?([a-z][a-z0-9_]*)' extension"),
 )
+# op_builder builds ops concurrently and puts the op's name before each line of compiler and
+# linker output ("[cpu_adam] c++ ..."), so interleaved lines still tell whose they are.
+_OP_PREFIX = re.compile(r"^\s*\[([a-z][a-z0-9_]*)\] ?(.*)$")
+# op_builder's line after each op compiled (op_builder/setup_support.py).
+_OP_BUILT = re.compile(r"\bop_builder: built ([a-z][a-z0-9_]*) in (\d+(?:\.\d+)?)s\b")
 _BASE_MISSING = re.compile(
     r"pull access denied|failed to resolve source metadata|repository does not exist"
     r"|manifest unknown|failed to do request|no such host|not found: manifest",
@@ -99,14 +104,47 @@ def ops_for_source(path: str, sources_by_op: Mapping[str, Sequence[str]]) -> tup
     )
 
 
+def split_prefix(line: str, ops: Mapping[str, object]) -> tuple[str | None, str]:
+    """(op, the line without its prefix) for ``[op] text`` with a known op; (None, line) else."""
+    m = _OP_PREFIX.match(line)
+    if m and m.group(1) in ops:
+        return m.group(1), m.group(2)
+    return None, line
+
+
+def op_lines(output: Sequence[str], op: str, ops: Mapping[str, object]) -> list[str]:
+    """The lines ``op``'s compiler and linker printed (prefixed with its name), prefix removed."""
+    return [text for owner, text in (split_prefix(line, ops) for line in output) if owner == op]
+
+
+def compile_seconds(lines: Sequence[str]) -> dict[str, float]:
+    """Seconds each op took to compile, from op_builder's "built OP in 41.2s" lines.
+
+    Empty when the build stage came from the cache (or pip hid its output). An op built twice
+    in one log (a retried step) keeps its last time.
+    """
+    seconds: dict[str, float] = {}
+    for line in lines:
+        m = _OP_BUILT.search(line)
+        if m:
+            seconds[m.group(1)] = float(m.group(2))
+    return seconds
+
+
 def find_failed_op(output: Sequence[str], sources_by_op: Mapping[str, Sequence[str]]) -> str | None:
     """The op whose compilation failed, judged from the failed step's output.
 
-    The first error line that names a source of exactly one op decides; for an error in a
+    In a concurrent build the first error line behind an op's prefix decides. Otherwise the
+    first error line that names a source of exactly one op decides; for an error in a
     shared header, the "In file included from" lines just above it name the source. Failing
     that, the op being built when the first error appeared (setuptools' "building '...'
     extension" line, or op_builder's "building op NAME").
     """
+    for line in output:
+        op, text = split_prefix(line, sources_by_op)
+        if op is not None and _ERROR_LINE.search(text):
+            return op
+    output = [split_prefix(line, sources_by_op)[1] for line in output]
     current: str | None = None
     for i, line in enumerate(output):
         for marker in _OP_MARKERS:
@@ -199,7 +237,11 @@ def describe_failure(
     """Turn a failed build's log into one message naming the op (if known) and a hint."""
     title, output = failing_step_output(lines, kind)
     op = find_failed_op(output, sources_by_op)
-    excerpt = compiler_excerpt(output)
+    # Of a concurrent build, the failed op's own lines: others' output does not cut into its error.
+    own = op_lines(output, op, sources_by_op) if op is not None else []
+    if not any(_ERROR_LINE.search(line) for line in own):
+        own = [split_prefix(line, sources_by_op)[1] for line in output]
+    excerpt = compiler_excerpt(own)
     joined = "\n".join([*lines[-40:], engine_error or ""])
     if op is not None:
         message = f"building {tag} failed: op {op} did not compile"
