@@ -166,8 +166,12 @@ def build_key(flags: OpFlags) -> str:
     """Hash of everything that changes the binary: sources, headers, flags, torch, Python."""
     import torch
 
+    described = flags.to_json()
+    # nvcc's --threads changes how fast it compiles, not what: the default follows the job
+    # budget (MAX_JOBS, CPUs), which must not send a cached load to a new build.
+    described["device"] = [f for f in flags.device if not f.startswith("--threads")]
     digest = hashlib.sha256()
-    digest.update(json.dumps(flags.to_json(), sort_keys=True).encode())
+    digest.update(json.dumps(described, sort_keys=True).encode())
     digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{sys.platform}".encode())
     for path in included_files(flags):
         digest.update(str(path).encode())

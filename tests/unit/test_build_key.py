@@ -48,3 +48,12 @@ def test_key_changes_with_what_the_op_uses_only(tmp_path: Path) -> None:
     changed = build_key(flags)
     assert changed != base  # a header it includes, two levels down: rebuild
     assert build_key(_flags(tmp_path, cxx=("-O2",))) != changed  # flags are in the key
+
+
+def test_nvcc_threads_do_not_change_the_key_but_other_device_flags_do(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    _tree(tmp_path)
+    base = replace(_flags(tmp_path), device_compiler="nvcc", device=("-O3", "--threads=1"))
+    assert build_key(base) == build_key(replace(base, device=("-O3", "--threads=4")))
+    assert build_key(base) != build_key(replace(base, device=("-O2", "--threads=1")))
