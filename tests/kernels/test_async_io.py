@@ -19,30 +19,10 @@ import torch
 
 import kernels.aio as aio
 from kernels._op_load import LazyOp
-from op_builder import OpLoadError, get_builder
-from op_builder.toolchain import probe_library
+from op_builder import OpLoadError
 
 BLOCK = 64 * 1024  # small blocks keep the files small while still spanning many requests
 SIZES = [1, BLOCK - 1, BLOCK + 1, 3 * 1024 * 1024 + 12345]
-
-
-@pytest.fixture(scope="module")
-def kernel_ready() -> None:
-    """Load the op once; skip only where libaio really is absent, otherwise a failed load fails."""
-    try:
-        get_builder("async_io").load()
-    except OpLoadError as exc:
-        if probe_library("aio", "libaio.h", "io_submit").ok:
-            pytest.fail(f"libaio is installed but the async_io op does not load: {exc.message}")
-        pytest.skip(f"async_io op unavailable here: {exc.message}")
-
-
-@pytest.fixture(params=["kernel", "python"])
-def backend(request: pytest.FixtureRequest) -> aio.Backend:
-    name: aio.Backend = request.param
-    if name == "kernel":
-        request.getfixturevalue("kernel_ready")
-    return name
 
 
 def random_bytes(nbytes: int, seed: int = 0) -> torch.Tensor:

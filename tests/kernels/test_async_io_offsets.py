@@ -15,29 +15,9 @@ import pytest
 import torch
 
 import kernels.aio as aio
-from op_builder import OpLoadError, get_builder
-from op_builder.toolchain import probe_library
 
 BLOCK = 64 * 1024
 ALIGN = aio.DIRECT_IO_ALIGNMENT
-
-
-@pytest.fixture(scope="module")
-def kernel_ready() -> None:
-    try:
-        get_builder("async_io").load()
-    except OpLoadError as exc:
-        if probe_library("aio", "libaio.h", "io_submit").ok:
-            pytest.fail(f"libaio is installed but the async_io op does not load: {exc.message}")
-        pytest.skip(f"async_io op unavailable here: {exc.message}")
-
-
-@pytest.fixture(params=["kernel", "python"])
-def backend(request: pytest.FixtureRequest) -> aio.Backend:
-    name: aio.Backend = request.param
-    if name == "kernel":
-        request.getfixturevalue("kernel_ready")
-    return name
 
 
 def random_bytes(nbytes: int, seed: int = 0) -> torch.Tensor:

@@ -27,7 +27,7 @@ import math
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -56,12 +56,6 @@ def ops() -> dict[str, ModuleType]:
     modules = {name: cpu_optim._OPS[name].load() for name in OPS}
     assert all(modules[name] is get_builder(name).load() for name in OPS)
     return modules
-
-
-@pytest.fixture(autouse=True)
-def _auto_simd_after_test() -> Iterator[None]:
-    yield
-    set_simd_level("auto")
 
 
 @pytest.fixture(params=LEVELS)

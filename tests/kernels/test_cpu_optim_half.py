@@ -14,14 +14,14 @@ like its reference and is compared exactly.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
 
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion, set_simd_level, supported_simd_level
+from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
 
 # torch.optim.Adagrad's own sparse path builds COO tensors without opting in or out of checks.
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
@@ -37,25 +37,6 @@ HYPER: dict[str, dict[str, Any]] = {
     "lion": {"lr": 1e-2, "weight_decay": 0.1},
 }
 STATE_KEYS = {"adamw": ("exp_avg", "exp_avg_sq"), "adam": ("exp_avg", "exp_avg_sq"), "adagrad": ("sum",)}
-
-
-@pytest.fixture(autouse=True)
-def _auto_simd_after_test() -> Iterator[None]:
-    yield
-    set_simd_level("auto")
-
-
-@pytest.fixture(params=[*LEVELS, "fallback"])
-def path(request: pytest.FixtureRequest) -> bool:
-    """use_kernel for each instruction set this CPU runs, and False for the fallback."""
-    name: str = request.param
-    if name == "fallback":
-        return False
-    supported = supported_simd_level()
-    if LEVELS.index(name) > LEVELS.index(supported):
-        pytest.skip(f"this CPU supports up to {supported}, not {name}")
-    set_simd_level(name)  # type: ignore[arg-type]
-    return True
 
 
 class PlainLion(torch.optim.Optimizer):

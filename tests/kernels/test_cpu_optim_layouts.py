@@ -10,14 +10,14 @@ Lion is compared exactly.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
 
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion, set_simd_level, supported_simd_level
+from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
 
 RTOL, ATOL = 1e-5, 1e-6
 STEPS = 10
@@ -26,25 +26,6 @@ LEVELS = ("scalar", "avx2", "avx512")
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
 
 ADAGRAD: dict[str, Any] = {"lr": 1e-2, "lr_decay": 0.01, "initial_accumulator_value": 0.1, "eps": 1e-10}
-
-
-@pytest.fixture(autouse=True)
-def _auto_simd_after_test() -> Iterator[None]:
-    yield
-    set_simd_level("auto")
-
-
-@pytest.fixture(params=[*LEVELS, "fallback"])
-def path(request: pytest.FixtureRequest) -> bool:
-    """use_kernel for each instruction set this CPU runs, and False for the fallback."""
-    name: str = request.param
-    if name == "fallback":
-        return False
-    supported = supported_simd_level()
-    if LEVELS.index(name) > LEVELS.index(supported):
-        pytest.skip(f"this CPU supports up to {supported}, not {name}")
-    set_simd_level(name)  # type: ignore[arg-type]
-    return True
 
 
 def plain_lion_step(

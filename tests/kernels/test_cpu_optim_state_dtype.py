@@ -14,36 +14,17 @@ Two kinds of check:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
 
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion, set_simd_level, supported_simd_level
+from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
 
 LEVELS = ("scalar", "avx2", "avx512")
 HYPER: dict[str, Any] = {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.1}
 BF16_ULP = 2.0**-7  # bf16 eps: the spacing of values just above 1
-
-
-@pytest.fixture(autouse=True)
-def _auto_simd_after_test() -> Iterator[None]:
-    yield
-    set_simd_level("auto")
-
-
-@pytest.fixture(params=[*LEVELS, "fallback"])
-def path(request: pytest.FixtureRequest) -> bool:
-    name: str = request.param
-    if name == "fallback":
-        return False
-    supported = supported_simd_level()
-    if LEVELS.index(name) > LEVELS.index(supported):
-        pytest.skip(f"this CPU supports up to {supported}, not {name}")
-    set_simd_level(name)  # type: ignore[arg-type]
-    return True
 
 
 def bf16_state_adam(p0: Tensor, grads: list[Tensor], adamw: bool) -> tuple[Tensor, Tensor, Tensor]:

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -63,12 +62,6 @@ def machine_isa() -> str:
     if "avx512f" in flags:
         return "avx512"
     return "avx2" if {"avx2", "fma", "f16c"} <= flags else "scalar"
-
-
-@pytest.fixture(autouse=True)
-def _auto_simd_after_test() -> Iterator[None]:
-    yield
-    cpu_optim.set_simd_level("auto")
 
 
 # ------------------------------------------------------------------ the command
