@@ -7,7 +7,7 @@ that refuses apex's old arguments; the update rules and the kernels are the nati
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.optim.optimizer import ParamsT
@@ -27,10 +27,11 @@ def refuse_step_arguments(message: str, **given: Any) -> None:
         raise RuntimeError(message)
 
 
-class _GradNone(torch.optim.Optimizer):
-    """DeepSpeed's ``set_grad_none``: what ``zero_grad()`` does by default."""
+class _FusedConventions(torch.optim.Optimizer):
+    """What DeepSpeed's fused optimizers share: ``set_grad_none`` and the ``step`` signature."""
 
     set_grad_none: bool
+    _old_step_message: ClassVar[str]
 
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         """Grads become None when ``set_grad_none`` (the default), else zeros in place.
@@ -42,8 +43,27 @@ class _GradNone(torch.optim.Optimizer):
             set_to_none = getattr(self, "set_grad_none", True)  # torch does not pickle it
         super().zero_grad(set_to_none)
 
+    def step(  # type: ignore[override]  # DeepSpeed's signature
+        self,
+        closure: Closure = None,
+        grads: Any = None,
+        output_params: Any = None,
+        scale: Any = None,
+        grad_norms: Any = None,
+        grad_scaler: Any = None,
+    ) -> float | None:
+        """DeepSpeed's step: apex's old arguments are refused with DeepSpeed's own message."""
+        refuse_step_arguments(
+            self._old_step_message,
+            grads=grads,
+            output_params=output_params,
+            scale=scale,
+            grad_norms=grad_norms,
+        )
+        return super().step(closure)
 
-class FusedAdam(_GradNone, fused_optim.FusedAdam):
+
+class FusedAdam(_FusedConventions, fused_optim.FusedAdam):
     """``deepspeed.ops.adam.FusedAdam`` over ``kernels.optim.FusedAdam``: AdamW by default,
     Adam with an L2 penalty with ``adam_w_mode=False``; fp32 state whatever the params' dtype."""
 
@@ -66,27 +86,14 @@ class FusedAdam(_GradNone, fused_optim.FusedAdam):
         )
         self.adam_w_mode = 1 if adam_w_mode else 0  # DeepSpeed's attribute
 
-    def step(  # type: ignore[override]  # DeepSpeed's signature
-        self,
-        closure: Closure = None,
-        grads: Any = None,
-        output_params: Any = None,
-        scale: Any = None,
-        grad_norms: Any = None,
-        grad_scaler: Any = None,
-    ) -> float | None:
-        refuse_step_arguments(
-            "FusedAdam has been updated. Simply initialize it identically to torch.optim.Adam, and "
-            "call step() with no arguments.",
-            grads=grads,
-            output_params=output_params,
-            scale=scale,
-            grad_norms=grad_norms,
-        )
-        return super().step(closure)
+    # What DeepSpeed says to a caller still passing apex's step arguments.
+    _old_step_message = (
+        "FusedAdam has been updated. Simply initialize it identically to torch.optim.Adam, and "
+        "call step() with no arguments."
+    )
 
 
-class FusedLion(_GradNone, fused_optim.FusedLion):
+class FusedLion(_FusedConventions, fused_optim.FusedLion):
     """``deepspeed.ops.lion.FusedLion`` over ``kernels.optim.FusedLion``, with DeepSpeed's
     defaults (lr 1e-3, betas (0.9, 0.999))."""
 
@@ -101,20 +108,4 @@ class FusedLion(_GradNone, fused_optim.FusedLion):
         self.set_grad_none = set_grad_none
         super().__init__(params, lr, betas, weight_decay)
 
-    def step(  # type: ignore[override]  # DeepSpeed's signature
-        self,
-        closure: Closure = None,
-        grads: Any = None,
-        output_params: Any = None,
-        scale: Any = None,
-        grad_norms: Any = None,
-        grad_scaler: Any = None,
-    ) -> float | None:
-        refuse_step_arguments(
-            "FusedLion has been updated: call step() with no arguments.",
-            grads=grads,
-            output_params=output_params,
-            scale=scale,
-            grad_norms=grad_norms,
-        )
-        return super().step(closure)
+    _old_step_message = "FusedLion has been updated: call step() with no arguments."
