@@ -1,12 +1,15 @@
 """The standard image matrix: dockerfiles/<target>/Dockerfile and dockerfiles/docker-bake.hcl.
 
 Rendered from catalog defaults with ``--ops all`` and an empty environment, so the committed
-files depend on the code only (a unit test checks they match). Files are written only when
+files depend on the code only (a unit test checks they match). ``--op-source`` adds an op
+package's ops to every image; its Dockerfiles then need the package staged in the build
+context at ``_imagegen/op-sources/<package>/`` (their header says so). Files are written only when
 their content changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +38,7 @@ class MatrixEntry:
         return f"{self.folder}/Dockerfile"
 
 
-def standard_entries() -> tuple[MatrixEntry, ...]:
+def standard_entries(op_sources: Sequence[str] = ()) -> tuple[MatrixEntry, ...]:
     entries = []
     for accelerator, version in catalog.STANDARD_MATRIX:
         inp = SpecInput(
@@ -43,6 +46,7 @@ def standard_entries() -> tuple[MatrixEntry, ...]:
             cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None,
             rocm=version if accelerator == "rocm" else None,
+            op_sources=tuple(op_sources),
         )
         entries.append(MatrixEntry(build_spec(inp, env={})))
     return tuple(entries)
@@ -87,29 +91,29 @@ def render_bake(entries: tuple[MatrixEntry, ...], dockerfiles_dir: str = "docker
     return "\n".join(lines) + "\n"
 
 
-def render_matrix() -> dict[str, str]:
-    """{path relative to dockerfiles/: text} for the whole matrix."""
-    entries = standard_entries()
+def render_matrix(op_sources: Sequence[str] = ()) -> dict[str, str]:
+    """{path relative to dockerfiles/: text} for the whole matrix (with these op packages' ops)."""
+    entries = standard_entries(op_sources)
     files = {entry.dockerfile_path: render(entry.spec) for entry in entries}
     files[BAKE_FILE] = render_bake(entries)
     return files
 
 
-def write_matrix(out_dir: Path) -> tuple[list[Path], list[Path]]:
+def write_matrix(out_dir: Path, op_sources: Sequence[str] = ()) -> tuple[list[Path], list[Path]]:
     """Write the matrix under ``out_dir``; returns (written, unchanged) paths."""
     written: list[Path] = []
     unchanged: list[Path] = []
-    for relative, text in sorted(render_matrix().items()):
+    for relative, text in sorted(render_matrix(op_sources).items()):
         path = out_dir / relative
         make_dirs(path.parent)
         (written if write_if_changed(path, text) else unchanged).append(path)
     return written, unchanged
 
 
-def stale_files(out_dir: Path) -> list[str]:
+def stale_files(out_dir: Path, op_sources: Sequence[str] = ()) -> list[str]:
     """Relative paths whose content on disk differs from what the code renders (or is missing)."""
     stale = []
-    for relative, text in sorted(render_matrix().items()):
+    for relative, text in sorted(render_matrix(op_sources).items()):
         path = out_dir / relative
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             stale.append(relative)

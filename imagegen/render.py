@@ -17,6 +17,7 @@ from functools import lru_cache
 import jinja2
 
 from imagegen import __version__, catalog
+from imagegen.op_packages import IMAGE_DIR, STAGED_DIR
 from imagegen.spec import ImageSpec
 
 # Where the staged extras live inside the build context (see imagegen/staging.py).
@@ -32,6 +33,8 @@ NUMPY_ABSENT_FILTER = (
     r'message="Failed to initialize NumPy: No module named \x27numpy\x27", category=UserWarning)'
 )
 NUMPY_ABSENT_PTH = "imagegen-numpy-absent.pth"
+# Puts the op packages' folder on sys.path, so `import acme_ops` works in every process.
+OP_SOURCES_PTH = "imagegen-op-sources.pth"
 
 # Memory one compile job may take, for the default MAX_JOBS: torch's headers make a C++
 # translation unit take ~1.5 GiB; nvcc/hipcc with several archs take more.
@@ -148,7 +151,26 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
     ]
     # Each GPU op's own arch list (an op may compile for fewer archs than the image names).
     pairs += [(f"io.imagegen.archs.{name}", ";".join(archs)) for name, archs in spec.op_archs]
+    if spec.op_packages:  # which ops are not ours, and exactly which sources they were built from
+        pairs += [
+            ("io.imagegen.external-ops", ",".join(spec.external_ops)),
+            ("io.imagegen.op-packages", ",".join(f"{p.name}={p.digest}" for p in spec.op_packages)),
+        ]
     return tuple((key, json.dumps(value)) for key, value in pairs)
+
+
+def context_extras(spec: ImageSpec) -> tuple[str, ...]:
+    """What the build context must hold besides the project's sources (``imagegen build`` stages it)."""
+    extras = [CA_PATH] if spec.ca_cert is not None else []
+    if spec.wheelhouse is not None:
+        extras.append(WHEELHOUSE_PATH + "/")
+    extras += [package.staged_path + "/" for package in spec.op_packages]
+    return tuple(extras)
+
+
+def op_sources_value(spec: ImageSpec) -> str:
+    """``DS_OP_SOURCES`` inside the image: every op package's folder there."""
+    return ":".join(package.image_path for package in spec.op_packages)
 
 
 def _pip_sources(spec: ImageSpec, index: str | None) -> str:
@@ -180,6 +202,12 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "base_devel": spec.base_devel,
         "base_runtime": spec.base_runtime,
         "ca_cert": spec.ca_cert is not None,
+        "context_extras": context_extras(spec),
+        "op_packages": tuple(p.name for p in spec.op_packages),
+        "op_sources_staged": STAGED_DIR,
+        "op_sources_dir": IMAGE_DIR,
+        "op_sources_value": op_sources_value(spec),
+        "op_sources_pth": OP_SOURCES_PTH,
         "keep_ca_cert": spec.keep_ca_cert,
         "wheelhouse": spec.wheelhouse is not None,
         "devel_packages": devel_packages(spec),

@@ -9,7 +9,8 @@ clear message before anything is rendered or built.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,12 +18,13 @@ from imagegen import catalog
 from imagegen import spec_checks as checks
 from imagegen.catalog import Accelerator
 from imagegen.errors import BadInputError
+from imagegen.op_packages import OpPackage, resolve_packages
 from imagegen.reference import check_reference
 from imagegen.spec_checks import BYTECODE_MODES as BYTECODE_MODES
 from imagegen.spec_checks import BYTECODE_TAG_SUFFIX as BYTECODE_TAG_SUFFIX
 from imagegen.spec_checks import DEFAULT_BYTECODE, ENV_PREFIX
-from op_builder import ALL_OPS
 from op_builder.env import env_flag
+from op_builder.registry import Registry, registry_for
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class SpecInput:
     verify: bool = True
     standins: bool | None = None
     bytecode: str | None = None
+    op_sources: tuple[str, ...] = ()  # op package folders (--op-source, repeatable)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ class ImageSpec:
     push: bool
     bytecode: str = DEFAULT_BYTECODE  # one of BYTECODE_MODES: which .pyc files the runtime venv keeps
     warnings: tuple[str, ...] = field(default=())
+    op_packages: tuple[OpPackage, ...] = ()  # the op packages whose ops the image holds
+
+    @property
+    def registry(self) -> Registry:
+        """Our ops and those of the spec's op packages."""
+        return registry_for(tuple(p.root for p in self.op_packages))
+
+    @property
+    def external_ops(self) -> tuple[str, ...]:
+        return tuple(op for package in self.op_packages for op in package.ops if op in self.ops)
 
     @property
     def torch_from_catalog_index(self) -> bool:
@@ -110,25 +123,50 @@ class ImageSpec:
 
     @property
     def build_variables(self) -> tuple[str, ...]:
-        return tuple(ALL_OPS[name].build_variable for name in self.ops)
+        return tuple(self.registry.ops[name].build_variable for name in self.ops)
 
     def runtime_packages(self) -> tuple[str, ...]:
         """Debian packages the selected ops need at run time, named for this distro, sorted."""
         names = {
             catalog.runtime_package(pkg, self.distro)
             for op in self.ops
-            for pkg in ALL_OPS[op].all_runtime_packages()
+            for pkg in self.registry.ops[op].all_runtime_packages()
         }
         return tuple(sorted(names))
 
     def build_packages(self) -> tuple[str, ...]:
-        return tuple(sorted({pkg for op in self.ops for pkg in ALL_OPS[op].build_packages()}))
+        return tuple(sorted({pkg for op in self.ops for pkg in self.registry.ops[op].build_packages()}))
 
 
-def content_hash(ops: tuple[str, ...], archs: tuple[str, ...]) -> str:
-    """Eight hex digits naming the op set and arch list (part of the default tag)."""
+def content_hash(ops: tuple[str, ...], archs: tuple[str, ...], packages: tuple[OpPackage, ...] = ()) -> str:
+    """Eight hex digits naming the op set, arch list and op packages' sources (part of the default tag)."""
     text = ",".join(ops) + "|" + ";".join(archs)
+    if packages:  # appended only when present: images without packages keep their tags
+        text += "|" + ",".join(f"{p.name}={p.digest}" for p in packages)
     return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def op_source_dirs(flag: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+    """The op package folders: the flags, else ``IMAGEGEN_OP_SOURCES`` (separated by ':')."""
+    if flag:
+        return tuple(flag)
+    text = env.get(ENV_PREFIX + "OP_SOURCES", "")
+    return tuple(p for p in text.split(os.pathsep) if p.strip())
+
+
+def _used_packages(
+    packages: tuple[OpPackage, ...], names: tuple[str, ...], warnings: list[str]
+) -> tuple[OpPackage, ...]:
+    """The packages with at least one selected op: only those are staged and built."""
+    used = []
+    for package in packages:
+        if any(op in names for op in package.ops):
+            used.append(package)
+        else:
+            warnings.append(
+                f"op package {package.root}: none of its ops ({', '.join(package.ops)}) is selected"
+            )
+    return tuple(used)
 
 
 # ------------------------------------------------------------------ the cascade
@@ -167,9 +205,13 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     torch_index_flag = _pick(inp.torch_index, env, "TORCH_INDEX")
     warnings: list[str] = []
     torch, variant = checks.torch(_pick(inp.torch, env, "TORCH"), target, python, torch_index_flag, warnings)
-    names, from_all = checks.ops(_pick(inp.ops, env, "OPS"), target)
+    registry, packages = resolve_packages(op_source_dirs(inp.op_sources, env))
+    names, from_all = checks.ops(_pick(inp.ops, env, "OPS"), target, registry)
     cuda_archs, rocm_archs = checks.archs(_pick(inp.arch, env, "ARCH"), target)
-    names, op_archs = checks.per_op_archs(names, cuda_archs, explicit=not from_all, warnings=warnings)
+    names, op_archs = checks.per_op_archs(
+        names, cuda_archs, registry, explicit=not from_all, warnings=warnings
+    )
+    packages = _used_packages(packages, names, warnings)
     if standins:
         standin_devel, standin_runtime = catalog.STANDINS[target.name]
         base_devel = base_devel or standin_devel
@@ -203,7 +245,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     bytecode = checks.bytecode(_pick(inp.bytecode, env, "BYTECODE"))
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, "TAG") or (
-        f"imagegen:{target.name}-torch{torch}-py{python}-{content_hash(names, archs)}"
+        f"imagegen:{target.name}-torch{torch}-py{python}-{content_hash(names, archs, packages)}"
         + BYTECODE_TAG_SUFFIX[bytecode]
     )
     check_reference("--tag", tag, allow_digest=False)
@@ -232,4 +274,5 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         push=inp.push,
         bytecode=bytecode,
         warnings=tuple(warnings),
+        op_packages=packages,
     )

@@ -11,9 +11,9 @@ from stat import S_ISDIR, S_ISREG
 from imagegen import catalog
 from imagegen.catalog import Accelerator, Target
 from imagegen.errors import BadInputError
-from op_builder import ALL_OPS, CUDAOpBuilder
+from op_builder import CUDAOpBuilder
 from op_builder import archs as arch_lib
-from op_builder.registry import check_op_names
+from op_builder.registry import Registry, check_op_names
 from op_builder.suggest import did_you_mean
 
 # Environment variables read as the middle layer of the cascade.
@@ -167,9 +167,10 @@ def _span(versions: tuple[str, ...]) -> str:
     return f"{versions[0]} to {versions[-1]}" if len(versions) > 2 else ", ".join(versions)
 
 
-def ops(value: str | None, target: Target) -> tuple[tuple[str, ...], bool]:
+def ops(value: str | None, target: Target, registry: Registry) -> tuple[tuple[str, ...], bool]:
     """The selected ops in registry order, and whether they came from ``all``."""
-    fits = tuple(n for n, b in ALL_OPS.items() if target.accelerator != "cpu" or b.target == "cpu")
+    known = registry.ops
+    fits = tuple(n for n, b in known.items() if target.accelerator != "cpu" or b.target == "cpu")
     if value is None:
         raise BadInputError(
             "no ops given",
@@ -182,7 +183,7 @@ def ops(value: str | None, target: Target) -> tuple[tuple[str, ...], bool]:
         return fits, True
     if "all" in tokens:
         raise BadInputError("--ops all cannot be combined with op names", hint="pass either all or a list")
-    check_op_names(tokens)
+    check_op_names(tokens, registry)
     for name in tokens:
         if name not in fits:
             raise BadInputError(
@@ -190,7 +191,7 @@ def ops(value: str | None, target: Target) -> tuple[tuple[str, ...], bool]:
                 hint="build it with --cuda X.Y or --rocm X.Y, or drop it; CPU ops: " + ", ".join(fits),
             )
     wanted = set(tokens)
-    return tuple(n for n in ALL_OPS if n in wanted), False
+    return tuple(n for n in known if n in wanted), False
 
 
 def archs(value: str | None, target: Target) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -214,7 +215,11 @@ def archs(value: str | None, target: Target) -> tuple[tuple[str, ...], tuple[str
 
 
 def per_op_archs(
-    names: tuple[str, ...], cuda_archs: tuple[str, ...], explicit: bool, warnings: list[str]
+    names: tuple[str, ...],
+    cuda_archs: tuple[str, ...],
+    registry: Registry,
+    explicit: bool,
+    warnings: list[str],
 ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
     """Each CUDA op's own arch list (the op_builder rule); ops left with none are an error
     when named, and dropped with a warning when they came in through ``all``."""
@@ -224,7 +229,7 @@ def per_op_archs(
     kept_names: list[str] = []
     per_op: list[tuple[str, tuple[str, ...]]] = []
     for name in names:
-        builder = ALL_OPS[name]
+        builder = registry.ops[name]
         if not isinstance(builder, CUDAOpBuilder):
             kept_names.append(name)
             continue

@@ -1,8 +1,9 @@
 """The build context a build hands to the engine: a staged copy, not the checkout.
 
 Staging copies only what the Dockerfile reads (``imagegen.sources``: setup.py,
-pyproject.toml, README.md, op_builder/, kernels/) plus the extras at their fixed places (``_imagegen/ca.crt``,
-``_imagegen/wheelhouse/``). So a virtual environment or build output in the checkout is never
+pyproject.toml, README.md, op_builder/, kernels/) plus the extras at their fixed places
+(``_imagegen/ca.crt``, ``_imagegen/wheelhouse/``, each op package's files under
+``_imagegen/op-sources/``). So a virtual environment or build output in the checkout is never
 sent to the daemon, and host paths never appear in the Dockerfile. Wheels are hard-linked
 when the file system allows it, so a large torch wheel costs no copy.
 """
@@ -40,6 +41,8 @@ def staged_context(spec: ImageSpec, root: Path | None = None) -> Iterator[Path]:
         if spec.ca_cert is not None:
             (context / CA_PATH).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(spec.ca_cert, context / CA_PATH)
+        for package in spec.op_packages:
+            package.stage(context)
         if spec.wheelhouse is not None:
             wheels = context / WHEELHOUSE_PATH
             wheels.mkdir(parents=True)

@@ -8,12 +8,14 @@ that turns errors into exit codes (0 ok, 1 failed, 2 bad input).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from op_builder import archs as arch_lib
@@ -21,8 +23,9 @@ from op_builder import binary
 from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError, UserFacingError
 from op_builder.manifest import read_installed
+from op_builder.op_sources import SOURCES_VARIABLE, check_package_dir, sources_from_env
 from op_builder.plan import make_plan, probe_host
-from op_builder.registry import ALL_OPS, check_op_names, get_builder
+from op_builder.registry import ALL_OPS, check_op_names, get_builder, origin_of
 from op_builder.report import SelfTestResult
 from op_builder.toolchain import CudaToolkit, Toolchain, probe_cuda
 from op_builder.verification import verify_ops
@@ -79,6 +82,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             {
                 "name": name,
                 "target": builder.target,
+                "origin": origin_of(name).to_json(),
                 "installed": name in installed,
                 "compatible": reason is None,
                 "reason": reason,
@@ -112,13 +116,14 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         [
             str(op["name"]),
             str(op["target"]),
+            origin_of(str(op["name"])).describe(),
             "yes" if op["installed"] else "no",
             "yes" if op["compatible"] else "no",
             str(op["reason"] or ""),
         ]
         for op in ops
     ]
-    print(_table(rows, ["op", "target", "installed", "compatible", "why not"]))
+    print(_table(rows, ["op", "target", "from", "installed", "compatible", "why not"]))
     return 0
 
 
@@ -221,6 +226,7 @@ def cmd_flags(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         _emit(data)
         return 0
     print(f"op        {flags.name} -> {flags.module} ({ctx.accelerator})")
+    print(f"from      {origin_of(args.op).describe()}")
     if reason:
         print(f"note      not buildable here: {reason}")
     print(f"archs     {';'.join(flags.archs) or '-'}")
@@ -312,6 +318,13 @@ def _parser() -> argparse.ArgumentParser:
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text)
         command.add_argument("--json", action="store_true", help="machine-readable output")
+        command.add_argument(
+            "--op-source",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help=f"an op package directory whose ops join ours (repeatable; also {SOURCES_VARIABLE})",
+        )
         return command
 
     report = add("report", "every op: target, installed, compatible here, and why not")
@@ -368,11 +381,32 @@ _COMMANDS = {
 }
 
 
+@contextlib.contextmanager
+def _with_op_sources(env: Mapping[str, str], extra: Sequence[str]) -> Iterator[Mapping[str, str]]:
+    """``env`` with ``--op-source`` folders added to ``DS_OP_SOURCES``, which the process
+    environment also holds meanwhile: the registry, setup-time and JIT builds all read it there."""
+    sources = [*sources_from_env(env), *(check_package_dir(Path(p)) for p in extra)]
+    if not sources:
+        yield env
+        return
+    value = os.pathsep.join(str(p) for p in dict.fromkeys(sources))
+    before = os.environ.get(SOURCES_VARIABLE)
+    os.environ[SOURCES_VARIABLE] = value
+    try:
+        yield {**env, SOURCES_VARIABLE: value}
+    finally:
+        if before is None:
+            os.environ.pop(SOURCES_VARIABLE, None)
+        else:
+            os.environ[SOURCES_VARIABLE] = before
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = _parser().parse_args(argv)
     env = os.environ if env is None else env
     try:
-        return _COMMANDS[args.command](args, env)
+        with _with_op_sources(env, args.op_source) as with_sources:
+            return _COMMANDS[args.command](args, with_sources)
     except UserFacingError as exc:
         if env.get("OP_BUILDER_DEBUG") == "1":
             traceback.print_exc()

@@ -8,9 +8,11 @@ loading in ``loader``.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -18,7 +20,7 @@ from op_builder import archs as arch_lib
 from op_builder.archs import ArchLimits, CudaArch
 from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
 from op_builder.loader import load_op
-from op_builder.paths import CSRC, PACKAGE_ROOT
+from op_builder.paths import PACKAGE_ROOT
 from op_builder.toolchain import LibrarySpec
 
 if TYPE_CHECKING:
@@ -48,11 +50,17 @@ class OpBuilder:
     name: ClassVar[str]
     target: ClassVar[Target]
     description: ClassVar[str] = ""
-    sources: ClassVar[tuple[str, ...]] = ()  # relative to kernels/csrc
+    # Sources and include dirs are relative to ``source_dir()``: ``source_root`` when set (ours:
+    # kernels/csrc), else the folder of the module that defines the builder (an op package's).
+    source_root: ClassVar[Path | None] = None
+    sources: ClassVar[tuple[str, ...]] = ()
     include_dirs: ClassVar[tuple[str, ...]] = ("includes",)
     system_libraries: ClassVar[tuple[SystemLibrary, ...]] = ()
     runtime_packages: ClassVar[tuple[str, ...]] = ()  # Debian packages needed to run
     defines: ClassVar[tuple[str, ...]] = ()
+    # The op's self-test, "module:function" taking a kernels.selftests.SelfTestContext; ours
+    # are listed in kernels.selftests instead.
+    selftest: ClassVar[str | None] = None
 
     # ---- identity
     @property
@@ -64,11 +72,19 @@ class OpBuilder:
     def build_variable(self) -> str:
         return f"DS_BUILD_{self.name.upper()}"
 
+    def source_dir(self) -> Path:
+        root = type(self).source_root
+        if root is not None:
+            return Path(root)
+        return Path(inspect.getfile(type(self))).resolve().parent
+
     def source_paths(self) -> tuple[str, ...]:
-        return tuple(str(CSRC / s) for s in self.sources)
+        return tuple(str(self.source_dir() / s) for s in self.sources)
 
     def include_paths(self) -> tuple[str, ...]:
-        return tuple(str(CSRC / d) for d in self.include_dirs)
+        """The include dirs that exist (an op package need not have an ``includes`` folder)."""
+        dirs = (self.source_dir() / d for d in self.include_dirs)
+        return tuple(str(d) for d in dirs if d.is_dir())
 
     def system_library_specs(self) -> tuple[LibrarySpec, ...]:
         """What the toolchain probe checks for this op: (name, header, symbol) per library."""
@@ -114,8 +130,10 @@ class OpBuilder:
 
         flags = self.flags(ctx)
         # setuptools wants sources relative to setup.py; include dirs stay absolute
-        # because torch's ninja build compiles from inside its build directory.
-        rel = [os.path.relpath(s, PACKAGE_ROOT) for s in flags.sources]
+        # because torch's ninja build compiles from inside its build directory. An op
+        # package's sources outside the project stay absolute: a "../" path would put their
+        # objects outside the build directory.
+        rel = [_relative_if_inside(s, PACKAGE_ROOT) for s in flags.sources]
         common: dict[str, Any] = {
             "name": flags.module,
             "sources": rel,
@@ -134,6 +152,11 @@ class OpBuilder:
     def load(self, env: Mapping[str, str] | None = None) -> ModuleType:
         """The compiled module: installed if built for this torch, else JIT-built."""
         return load_op(self, os.environ if env is None else env).module
+
+
+def _relative_if_inside(path: str, root: Path) -> str:
+    relative = os.path.relpath(path, root)
+    return path if relative.startswith(os.pardir) else relative
 
 
 class CPUOpBuilder(OpBuilder):

@@ -31,6 +31,15 @@ OpsOption = Annotated[
     Optional[str],
     typer.Option("--ops", help="Comma-separated ops, or 'all' (every op of the target). (env: IMAGEGEN_OPS)"),
 ]
+OpSourceOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--op-source",
+        metavar="DIR",
+        help="An op package folder whose ops join ours (repeatable). (env: IMAGEGEN_OP_SOURCES, "
+        "folders separated by ':')",
+    ),
+]
 CudaOption = Annotated[
     Optional[str],
     typer.Option("--cuda", metavar="X.Y", help="Build for this CUDA version.", rich_help_panel=_TARGET),

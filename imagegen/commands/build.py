@@ -23,6 +23,7 @@ from imagegen.commands._options import (
     MaxJobsOption,
     OfflineOption,
     OpsOption,
+    OpSourceOption,
     PythonOption,
     RocmOption,
     StandinsOption,
@@ -51,6 +52,7 @@ SourceOption = Annotated[
 
 def build(
     ops: OpsOption = None,
+    op_source: OpSourceOption = None,
     cuda: CudaOption = None,
     rocm: RocmOption = None,
     cpu: CpuOption = False,
@@ -81,6 +83,7 @@ def build(
         base_devel=base_devel, base_runtime=base_runtime, standins=standins, torch_index=torch_index,
         wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert, keep_ca_cert=keep_ca_cert,
         buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs, tag=tag, push=push, verify=not no_verify,
+        op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     report = pipeline.build(spec, verify=not no_verify, source=source)
     if json:

@@ -23,6 +23,7 @@ from imagegen.commands._options import (
     MaxJobsOption,
     OfflineOption,
     OpsOption,
+    OpSourceOption,
     PythonOption,
     RocmOption,
     StandinsOption,
@@ -32,7 +33,7 @@ from imagegen.commands._options import (
 )
 from imagegen.commands._spec import make_spec
 from imagegen.files import write_atomic
-from imagegen.render import render
+from imagegen.render import context_extras, render
 from imagegen.spec import SpecInput
 
 OutputOption = Annotated[
@@ -45,6 +46,7 @@ OutputOption = Annotated[
 
 def dockerfile(
     ops: OpsOption = None,
+    op_source: OpSourceOption = None,
     cuda: CudaOption = None,
     rocm: RocmOption = None,
     cpu: CpuOption = False,
@@ -70,7 +72,7 @@ def dockerfile(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, python=python, torch=torch, arch=arch, distro=distro,
         base_devel=base_devel, base_runtime=base_runtime, standins=standins, torch_index=torch_index,
         wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert, keep_ca_cert=keep_ca_cert,
-        buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs,
+        buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs, op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     text = render(spec)
     if output is None or str(output) == "-":  # '-' is stdout, as for most tools
@@ -78,13 +80,7 @@ def dockerfile(
         return
     write_atomic(output, text)
     log.info(f"wrote {output}")
-    if spec.ca_cert is not None or spec.wheelhouse is not None:
-        log.info(
-            "build it from a context holding "
-            + " and ".join(
-                p
-                for p, on in (("_imagegen/ca.crt", spec.ca_cert), ("_imagegen/wheelhouse/", spec.wheelhouse))
-                if on
-            )
-            + " (imagegen build stages that for you)"
-        )
+    needed = context_extras(spec)
+    if needed:
+        held = " and ".join(needed)
+        log.info(f"build it from a context holding {held} (imagegen build stages that for you)")

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from imagegen import log
-from imagegen.commands._options import JsonOption
+from imagegen.commands._options import JsonOption, OpSourceOption
 from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.matrix import stale_files, write_matrix
+from imagegen.op_packages import STAGED_DIR
+from imagegen.spec import op_source_dirs
 
 OutDirOption = Annotated[
     Path, typer.Option("--out", metavar="DIR", help="Where to write (the repository's dockerfiles/).")
@@ -23,16 +26,20 @@ CheckOption = Annotated[
 
 
 def matrix(
-    out: OutDirOption = Path("dockerfiles"), check: CheckOption = False, json: JsonOption = False
+    out: OutDirOption = Path("dockerfiles"),
+    check: CheckOption = False,
+    op_source: OpSourceOption = None,
+    json: JsonOption = False,
 ) -> None:
     """Render dockerfiles/<target>/Dockerfile for the standard matrix, and docker-bake.hcl."""
+    sources = op_source_dirs(op_source or (), os.environ)
     if out.exists() and not out.is_dir():
         raise BadInputError(
             f"--out {out} is a file, not a folder",
             hint="name the folder to write into, e.g. --out dockerfiles",
         )
     if check:
-        stale = stale_files(out)
+        stale = stale_files(out, sources)
         if json:
             emit_json({"ok": not stale, "stale": stale})
         if stale:
@@ -44,10 +51,15 @@ def matrix(
         if not json:
             log.info(f"{out} is up to date")
         return
-    written, unchanged = write_matrix(out)
+    written, unchanged = write_matrix(out, sources)
     if json:
         emit_json({"written": [str(p) for p in written], "unchanged": [str(p) for p in unchanged]})
         return
     for path in written:
         log.info(f"wrote {path}")
     log.info(f"{len(written)} written, {len(unchanged)} unchanged")
+    for folder in sources:
+        name = Path(folder).resolve().name
+        log.info(
+            f"the build context needs {STAGED_DIR}/{name}/, a copy of {folder} (imagegen build stages it)"
+        )

@@ -16,8 +16,9 @@ tests, and image verification every installed op's.
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Literal
 
@@ -35,6 +36,7 @@ from kernels.selftests._harness import (
     run_all,
 )
 from op_builder.errors import OpLoadError
+from op_builder.registry import get_builder
 from op_builder.report import SelfTestReport
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "isa_problem",
     "resolve_device",
     "run_selftests",
+    "selftest_for",
 ]
 
 SELFTESTS: Mapping[str, SelfTest] = MappingProxyType(
@@ -64,7 +67,31 @@ def run_selftests(
 
     Names must be known (``op_builder.registry.check_op_names``); ``env`` decides how ops load.
     """
-    return run_all([SELFTESTS[name] for name in names], device, os.environ if env is None else env)
+    return run_all([selftest_for(name) for name in names], device, os.environ if env is None else env)
+
+
+def selftest_for(name: str) -> SelfTest:
+    """Op ``name``'s self-test: ours from ``SELFTESTS``, an op package's from its builder's
+    ``selftest = "module:function"``. A package op without one gets a test that fails saying so:
+    verification proves every op it passes."""
+    known = SELFTESTS.get(name)
+    if known is not None:
+        return known
+    builder = get_builder(name)
+    return SelfTest(name, builder.target, _package_selftest(name, builder.selftest))
+
+
+def _package_selftest(name: str, reference: str | None) -> Callable[[SelfTestContext], None]:
+    def run(ctx: SelfTestContext) -> None:
+        if reference is None:
+            raise LookupError(
+                f"{name} declares no self-test (set selftest = 'module:function' in its builder)"
+            )
+        # Imported at run time, so that a self-test that does not import fails its op only.
+        module_name, _, function = reference.partition(":")
+        getattr(importlib.import_module(module_name), function)(ctx)
+
+    return run
 
 
 def force_isa(level: Literal["scalar", "avx2", "avx512", "auto"], ops: Iterable[str] = _SIMD_OPS) -> None:

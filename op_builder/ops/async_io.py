@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from op_builder.builder import CPUOpBuilder, SystemLibrary
+from op_builder.builder import SystemLibrary
+from op_builder.ops._base import BuiltinCPUOp
 from op_builder.ops._cpu_common import OPENMP_RUNTIME_PACKAGES
 
 LIBAIO = SystemLibrary(
@@ -13,7 +14,7 @@ LIBAIO = SystemLibrary(
 )
 
 
-class AsyncIOBuilder(CPUOpBuilder):
+class AsyncIOBuilder(BuiltinCPUOp):
     name = "async_io"
     description = "Asynchronous tensor reads and writes to files through Linux AIO (libaio)"
     sources = ("aio/async_io.cpp",)

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from op_builder.builder import CPUOpBuilder
+from op_builder.ops._base import BuiltinCPUOp
 from op_builder.ops._cpu_common import OPENMP_RUNTIME_PACKAGES
 
 
-class CPUAdagradBuilder(CPUOpBuilder):
+class CPUAdagradBuilder(BuiltinCPUOp):
     name = "cpu_adagrad"
     description = "Adagrad step on CPU tensors (SIMD + OpenMP), optional fp16/bf16 copy-out"
     sources = ("cpu_optim/cpu_adagrad.cpp",)

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from op_builder.builder import CPUOpBuilder
+from op_builder.ops._base import BuiltinCPUOp
 from op_builder.ops._cpu_common import OPENMP_RUNTIME_PACKAGES
 
 
-class CPUAdamBuilder(CPUOpBuilder):
+class CPUAdamBuilder(BuiltinCPUOp):
     name = "cpu_adam"
     description = "Adam / AdamW step on CPU tensors (SIMD + OpenMP), optional fp16/bf16 copy-out"
     sources = ("cpu_optim/cpu_adam.cpp",)

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from op_builder import archs as arch_lib
 from op_builder.archs import ArchLimits, CudaArch
-from op_builder.builder import CUDAOpBuilder
+from op_builder.context import BuildContext, OpFlags
+from op_builder.ops._base import BuiltinCUDAOp
+from op_builder.ops.quantizer import with_ieee_fp32
 
 
-class FPQuantizerBuilder(CUDAOpBuilder):
+class FPQuantizerBuilder(BuiltinCUDAOp):
     name = "fp_quantizer"
     description = "Grouped FP8 (e4m3, e5m2) quantize and dequantize of fp16 / bf16"
     sources = ("fp_quantizer/fp_quantizer.cu", "fp_quantizer/bindings.cpp")
@@ -15,3 +17,7 @@ class FPQuantizerBuilder(CUDAOpBuilder):
     def arch_defines(self, archs: tuple[CudaArch, ...]) -> tuple[str, ...]:
         native = ("-DFP8_NATIVE",) if arch_lib.fp8_native(archs) else ()
         return (*super().arch_defines(archs), *native)
+
+    def flags(self, ctx: BuildContext) -> OpFlags:
+        # Denormal scales must round as the reference's: see IEEE_FP32_NVCC_FLAGS.
+        return with_ieee_fp32(super().flags(ctx))

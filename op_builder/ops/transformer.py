@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from op_builder.builder import CUDAOpBuilder
+from op_builder.ops._base import BuiltinCUDAOp
 
 
-class TransformerBuilder(CUDAOpBuilder):
+class TransformerBuilder(BuiltinCUDAOp):
     name = "transformer"
     description = "Fused LayerNorm, bias+GeLU and scaled masked softmax, forward and backward"
     sources = (

@@ -1,0 +1,246 @@
+"""Op packages from outside this distribution: where they are found, and what makes one valid.
+
+An op package is a Python package whose ``builders`` module defines builder classes in the
+same declarative form as ``op_builder/ops`` (``name``, ``sources``, limits, runtime packages),
+with its C++/CUDA sources beside them. It is found two ways:
+
+* an installed distribution registers it under the entry-point group ``op_builder.ops``; an
+  entry point names a builder class (``my_rmsnorm = my_ops.builders:RMSNormBuilder``) or a
+  module, whose builder classes all count;
+* a directory is named explicitly: ``DS_OP_SOURCES`` (``os.pathsep``-separated; what
+  ``setup.py`` / ``pip wheel`` and every ``python -m op_builder`` command read), or
+  ``--op-source DIR`` on the command lines. The directory is the package itself
+  (``my_ops/`` with ``__init__.py`` and ``builders.py``); its parent goes on ``sys.path`` so the
+  package, its front and its self-test import under their own name.
+
+Every problem (a package that does not import, a builder without sources, a source that is not
+there, a bad arch limit) is an ``OpSourceError``: exit 2, naming the file. Name clashes are the
+registry's to find, since only it sees every op at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Literal
+
+from op_builder.archs import ArchLimits
+from op_builder.builder import CPUOpBuilder, CUDAOpBuilder, OpBuilder
+from op_builder.errors import BadInputError, OpBuilderError
+
+ENTRY_POINT_GROUP = "op_builder.ops"
+SOURCES_VARIABLE = "DS_OP_SOURCES"
+BUILDERS_MODULE = "builders"
+# The name becomes DS_BUILD_<NAME>, a module name and an image label: keep it to what all three take.
+_OP_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+OriginKind = Literal["builtin", "entry point", "directory"]
+
+
+class OpSourceError(BadInputError, OpBuilderError):
+    """An op package that cannot be used: not importable, an invalid builder, a clashing name."""
+
+
+@dataclass(frozen=True)
+class OpOrigin:
+    """Where an op's builder came from."""
+
+    kind: OriginKind
+    where: str  # the directory, the entry point ("my_rmsnorm = my_ops.builders:X"), or "op_builder"
+    package: str | None = None  # the op package's import name; None for ours
+    root: Path | None = None  # the op package's directory; None for ours
+
+    @property
+    def external(self) -> bool:
+        return self.kind != "builtin"
+
+    def describe(self) -> str:
+        return "op_builder" if self.kind == "builtin" else f"{self.kind} {self.where}"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "kind": self.kind,
+            "where": self.where,
+            "package": self.package,
+            "root": str(self.root) if self.root else None,
+        }
+
+
+BUILTIN = OpOrigin("builtin", "op_builder")
+
+
+def sources_from_env(env: Mapping[str, str]) -> tuple[Path, ...]:
+    """The directories ``DS_OP_SOURCES`` names, absolute, in order, without repeats."""
+    text = env.get(SOURCES_VARIABLE, "")
+    dirs = (Path(p).expanduser().resolve() for p in text.split(os.pathsep) if p.strip())
+    return tuple(dict.fromkeys(dirs))
+
+
+# ------------------------------------------------------------------ directories
+
+
+def check_package_dir(path: Path) -> Path:
+    """``path`` resolved, or OpSourceError saying what an op package directory needs."""
+    root = path.expanduser().resolve()
+    if not root.is_dir():
+        raise OpSourceError(
+            f"op source {path} is not a directory",
+            hint="pass the op package's folder (the one holding __init__.py and builders.py)",
+        )
+    missing = [name for name in ("__init__.py", f"{BUILDERS_MODULE}.py") if not (root / name).is_file()]
+    if missing:
+        raise OpSourceError(
+            f"op source {root} is not an op package: no {' or '.join(missing)}",
+            hint="imagegen new-op NAME writes a package to start from",
+        )
+    if not root.name.isidentifier():
+        raise OpSourceError(
+            f"op source {root}: {root.name!r} cannot be imported as a Python package",
+            hint="rename the folder to a Python identifier, e.g. " + re.sub(r"\W", "_", root.name),
+        )
+    return root
+
+
+def directory_builders(path: Path) -> list[tuple[OpBuilder, OpOrigin]]:
+    """The builders of the op package at ``path``."""
+    root = check_package_dir(path)
+    _import_path(root)
+    module = _import(f"{root.name}.{BUILDERS_MODULE}", root / f"{BUILDERS_MODULE}.py")
+    package_file = getattr(sys.modules.get(root.name), "__file__", None)
+    if package_file is None or Path(package_file).resolve().parent != root:
+        raise OpSourceError(
+            f"op source {root}: another package named {root.name!r} was imported first"
+            + (f" (from {Path(package_file).parent})" if package_file else ""),
+            hint="give the op package a name no other installed package has",
+        )
+    origin = OpOrigin("directory", str(root), root.name, root)
+    return [(builder, origin) for builder in _builders_in(module)]
+
+
+def _import_path(root: Path) -> None:
+    parent = str(root.parent)
+    if parent not in sys.path:
+        sys.path.append(parent)
+
+
+def _import(module_name: str, file: Path | str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:  # any failure of the user's module is theirs to see, named
+        raise OpSourceError(
+            f"op package module {module_name} ({file}) does not import: {type(exc).__name__}: {exc}",
+            hint="fix the module; python -c 'import " + module_name + "' shows the traceback",
+        ) from None
+
+
+def _builders_in(module: ModuleType) -> Iterator[OpBuilder]:
+    """Every concrete builder class the module defines (classes without a name are bases)."""
+    for _, cls in inspect.getmembers(module, inspect.isclass):
+        if cls.__module__ == module.__name__ and issubclass(cls, OpBuilder) and hasattr(cls, "name"):
+            yield cls()
+
+
+# ------------------------------------------------------------------ installed distributions
+
+
+def entry_point_builders() -> list[tuple[OpBuilder, OpOrigin]]:
+    """The builders installed distributions register under ``op_builder.ops``."""
+    # Deferred: scanning the installed distributions costs ~50 ms, paid only when a command
+    # needs every op (a load of one of ours never does).
+    from importlib.metadata import entry_points
+
+    found: list[tuple[OpBuilder, OpOrigin]] = []
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        where = f"{point.name} = {point.value}"
+        dist = getattr(point, "dist", None)
+        if dist is not None:
+            where = f"{dist.metadata['Name']} {dist.version}: {where}"
+        try:
+            target = point.load()
+        except Exception as exc:  # a broken installed package: say which one
+            raise OpSourceError(
+                f"the op package entry point {where} does not load: {type(exc).__name__}: {exc}",
+                hint="fix or uninstall that distribution (pip uninstall ...)",
+            ) from None
+        package = point.value.split(":")[0].split(".")[0]
+        module = sys.modules.get(package)
+        root = Path(module.__file__).resolve().parent if module and module.__file__ else None
+        origin = OpOrigin("entry point", where, package, root)
+        if inspect.ismodule(target):
+            found += [(builder, origin) for builder in _builders_in(target)]
+        elif inspect.isclass(target) and issubclass(target, OpBuilder):
+            found.append((target(), origin))
+        else:
+            raise OpSourceError(
+                f"the op package entry point {where} names {target!r}, not a builder class or module",
+                hint="point it at an OpBuilder subclass (module:Class) or at the module defining them",
+            )
+    return found
+
+
+# ------------------------------------------------------------------ validity
+
+
+def check_builder(builder: OpBuilder, origin: OpOrigin) -> None:
+    """OpSourceError when ``builder`` cannot be built as declared, naming its file."""
+    cls = type(builder)
+    file = inspect.getsourcefile(cls) or cls.__module__
+    where = f"{cls.__name__} in {file}"
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not _OP_NAME.match(name):
+        raise OpSourceError(
+            f"{where}: op name {name!r} is not valid",
+            hint="lower case letters, digits and '_', starting with a letter (it becomes DS_BUILD_<NAME>)",
+        )
+    if not isinstance(builder, (CPUOpBuilder, CUDAOpBuilder)):
+        raise OpSourceError(
+            f"{where}: {name} derives from neither CPUOpBuilder nor CUDAOpBuilder",
+            hint="subclass op_builder.CPUOpBuilder (C++ only) or op_builder.CUDAOpBuilder (device code)",
+        )
+    if not builder.sources:
+        raise OpSourceError(f"{where}: {name} lists no sources", hint="set sources = ('csrc/my_op.cpp', ...)")
+    missing = [s for s, path in zip(builder.sources, builder.source_paths()) if not Path(path).is_file()]
+    if missing:
+        raise OpSourceError(
+            f"{where}: {name}'s source {missing[0]} is not in {builder.source_dir()}",
+            hint="sources are relative to the op package's folder (or its source_root)",
+        )
+    if isinstance(builder, CUDAOpBuilder):
+        problem = _limits_problem(builder.arch_limits)
+        if problem:
+            raise OpSourceError(
+                f"{where}: {name}'s arch_limits {problem}", hint="e.g. ArchLimits(min_capability=(8, 0))"
+            )
+    if not isinstance(builder.selftest, (str, type(None))) or (
+        builder.selftest and ":" not in builder.selftest
+    ):
+        raise OpSourceError(
+            f"{where}: {name}'s selftest {builder.selftest!r} is not 'module:function'",
+            hint=f"e.g. selftest = '{origin.package or 'my_ops'}.selftest:run'",
+        )
+
+
+def _limits_problem(limits: ArchLimits) -> str | None:
+    if not isinstance(limits, ArchLimits):
+        return f"are {limits!r}, not an ArchLimits"
+    bounds: Sequence[object] = (limits.min_capability, limits.max_capability)
+    for bound in bounds:
+        if bound is None:
+            continue
+        if not (
+            isinstance(bound, tuple)
+            and len(bound) == 2
+            and all(isinstance(part, int) and not isinstance(part, bool) and part >= 0 for part in bound)
+        ):
+            return f"bound {bound!r} is not a (major, minor) capability such as (8, 0)"
+    low, high = limits.min_capability, limits.max_capability
+    if low is not None and high is not None and low > high:
+        return f"admit nothing: the minimum {low} is above the maximum {high}"
+    return None
