@@ -8,6 +8,7 @@ loading in ``loader``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -130,10 +131,8 @@ class OpBuilder:
 
         flags = self.flags(ctx)
         # setuptools wants sources relative to setup.py; include dirs stay absolute
-        # because torch's ninja build compiles from inside its build directory. An op
-        # package's sources outside the project stay absolute: a "../" path would put their
-        # objects outside the build directory.
-        rel = [_relative_if_inside(s, PACKAGE_ROOT) for s in flags.sources]
+        # because torch's ninja build compiles from inside its build directory.
+        rel = [_project_relative(s, self.source_dir()) for s in flags.sources]
         common: dict[str, Any] = {
             "name": flags.module,
             "sources": rel,
@@ -154,9 +153,23 @@ class OpBuilder:
         return load_op(self, os.environ if env is None else env).module
 
 
-def _relative_if_inside(path: str, root: Path) -> str:
-    relative = os.path.relpath(path, root)
-    return path if relative.startswith(os.pardir) else relative
+# Where an ahead-of-time build reaches an op package outside the project: setuptools refuses
+# absolute source paths, and a "../" path would put the objects outside its build directory.
+LINKED_SOURCES = Path("build", "op-sources")
+
+
+def _project_relative(source: str, source_dir: Path) -> str:
+    """``source`` relative to the project; an op package's through a link under ``LINKED_SOURCES``."""
+    relative = os.path.relpath(source, PACKAGE_ROOT)
+    if not relative.startswith(os.pardir):
+        return relative
+    tag = hashlib.sha256(str(source_dir).encode()).hexdigest()[:8]
+    link = PACKAGE_ROOT / LINKED_SOURCES / f"{source_dir.name}-{tag}"
+    if not link.is_symlink() or Path(os.readlink(link)) != source_dir:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(source_dir, target_is_directory=True)
+    return str(LINKED_SOURCES / link.name / os.path.relpath(source, source_dir))
 
 
 class CPUOpBuilder(OpBuilder):
