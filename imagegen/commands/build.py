@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -103,6 +104,13 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.0f} MiB"
 
 
+def _compile_cell(seconds: Mapping[str, float]) -> str:
+    """Each op's compile time in this build; a layer-cached build compiled nothing."""
+    if not seconds:
+        return "-"
+    return ", ".join(f"{op} {s:.1f}s" for op, s in seconds.items())
+
+
 def _print(report: pipeline.BuildReport) -> None:
     out = console()
     if report.verify is not None:
@@ -116,6 +124,7 @@ def _print(report: pipeline.BuildReport) -> None:
         ("torch", report.torch),
         ("python", report.python),
         ("build", f"{report.build_seconds:.1f}s ({report.engine})"),
+        ("compile", _compile_cell(report.compile_seconds)),
         ("verify", "skipped" if verify_seconds is None else f"{verify_seconds:.1f}s"),
         ("pushed", "yes" if report.pushed else "no"),
     ]

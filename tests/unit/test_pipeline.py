@@ -29,9 +29,15 @@ SUMMARY_KEYS = {
 class FakeEngine:
     """Records what the pipeline asked of the engine; ``failing`` ops do not verify."""
 
-    def __init__(self, failing: tuple[str, ...] = (), build_error: BuildFailedError | None = None) -> None:
+    def __init__(
+        self,
+        failing: tuple[str, ...] = (),
+        build_error: BuildFailedError | None = None,
+        log: tuple[str, ...] = ("#1 DONE 0.1s",),
+    ) -> None:
         self.failing = failing
         self.build_error = build_error
+        self.log = log
         self.calls: list[str] = []
         self.context_files: list[str] = []
 
@@ -52,7 +58,7 @@ class FakeEngine:
         self.context_files = sorted(p.name for p in context.iterdir())
         if self.build_error is not None:
             raise self.build_error
-        return BuildResult(tag, "sha256:abc", 12.34, log=("#1 DONE 0.1s",))
+        return BuildResult(tag, "sha256:abc", 12.34, log=self.log)
 
     def verify_image(self, tag: str, ops: tuple[str, ...]) -> VerifyResult:
         self.calls.append(f"verify {tag}")
@@ -159,3 +165,17 @@ def test_build_text_failed_verification_says_which_op(monkeypatch: pytest.Monkey
     assert result.exit_code == 1
     assert "tag" in result.stdout and "123 MiB" in result.stdout
     assert "failed verification: cpu_adam (not installed ahead of time)" in result.stderr
+
+
+def test_build_text_shows_each_ops_compile_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = (
+        "#17 70.9   op_builder: built cpu_lion in 12.0s",
+        "#17 71.2   op_builder: built cpu_adam in 41.25s",
+    )
+    FakeEngine(log=log).install(monkeypatch)
+    result = runner.invoke(app, BUILD)
+    assert result.exit_code == 0, result.output
+    assert "compile  cpu_lion 12.0s, cpu_adam 41.2s" in result.stdout
+    # A build whose ops came from the layer cache compiled nothing.
+    FakeEngine().install(monkeypatch)
+    assert "compile  -" in runner.invoke(app, BUILD).stdout
