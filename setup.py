@@ -12,7 +12,7 @@ from setuptools import setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from op_builder.setup_support import planned_extensions
+from op_builder.setup_support import needs_extensions, planned_extensions
 
-ext_modules, cmdclass = planned_extensions(os.environ)
+ext_modules, cmdclass = planned_extensions(os.environ) if needs_extensions(sys.argv) else ([], {})
 setup(ext_modules=ext_modules, cmdclass=cmdclass)

@@ -6,9 +6,9 @@ In a temporary copy of the checkout: build the CPU image with the layer cache of
 (``--no-cache``), append a comment to ``--touch`` (default imagegen/cli.py: outside
 op_builder/ and kernels/, so the build stage must not run again), build again, and compare.
 Goal with BuildKit: rebuild / cold <= 0.1, and no op compiled in the rebuild (checked in its
-log). ``--no-cache`` keeps BuildKit's cache mounts (ccache, pip), so the cold compile may be
-faster than on a fresh machine; ``--prune-cache`` empties those mounts first (for every build
-on this daemon) to measure a cold start for real.
+log). On this engine (dockerd 20.10's BuildKit) ``--no-cache`` also gives the build empty
+cache mounts (moby/buildkit#1213), so the cold build compiles from scratch; ``--prune-cache``
+empties the mounts first as well (for every build on this daemon), for engines that keep them.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +62,22 @@ def _print_plan(plan: Plan) -> None:
             _say(f"  - {skipped.name}: {skipped.reason}")
     for error in plan.errors:
         _say_error(error.message, error.hint)
+
+
+# setup.py commands that only write metadata: pip runs setup.py three times for one wheel
+# (egg_info for the build requirements, dist_info for the metadata, bdist_wheel), and only the
+# last compiles. Planning imports torch and probes the compiler: seconds each time, which a
+# rebuild after a one-line change notices.
+_METADATA_COMMANDS = frozenset({"egg_info", "dist_info"})
+_COMPILING_COMMANDS = frozenset(
+    {"build", "build_ext", "bdist_wheel", "bdist", "install", "develop", "editable_wheel", "bdist_egg"}
+)
+
+
+def needs_extensions(argv: Sequence[str]) -> bool:
+    """False when setup.py runs only metadata commands (``argv`` as setup.py got it)."""
+    words = set(argv[1:])
+    return not (words & _METADATA_COMMANDS) or bool(words & _COMPILING_COMMANDS)
 
 
 def planned_extensions(env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any]]:

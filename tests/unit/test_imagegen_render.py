@@ -75,7 +75,8 @@ def test_build_stage_sets_only_the_requested_build_variables() -> None:
     ]
     assert "DS_ACCELERATOR=cpu" in build
     assert "TORCH_CUDA_ARCH_LIST" not in build
-    assert "python -m op_builder plan" in build
+    # The plan is printed by setup.py's own pass (op_builder's lines are what the build shows).
+    assert 'grep --line-buffered -F "op_builder: "' in build
     assert "pip wheel --no-cache-dir --no-build-isolation --no-deps --wheel-dir /wheels ." in build
     assert "python -m op_builder verify cpu_adam cpu_lion" in build
     # only the wheel's inputs are copied, so CLI and doc edits leave the compile cached
