@@ -24,7 +24,10 @@ from typing import Any
 from imagegen.engine.client import docker_client
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.reference import check_reference
+from op_builder.errors import UnknownOpError
+from op_builder.registry import ALL_OPS
 from op_builder.report import OpVerification, VerifyReport
+from op_builder.suggest import did_you_mean
 
 VERIFY_LABEL = "io.imagegen.verify"
 OPS_LABEL = "io.imagegen.ops"
@@ -120,6 +123,19 @@ def requested_ops(ops: Sequence[str] | None, labels: Mapping[str, str]) -> tuple
         return tuple(ops)
     listed = tuple(op.strip() for op in labels.get(OPS_LABEL, "").split(",") if op.strip())
     return listed or None
+
+
+def check_image_op_names(ops: Sequence[str], labels: Mapping[str, str]) -> None:
+    """UnknownOpError for a name that is neither one of ours nor an op the image's labels list
+    (an op package's op is known to the image, not necessarily here)."""
+    in_image = [op.strip() for op in labels.get(OPS_LABEL, "").split(",") if op.strip()]
+    known = [*ALL_OPS, *(op for op in in_image if op not in ALL_OPS)]
+    for name in ops:
+        if name not in known:
+            raise UnknownOpError(
+                f"unknown op {name!r}: not one of ours, and the image's {OPS_LABEL} label does not list it",
+                hint=did_you_mean(name, known) or "ops here and in the image: " + ", ".join(known),
+            )
 
 
 def run_user(image_user: str) -> str:
@@ -236,7 +252,9 @@ def verify_image(
             raise BadInputError(
                 f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
             ) from exc
-        wanted = requested_ops(ops, config.get("Labels") or {})
+        labels = config.get("Labels") or {}
+        check_image_op_names(ops or (), labels)
+        wanted = requested_ops(ops, labels)
         name = f"imagegen-verify-{uuid.uuid4().hex[:12]}"
         try:
             command = verify_command(wanted, require_gpu, selftest)

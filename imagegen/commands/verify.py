@@ -12,7 +12,8 @@ from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import VerificationFailedError
 from imagegen.verify_table import render_table
-from op_builder.registry import check_op_names
+from op_builder.registry import ALL_OPS, check_op_names
+from op_builder.suggest import closest
 
 ImageArgument = Annotated[str, typer.Argument(metavar="IMAGE", help="Image tag or id.")]
 VerifyOpsOption = Annotated[
@@ -47,7 +48,9 @@ def verify(
 ) -> None:
     """Verify IMAGE: every op loads ahead of time, passes its self-test, and holds its planned GPU code."""
     names = [n.strip() for n in (ops or "").split(",") if n.strip()] or None
-    check_op_names(names or ())
+    # A misspelt op of ours is caught here, before the engine is asked; other names may be an op
+    # package's, which only the image knows (verify_image checks them against its labels).
+    check_op_names([n for n in names or () if n in ALL_OPS or closest(n, ALL_OPS)])
     selected = verify_lib.parse_gpus(gpus)
     result = verify_lib.verify_image(
         image, ops=names, timeout=timeout, gpus=selected, require_gpu=require_gpu

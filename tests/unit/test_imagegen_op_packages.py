@@ -145,3 +145,17 @@ def test_matrix_takes_the_packages_ops_into_every_image(tmp_path: Path, package:
         runner.invoke(app, ["matrix", "--out", str(out), "--check", "--op-source", str(root)]).exit_code == 0
     )
     assert runner.invoke(app, ["matrix", "--out", str(out), "--check"]).exit_code == 1
+
+
+def test_verify_knows_the_ops_an_image_labels_and_catches_our_typos() -> None:
+    from imagegen.verify import check_image_op_names
+    from op_builder.errors import UnknownOpError
+
+    labels = {"io.imagegen.ops": "cpu_adam,acme_rmsnorm"}
+    check_image_op_names(["acme_rmsnorm", "cpu_adam", "cpu_lion"], labels)  # ours, or the image's
+    with pytest.raises(UnknownOpError) as info:
+        check_image_op_names(["acme_rmsnrm"], labels)
+    assert "did you mean 'acme_rmsnorm'" in (info.value.hint or "")
+    # Before the engine is asked: a near miss of one of ours is a typo; another name may be the image's.
+    done = runner.invoke(app, ["verify", "no-such-image-here:1", "--ops", "cpu_adm"])
+    assert done.exit_code == 2 and "unknown op 'cpu_adm'" in done.output
