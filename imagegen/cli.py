@@ -18,7 +18,17 @@ from typing import Any, cast
 import typer
 from typer.core import TyperGroup
 
-from imagegen.commands import JSON_META_KEY, build, dockerfile, doctor, matrix, ops, report_error, verify
+from imagegen.commands import (
+    JSON_META_KEY,
+    build,
+    dockerfile,
+    doctor,
+    matrix,
+    new_op,
+    ops,
+    report_error,
+    verify,
+)
 from imagegen.errors import BadInputError, ImagegenError, UserFacingError
 
 # 128 + SIGINT, as shells report a command stopped by Ctrl-C.
@@ -69,6 +79,7 @@ app.command("build")(build.build)
 app.command("verify")(verify.verify)
 app.command("matrix")(matrix.matrix)
 app.command("doctor")(doctor.doctor)
+app.command("new-op")(new_op.new_op)
 
 
 def main() -> None:

@@ -2,13 +2,15 @@
 
 For each GPU op, the flags are exactly what ``op_builder`` gives that op for
 ``DS_ACCELERATOR=cuda`` and the arch list (``--archs``, default ``8.0;9.0``): the op's
-nvcc flags and include dirs, nothing added. Each ``.cu`` source is compiled with ``-c``
-to an object in a temporary directory, two at a time. This checks device code on a
-machine without a GPU or a CUDA build of torch (the bindings need torch's CUDA headers;
-``--bindings`` syntax-checks them too, see ``check_bindings``).
+nvcc flags and include dirs, nothing added. The ops are ours and those of the op packages
+that ``DS_OP_SOURCES`` and ``--op-source DIR`` (repeatable) name; ``--ops A,B`` picks some.
+Each ``.cu`` source is compiled with ``-c`` to an object in a temporary directory, two at a
+time. This checks device code on a machine without a GPU or a CUDA build of torch (the
+bindings need torch's CUDA headers; ``--bindings`` syntax-checks them too, see
+``check_bindings``).
 
 Exit status: 0 when everything compiled (or nvcc is absent: skipped, with the reason);
-1 when any source failed; 2 on bad arguments (an unparsable arch list).
+1 when any source failed; 2 on bad arguments (an unparsable arch list, an unusable op package).
 """
 
 from __future__ import annotations
@@ -19,20 +21,25 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from _compile_check import ROOT, Job, finish, resolve, run_all, skip  # puts the checkout on sys.path
 
-from op_builder import ALL_OPS
+from op_builder.builder import OpBuilder
 from op_builder.context import BuildContext
+from op_builder.errors import UserFacingError
+from op_builder.op_sources import check_package_dir, sources_from_env
+from op_builder.registry import check_op_names, registry_for
 
 
-def device_jobs(ctx: BuildContext, nvcc: str, out_dir: Path) -> tuple[list[Job], list[tuple[str, str]]]:
+def device_jobs(
+    ctx: BuildContext, nvcc: str, out_dir: Path, ops: Mapping[str, OpBuilder]
+) -> tuple[list[Job], list[tuple[str, str]]]:
     """One compile job per .cu source of each compatible GPU op, and (op, reason) for the others."""
     jobs: list[Job] = []
     skipped: list[tuple[str, str]] = []
-    for name, builder in ALL_OPS.items():
+    for name, builder in ops.items():
         if builder.target != "gpu":
             continue
         reason = builder.incompatibility(ctx)
@@ -61,7 +68,7 @@ def cuda_include_dir(ctx: BuildContext) -> Path:
     return homes[0] / "include"
 
 
-def binding_jobs(ctx: BuildContext, stub_dir: Path) -> list[Job]:
+def binding_jobs(ctx: BuildContext, stub_dir: Path, ops: Mapping[str, OpBuilder]) -> list[Job]:
     """Syntax-only g++ checks of the .cpp bindings against this torch's headers.
 
     A CPU build of torch ships c10/cuda headers but not the generated
@@ -80,7 +87,7 @@ def binding_jobs(ctx: BuildContext, stub_dir: Path) -> list[Job]:
         f"-I{sysconfig.get_paths()['include']}",
     ]
     jobs: list[Job] = []
-    for name, builder in ALL_OPS.items():
+    for name, builder in ops.items():
         if builder.target != "gpu" or builder.incompatibility(ctx) is not None:
             continue
         flags = builder.flags(ctx)
@@ -109,7 +116,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="parallel compiles (default 2)")
     parser.add_argument("--bindings", action="store_true", help="also syntax-check the .cpp bindings (slow)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.add_argument(
+        "--op-source",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also check this op package's GPU ops (repeatable; DS_OP_SOURCES is read too)",
+    )
+    parser.add_argument("--ops", metavar="A,B", help="check only these ops (default: every GPU op)")
     args = parser.parse_args(argv)
+    try:
+        sources = [*sources_from_env(os.environ), *(check_package_dir(Path(d)) for d in args.op_source)]
+        registry = registry_for(sources)
+        ops = registry.ops
+        if args.ops:
+            names = [n.strip() for n in args.ops.split(",") if n.strip()]
+            check_op_names(names, registry)
+            ops = {name: registry.ops[name] for name in names}
+    except UserFacingError as exc:
+        print(f"error: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), file=sys.stderr)
+        return 2
 
     # The environment's toolkit, never its arch list.
     ctx = resolve(os.environ, {"DS_ACCELERATOR": "cuda", "TORCH_CUDA_ARCH_LIST": args.archs})
@@ -121,9 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return skip(reason, args.json)
 
     with tempfile.TemporaryDirectory(prefix="cuda_check_") as tmp:
-        jobs, skipped = device_jobs(ctx, cuda.nvcc, Path(tmp))
+        jobs, skipped = device_jobs(ctx, cuda.nvcc, Path(tmp), ops)
         if args.bindings:
-            jobs.extend(binding_jobs(ctx, Path(tmp, "stub")))
+            jobs.extend(binding_jobs(ctx, Path(tmp, "stub"), ops))
         if not args.json:
             print(
                 f"nvcc {cuda.version} ({cuda.nvcc}); archs {args.archs}; "

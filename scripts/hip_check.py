@@ -60,7 +60,9 @@ def jobs_for(
 ) -> list[Job]:
     jobs: list[Job] = []
     for name, builder in ALL_OPS.items():
-        if builder.target != "gpu":
+        # Our ops only: the hipified copy is of kernels/csrc, and an op package's sources
+        # (DS_OP_SOURCES) live elsewhere.
+        if builder.target != "gpu" or builder.source_dir() != CSRC:
             continue
         flags = builder.flags(ctx)
         includes = [f"-I{tree / Path(d).relative_to(CSRC)}" for d in flags.include_dirs]
