@@ -2,9 +2,14 @@
 
 ``FusedAdam``, ``FusedLamb`` and ``FusedLion`` are ``torch.optim.Optimizer`` subclasses.
 On a CUDA / ROCm device each step updates all parameters of a group that share a
-dtype with one multi-tensor kernel launch (two for Lamb). Parameters may be fp32,
+dtype with one multi-tensor kernel launch (Lamb: three phases, its per-tensor norms
+summed in a fixed order so that a step gives the same bits every run). Parameters may be fp32,
 fp16 or bf16; the optimizer state (``exp_avg``, ``exp_avg_sq``) is fp32 and all math is
 fp32, so half-precision parameters do not lose the small updates.
+
+Parameters may have any layout (transposed, channels_last, strided views): the kernels
+update a non-contiguous one through a contiguous copy written back after the step, the
+fallback updates it in place; optimizer state is always contiguous.
 
 When the op cannot run (not built and no JIT, tensors on the CPU, float64
 parameters, ...) the step runs a PyTorch implementation of the same update and
@@ -106,9 +111,17 @@ class _FusedOptimizer(KernelOptimizer):
                         self._fallback(p, g, state, group, step)
                     used.add("fallback")
                 else:
-                    lists = [[g for _, g, _ in entries], [p for p, _, _ in entries]]
+                    # The kernels update dense, contiguous memory in place; a non-contiguous
+                    # param (transposed, channels_last, a strided slice) is updated through a
+                    # contiguous copy written back after the launch. Its state is contiguous
+                    # in the param's logical order, as the copy is.
+                    work = [p if p.is_contiguous() else p.contiguous() for p, _, _ in entries]
+                    lists = [[g for _, g, _ in entries], work]
                     lists += [[state[key] for _, _, state in entries] for key in self.state_keys]
                     getattr(module, self.kernel_fn)(*lists, *self._kernel_scalars(group, step))
+                    for (p, _, _), w in zip(entries, work):
+                        if w is not p:
+                            p.copy_(w)
                     used.add("kernel")
         if used:
             self.backend = "mixed" if len(used) > 1 else next(iter(used))
@@ -123,8 +136,6 @@ class _FusedOptimizer(KernelOptimizer):
             raise TypeError(f"{name}: params must be floating point, got {p.dtype}")
         if p.grad.dtype != p.dtype:
             raise TypeError(f"{name}: a {p.dtype} param has a {p.grad.dtype} grad; they must match")
-        if not p.is_contiguous():
-            raise ValueError(f"{name}: params must be contiguous (the kernels update them in place)")
 
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         """The kernel's arguments after the tensor lists."""

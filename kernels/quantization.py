@@ -12,10 +12,19 @@ Integer (``quantize`` / ``dequantize``), ``bits`` 8 or 4:
   ``q = clamp(round((x - min) / scale), 0, 2**bits - 1)``; codes are unsigned.
 * int4 packs two codes per byte: element 2i in the low nibble, 2i + 1 in the high one.
 * rounding is to nearest even; a group whose scale is 0 gets code 0.
+* non-finite inputs follow torch's ``amin`` / ``amax`` and IEEE division: a NaN makes its
+  group's scale (and offset) NaN and every code 0; an infinity makes the scale infinite (NaN
+  where max - min is inf - inf) and every code 0 (inf / inf is NaN, stored as 0). Either group
+  dequantizes to NaN.
 
 FP8 (``quantize_fp8`` / ``dequantize_fp8``): ``scale = max|x| / fmax`` (448 for e4m3,
 57344 for e5m2) and ``q = float8(clamp(x / scale, -fmax, fmax))``, stored as
-``torch.float8_e4m3fn`` / ``torch.float8_e5m2``.
+``torch.float8_e4m3fn`` / ``torch.float8_e5m2``. A NaN makes its group's scale NaN and
+its codes 0; an infinity makes the scale infinite, finite elements signed zeros and the
+infinite ones NaN codes. Either group dequantizes to NaN.
+
+The kernels keep fp32 denormals (no flush-to-zero), so groups whose max is tiny (down to
+the smallest denormals) quantize as the PyTorch rules do.
 
 CUDA / ROCm tensors of fp32, fp16 or bf16 use the kernels; otherwise a PyTorch
 implementation of the same rules runs (bit-identical codes), after one warning.
@@ -88,6 +97,13 @@ def _safe_divisor(scale: Tensor) -> Tensor:
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
+def _div(t: Tensor, divisor: float) -> Tensor:
+    """``t / divisor`` correctly rounded on every device. On CUDA, torch divides by a Python
+    number as ``t * (1 / divisor)``, which can be one ulp off the division the kernels do;
+    dividing by a tensor of divisors takes the true division."""
+    return t / torch.full_like(t, divisor)
+
+
 # ----------------------------------------------------------------------------- integer
 
 
@@ -97,15 +113,19 @@ def _quantize_int_torch(xg: Tensor, bits: int, symmetric: bool) -> tuple[Tensor,
     low, high = xf.amin(-1), xf.amax(-1)
     if symmetric:
         qmax = (1 << (bits - 1)) - 1
-        scale = torch.maximum(-low, high) / qmax
+        scale = _div(torch.maximum(-low, high), qmax)
         codes = torch.round(xf / _safe_divisor(scale)[:, None]).clamp(-qmax, qmax)
         offset = None
     else:
         levels = (1 << bits) - 1
-        scale = (high - low) / levels
+        scale = _div(high - low, levels)
         codes = torch.round((xf - low[:, None]) / _safe_divisor(scale)[:, None]).clamp(0, levels)
         offset = low
-    codes = torch.where((scale > 0)[:, None], codes, torch.zeros_like(codes))
+    # Code 0 where the scale is not > 0 (0, or NaN from a NaN in the group) and where the
+    # value is NaN (inf / inf under an infinite scale): said explicitly, since a NaN -> int
+    # conversion is platform-defined (its stored low bits happen to be 0 on CPU and CUDA).
+    keep = (scale > 0)[:, None] & ~torch.isnan(codes)
+    codes = torch.where(keep, codes, torch.zeros_like(codes))
     return codes.to(torch.int32), scale, offset
 
 
@@ -185,7 +205,7 @@ def quantize_fp8(
     else:
         fmax = _FP8_MAX[format]
         xf = xg.float()
-        scale = xf.abs().amax(-1) / fmax
+        scale = _div(xf.abs().amax(-1), fmax)
         scaled = (xf / _safe_divisor(scale)[:, None]).clamp(-fmax, fmax)
         scaled = torch.where((scale > 0)[:, None], scaled, torch.zeros_like(scaled))
         data = scaled.to(_FP8_DTYPES[format])

@@ -11,7 +11,8 @@ Conventions: LayerNorm normalizes over the trailing ``normalized_shape`` dims;
 ``approximate`` is ``"none"`` (erf) or ``"tanh"`` as in ``F.gelu``; the softmax mask is
 boolean with True meaning *masked out*, broadcastable to the input, and ``causal``
 hides key j from query i when j > i + (k_len - q_len). A row with every key hidden
-comes out as zeros (not NaN).
+comes out as zeros (not NaN); a row with a visible +inf or NaN score is NaN, as in
+``torch.softmax``.
 """
 
 from __future__ import annotations
@@ -309,10 +310,13 @@ class _SoftmaxFunction(torch.autograd.Function):
             if hidden is not None:
                 s = s.masked_fill(hidden, -math.inf)
             row_max = s.amax(-1, keepdim=True)
-            row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
+            # No visible key (max -inf): shift by 0 so the row sums to 0 and comes out as zeros.
+            # A visible +inf or NaN keeps its max (+inf or NaN): inf - inf makes the sum NaN and
+            # the row NaN, as torch.softmax gives and the kernels do.
+            row_max = torch.where(row_max == -math.inf, torch.zeros_like(row_max), row_max)
             e = torch.exp(s - row_max)
             total = e.sum(-1, keepdim=True)
-            y = (e / torch.where(total > 0, total, torch.ones_like(total))).to(x.dtype)
+            y = (e / torch.where(total == 0, torch.ones_like(total), total)).to(x.dtype)
         ctx.save_for_backward(y)
         ctx.scale = scale
         ctx.module = module

@@ -202,6 +202,8 @@ class CUDAOpBuilder(OpBuilder):
 
     target: ClassVar[Target] = "gpu"
     arch_limits: ClassVar[ArchLimits] = ArchLimits()
+    # nvcc flags of this op alone, after the common ones (so they can undo one of those).
+    nvcc_flags: ClassVar[tuple[str, ...]] = ()
 
     def arch_decision(self, archs: Sequence[CudaArch]) -> arch_lib.OpArchDecision:
         """This op's own list from a build-wide list (see ``archs.decide_op_archs``)."""
@@ -250,6 +252,7 @@ class CUDAOpBuilder(OpBuilder):
             f"--threads={ctx.nvcc_threads}",
             *arch_lib.nvcc_gencode_flags(archs),
             *defines,
+            *self.nvcc_flags,
         ]
         return self._device_flags(ctx, "nvcc", nvcc, tuple(str(a) for a in archs), defines)
 

@@ -48,18 +48,24 @@ def _nonzero(scale: Tensor) -> Tensor:
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
+def _div(t: Tensor, divisor: float) -> Tensor:
+    """Correctly rounded ``t / divisor``: on CUDA torch turns a division by a Python number
+    into a multiplication by its reciprocal (one ulp off at times); a tensor divisor is not."""
+    return t / torch.full_like(t, divisor)
+
+
 def _int_reference(x: Tensor, bits: int, symmetric: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """(codes as int32 [groups, size], scale, offset or None) by the documented rules."""
     xf = x.float()
     low, high = xf.amin(dim=1), xf.amax(dim=1)
     if symmetric:
         qmax = 2 ** (bits - 1) - 1
-        scale = torch.maximum(low.abs(), high.abs()) / qmax
+        scale = _div(torch.maximum(low.abs(), high.abs()), qmax)
         codes = torch.round(xf / _nonzero(scale)[:, None]).clamp(-qmax, qmax)
         offset = None
     else:
         top = 2**bits - 1
-        scale = (high - low) / top
+        scale = _div(high - low, top)
         codes = torch.round((xf - low[:, None]) / _nonzero(scale)[:, None]).clamp(0, top)
         offset = low
     codes[scale == 0] = 0
@@ -107,7 +113,7 @@ def _fp8_case(ctx: SelfTestContext, dtype: torch.dtype, groups: int, size: int, 
     q = quantize_fp8(x, size, fmt, use_kernel=True)  # type: ignore[arg-type]
     fmax = FP8_MAX[fmt]
     xf = x.float()
-    scale = xf.abs().amax(dim=1) / fmax
+    scale = _div(xf.abs().amax(dim=1), fmax)
     scaled = (xf / _nonzero(scale)[:, None]).clamp(-fmax, fmax)
     scaled[scale == 0] = 0.0
     codes = scaled.to(FP8_DTYPE[fmt]).float()

@@ -2,9 +2,8 @@ from __future__ import annotations
 
 from op_builder import archs as arch_lib
 from op_builder.archs import ArchLimits, CudaArch
-from op_builder.context import BuildContext, OpFlags
 from op_builder.ops._base import BuiltinCUDAOp
-from op_builder.ops.quantizer import with_ieee_fp32
+from op_builder.ops.quantizer import IEEE_FP32_NVCC_FLAGS
 
 
 class FPQuantizerBuilder(BuiltinCUDAOp):
@@ -13,11 +12,9 @@ class FPQuantizerBuilder(BuiltinCUDAOp):
     sources = ("fp_quantizer/fp_quantizer.cu", "fp_quantizer/bindings.cpp")
     # The kernels use bf16 arithmetic and FP8 types throughout: sm_80 and newer only.
     arch_limits = ArchLimits(min_capability=(8, 0))
+    # Denormal scales must round as the reference's: see IEEE_FP32_NVCC_FLAGS.
+    nvcc_flags = IEEE_FP32_NVCC_FLAGS
 
     def arch_defines(self, archs: tuple[CudaArch, ...]) -> tuple[str, ...]:
         native = ("-DFP8_NATIVE",) if arch_lib.fp8_native(archs) else ()
         return (*super().arch_defines(archs), *native)
-
-    def flags(self, ctx: BuildContext) -> OpFlags:
-        # Denormal scales must round as the reference's: see IEEE_FP32_NVCC_FLAGS.
-        return with_ieee_fp32(super().flags(ctx))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from tests.gpu._inputs import offset_view, on_side_stream
 from tests.gpu._tolerances import DTYPES
 
 # Awkward sizes: 1, odd, a vector-friendly one, and one spanning several 64K-element chunks.
@@ -108,3 +111,138 @@ def test_misaligned_params_take_the_scalar_path(device: torch.device) -> None:
     opts = [FusedLion([view], use_kernel=True), FusedLion(theirs, use_kernel=False)]
     _steps(opts, [[view], theirs], 3)
     _assert_same([view], theirs, torch.float32)
+
+
+# ----------------------------------------------------------------------------- awkward inputs
+
+OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], dict[str, Any]]] = {
+    "adam": (FusedAdam, {"lr": 1e-2, "weight_decay": 0.01}),
+    "lamb": (FusedLamb, {"lr": 1e-2, "weight_decay": 0.01}),
+    "lion": (FusedLion, {"lr": 1e-3, "weight_decay": 0.1}),
+}
+
+
+# Steps to compare over. Lion takes one: from its second step on, sign(beta1 * m + (1 - beta1) * g)
+# of the kernel and of the PyTorch rule can differ where that sum is within rounding of 0 (their
+# fp32 constants and operation order differ), a jump of 2 * lr that a large tensor hits somewhere.
+STEPS = {"adam": 3, "lamb": 3, "lion": 1}
+
+
+def _pair(name: str, ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> list[torch.optim.Optimizer]:
+    """The kernel on ``ours``, the PyTorch rule (the fallback) on ``theirs``."""
+    cls, kwargs = OPTIMIZERS[name]
+    return [cls(ours, use_kernel=True, **kwargs), cls(theirs, use_kernel=False, **kwargs)]
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_params(device: torch.device, name: str, dtype: torch.dtype) -> None:
+    """Params (and so their grads' copies) at storage offset 1: the kernels fall back to
+    scalar accesses for them, and must not fault."""
+    aligned = _params(device, dtype, (4097, 65536 + 3, 8))
+    ours = [torch.nn.Parameter(offset_view(p.detach(), 1)) for p in aligned]
+    theirs = _clone(aligned)
+    opts = _pair(name, ours, theirs)
+    _steps(opts, [ours, theirs], STEPS[name])
+    torch.cuda.synchronize(device)
+    _assert_same(ours, theirs, dtype)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("sizes", [(0, 5, 0, 4097, 0), (0,), (0, 0, 0)])
+def test_zero_element_params(device: torch.device, name: str, sizes: tuple[int, ...]) -> None:
+    ours = _params(device, torch.float32, sizes)
+    theirs = _clone(ours)
+    opts = _pair(name, ours, theirs)
+    _steps(opts, [ours, theirs], STEPS[name])
+    assert opts[0].backend == "kernel"  # type: ignore[attr-defined]
+    _assert_same(ours, theirs, torch.float32)
+
+
+# Lamb's first kernel takes 30 tensors and 320 blocks (64K-element chunks) per launch, Lion's
+# 48 and 320, Lamb's norms 128 tensors: 200 tensors of mixed sizes and one of 330 chunks
+# spread each over several launches, a tensor continuing from one launch to the next.
+MANY = (*[1 + (37 * i) % 5000 for i in range(120)], 330 * 65536 + 1, *[3 * 65536 - 1, 7] * 40)
+
+
+@pytest.mark.parametrize("name", ["lamb", "lion"])
+def test_many_tensors_and_chunks(device: torch.device, name: str) -> None:
+    ours = _params(device, torch.float32, MANY)
+    theirs = _clone(ours)
+    opts = _pair(name, ours, theirs)
+    _steps(opts, [ours, theirs], STEPS[name])
+    _assert_same(ours, theirs, torch.float32)
+    for p, q in zip(ours, theirs):  # every chunk's state updated once
+        torch.testing.assert_close(
+            opts[0].state[p]["exp_avg"], opts[1].state[q]["exp_avg"], rtol=1e-5, atol=1e-7
+        )
+
+
+def test_fused_lamb_is_bitwise_reproducible(device: torch.device) -> None:
+    """The per-tensor norms add every chunk's partial sums in a fixed order: two runs of the
+    same steps give the same bits (a float atomicAdd per block would not)."""
+    sizes = (*[4097] * 40, 200 * 65536 + 3, 65536)
+    first = _params(device, torch.float32, sizes)
+    second = _clone(first)
+    opts = [FusedLamb(first, use_kernel=True), FusedLamb(second, use_kernel=True)]
+    _steps(opts, [first, second], 3)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opts[0].state[a][key], opts[1].state[b][key])
+
+
+def _layouts(device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(3)
+    return [
+        torch.randn(29, 37, device=device, generator=gen).to(dtype).t(),
+        torch.randn(3, 7, 5, 11, device=device, generator=gen)
+        .to(dtype)
+        .to(memory_format=torch.channels_last),
+        torch.randn(31, 66, device=device, generator=gen).to(dtype)[:, ::2],
+        torch.randn(64, 130, 3, 3, device=device, generator=gen)
+        .to(dtype)
+        .to(memory_format=torch.channels_last),
+    ]
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_non_contiguous_params(device: torch.device, name: str, dtype: torch.dtype) -> None:
+    """Transposed, channels_last and strided params: updated in place (same storage, same
+    strides), as the PyTorch rule updates the same layouts."""
+    data = _layouts(device, dtype)
+    ours = [torch.nn.Parameter(t) for t in data]
+    theirs = [torch.nn.Parameter(t.clone(memory_format=torch.preserve_format)) for t in data]
+    pointers = [(p.data_ptr(), p.stride()) for p in ours]
+    assert not any(p.is_contiguous() for p in ours)
+    opts = _pair(name, ours, theirs)
+    _steps(opts, [ours, theirs], STEPS[name])
+    assert opts[0].backend == "kernel"  # type: ignore[attr-defined]
+    assert [(p.data_ptr(), p.stride()) for p in ours] == pointers
+    _assert_same(ours, theirs, dtype)
+
+
+def test_adam_channels_last_matches_torch(device: torch.device) -> None:
+    data = _layouts(device, torch.float32)[3]
+    ours = [torch.nn.Parameter(data)]
+    theirs = [torch.nn.Parameter(data.clone(memory_format=torch.preserve_format))]
+    kwargs: dict[str, Any] = {"lr": 1e-2, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.1}
+    opts = [FusedAdam(ours, use_kernel=True, **kwargs), torch.optim.AdamW(theirs, **kwargs)]
+    _steps(opts, [ours, theirs], 4)
+    _assert_same(ours, theirs, torch.float32)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_optimizers_use_the_current_stream(device: torch.device, name: str) -> None:
+    ours = _params(device, torch.float32, (4097, 3 * 65536 + 5))
+    theirs = _clone(ours)
+    cls, kwargs = OPTIMIZERS[name]
+    gen = torch.Generator(device=device).manual_seed(5)
+    for p, q in zip(ours, theirs):
+        q.grad = torch.randn(q.shape, device=device, generator=gen)
+        p.grad = q.grad.clone()
+    opt = cls(ours, use_kernel=True, **kwargs)
+    cls(theirs, use_kernel=False, **kwargs).step()
+    on_side_stream(device, [p.grad for p in ours if p.grad is not None], opt.step)
+    _assert_same(ours, theirs, torch.float32)

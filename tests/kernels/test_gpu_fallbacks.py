@@ -644,7 +644,9 @@ int main() {
 )
 def test_multi_tensor_packing_covers_every_chunk_once(tmp_path: Path) -> None:
     """The optimizers' host-side packing (gpu_multi_tensor.h): every chunk of every tensor
-    goes to exactly one block, with its tensor's pointers, within one launch's capacity."""
+    goes to exactly one block, with its tensor's pointers, within one launch's capacity, and
+    the blocks of all launches come in (tensor, chunk) order: fused_lamb numbers its
+    per-chunk norm partials by that order to add them in a fixed one."""
     source = tmp_path / "packing.cu"
     source.write_text(_PACKING_MAIN)
     binary = tmp_path / "packing"
@@ -654,6 +656,7 @@ def test_multi_tensor_packing_covers_every_chunk_once(tmp_path: Path) -> None:
     text = f"{len(sizes)} " + " ".join(map(str, sizes))
     out = subprocess.run([str(binary)], input=text, capture_output=True, text=True, check=True).stdout
     seen: dict[tuple[int, int], int] = {}
+    order: list[tuple[int, int]] = []
     launches = 0
     for line in out.splitlines():
         if line.startswith("launch"):
@@ -667,7 +670,9 @@ def test_multi_tensor_packing_covers_every_chunk_once(tmp_path: Path) -> None:
         assert size == sizes[tensor]
         assert addresses == [(tensor + 1) * 16 + d for d in range(4)]
         seen[(tensor, chunk_index)] = seen.get((tensor, chunk_index), 0) + 1
+        order.append((tensor, chunk_index))
     expected = {(t, c) for t, n in enumerate(sizes) for c in range(-(-n // chunk))}
     assert set(seen) == expected
     assert all(count == 1 for count in seen.values())
+    assert order == sorted(expected)
     assert launches >= 3  # 330+ chunks and 90+ tensors cannot fit one launch

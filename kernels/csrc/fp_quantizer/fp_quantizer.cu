@@ -4,7 +4,9 @@
 // shuffle reduction, then a pass that writes codes. On CUDA the conversions come
 // from cuda_fp8.h (hardware cvt on sm_89+; FP8_NATIVE, set by the builder when
 // every arch is sm_89+, converts two values per instruction). ROCm 5.x has no FP8
-// header, so the HIP build uses the software conversions of gpu_fp8.h.
+// header, so the HIP build uses the software conversions of gpu_fp8.h. The op is
+// built without flush-to-zero (op_builder/ops/fp_quantizer.py): denormal scales
+// (groups whose absmax is tiny) round as the PyTorch reference's do.
 #include "gpu_fp_quantizer.h"
 #include "gpu_reduce.h"
 
@@ -48,10 +50,14 @@ struct Fp8 {
   }
 };
 
-// x / scale clamped into the format's range (0 when the group's scale is 0).
+// x / scale clamped into the format's range, as the reference computes it: 0 when the
+// group's scale is not > 0 (a group of zeros, or NaN scale from a NaN in the group), and
+// NaN kept through the clamp as torch.clamp keeps it (inf / inf, an infinite element
+// under an infinite scale), where fminf / fmaxf would turn it into -fmax.
 __device__ __forceinline__ float scaled(float v, float scale, float fmax) {
-  if (scale == 0.0f) return 0.0f;
-  return fminf(fmaxf(gpu_div_rn(v, scale), -fmax), fmax);
+  if (!(scale > 0.0f)) return 0.0f;
+  const float s = gpu_div_rn(v, scale);
+  return isnan(s) ? s : fminf(fmaxf(s, -fmax), fmax);
 }
 
 template <typename T, int VEC, bool E4M3>
@@ -69,10 +75,11 @@ __global__ void fp8_quantize_kernel(const T* __restrict__ x, uint8_t* __restrict
       float v[VEC];
       load_as_float<VEC>(v, xg + i);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) absmax = fmaxf(absmax, fabsf(v[k]));
+      for (int k = 0; k < VEC; ++k) absmax = gpu_fmax_nan(absmax, fabsf(v[k]));
     }
   }
-  absmax = row_reduce(absmax, GpuMaxOp(), scratch);
+  // NaN anywhere in the group makes absmax and so the scale NaN, as torch.amax does.
+  absmax = row_reduce(absmax, GpuMaxNanOp(), scratch);
   if (!active) return;
   const float scale = gpu_div_rn(absmax, F::kMax);
   if (threadIdx.x == 0) scale_out[group] = scale;

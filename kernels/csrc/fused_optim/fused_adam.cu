@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kMtBlockThreads)
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       float grad = gr[k];
-      if (cfg.adam_w_mode) {
+      if (cfg.adamw_mode) {
         pr[k] *= decay;
       } else {
         grad += cfg.weight_decay * pr[k];

@@ -1,17 +1,33 @@
-// Multi-tensor Lamb in two launches per pack sequence:
+// Multi-tensor Lamb in three phases, each a kernel per pack of tensors:
 //   1. Adam moments and the raw update u = m_hat / (sqrt(v_hat) + eps) + wd * p,
-//      stored in fp32 scratch, while accumulating per-tensor ||p||^2 and ||u||^2;
-//   2. p -= lr * trust * u with trust = ||p|| / ||u|| (1 when either is zero).
-// The second phase needs every block of the first finished, hence two passes.
+//      stored in fp32 scratch; each block writes its chunk's partial sums of p^2 and
+//      u^2 to its own slot (chunk slots are numbered in tensor, then chunk order);
+//   2. per tensor, its chunks' partials added in chunk order: ||p||^2 and ||u||^2;
+//   3. p -= lr * trust * u with trust = ||p|| / ||u|| (1 when either is zero).
+// Each phase needs every block of the one before finished, hence separate launches.
+// The norms are summed in a fixed order (a float atomicAdd per block would add the
+// partials in whatever order the blocks finish), so a step is bitwise reproducible.
 #include "gpu_fused_optim.h"
 #include "gpu_multi_tensor.h"
 #include "gpu_reduce.h"
 
 namespace {
 
+// Slot of the first chunk of each tensor of one norms launch, and its chunk count.
+struct LambNormTable {
+  static constexpr int kTensors = 128;
+  int32_t tensor_index[kTensors];
+  int32_t chunks[kTensors];
+  int64_t first_slot[kTensors];
+};
+static_assert(sizeof(LambNormTable) <= 4096, "kernel argument too large");
+
+constexpr int kNormThreads = 256;
+
+// `partials` points at this launch's first block's slot: (sum p^2, sum u^2) per block.
 template <typename T>
 __global__ void __launch_bounds__(kMtBlockThreads)
-    lamb_stage1(TensorListMeta<5> meta, gpu_ops::LambConfig cfg, float* norms) {
+    lamb_stage1(TensorListMeta<5> meta, gpu_ops::LambConfig cfg, float2* partials) {
   __shared__ float2 scratch[kGpuMaxWarps];
   const MtChunk<5> chunk = mt_chunk(meta);
   const T* g = static_cast<const T*>(meta.addresses[0][chunk.slot]) + chunk.start;
@@ -45,10 +61,25 @@ __global__ void __launch_bounds__(kMtBlockThreads)
     store_from_float<N>(u + i, ur);
   });
   sums = block_sum(sums, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sums;
+}
+
+// One block per tensor: the sum of its chunks' partials, each thread taking a fixed
+// stride of them, then block_sum's fixed tree. norms[2t], norms[2t + 1] = ||p||^2, ||u||^2.
+__global__ void __launch_bounds__(kNormThreads)
+    lamb_norms(LambNormTable table, const float2* __restrict__ partials, float* __restrict__ norms) {
+  __shared__ float2 scratch[kGpuMaxWarps];
+  const float2* first = partials + table.first_slot[blockIdx.x];
+  float2 sums = make_float2(0.0f, 0.0f);
+  for (int c = threadIdx.x; c < table.chunks[blockIdx.x]; c += blockDim.x) {
+    sums.x += first[c].x;
+    sums.y += first[c].y;
+  }
+  sums = block_sum(sums, scratch);
   if (threadIdx.x == 0) {
-    const int t = meta.tensor_index[chunk.slot];
-    atomicAdd(norms + 2 * t, sums.x);
-    atomicAdd(norms + 2 * t + 1, sums.y);
+    const int t = table.tensor_index[blockIdx.x];
+    norms[2 * t] = sums.x;
+    norms[2 * t + 1] = sums.y;
   }
 }
 
@@ -80,11 +111,21 @@ __global__ void __launch_bounds__(kMtBlockThreads)
 
 namespace gpu_ops {
 
+int64_t fused_lamb_chunks(int n, const int64_t* sizes) {
+  int64_t chunks = 0;
+  for (int t = 0; t < n; ++t) chunks += gpu_ceil_div(sizes[t], kMtChunk);
+  return chunks;
+}
+
 gpuError_t fused_lamb(int n, void* const* grads, void* const* params, float* const* exp_avgs,
-                      float* const* exp_avg_sqs, float* const* updates, float* norms, const int64_t* sizes,
+                      float* const* exp_avg_sqs, float* const* updates, float* workspace, const int64_t* sizes,
                       DType dtype, const LambConfig& config, gpuStream_t stream) {
-  gpuError_t err = gpuMemsetAsync(norms, 0, sizeof(float) * 2 * static_cast<size_t>(n), stream);
-  if (err != gpuSuccess) return err;
+  if (n <= 0) return gpuSuccess;
+  float* norms = workspace;
+  // multi_tensor_apply hands out blocks in (tensor, chunk) order over all its launches and
+  // skips empty tensors, so block k of the whole stage is chunk slot k, and tensor t's
+  // chunks are the slots from the sum of the chunk counts before it.
+  float2* partials = reinterpret_cast<float2*>(workspace + 2 * static_cast<int64_t>(n));
   void* const* updates_raw = reinterpret_cast<void* const*>(updates);
   MtTable<5> stage1{n,
                     {grads, params, reinterpret_cast<void* const*>(exp_avgs),
@@ -93,10 +134,29 @@ gpuError_t fused_lamb(int n, void* const* grads, void* const* params, float* con
   MtTable<2> stage2{n, {params, updates_raw}, sizes};
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
+    int64_t slot = 0;
     gpuError_t e = multi_tensor_apply<5>(stage1, [&](const TensorListMeta<5>& meta, int blocks) {
-      lamb_stage1<T><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config, norms);
+      lamb_stage1<T><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config, partials + slot);
+      slot += blocks;
     });
     if (e != gpuSuccess) return e;
+    // Every tensor's norms, empty ones (no chunks: zeros) included.
+    LambNormTable table;
+    int listed = 0;
+    int64_t first_slot = 0;
+    for (int t = 0; t < n; ++t) {
+      const int64_t chunks = gpu_ceil_div(sizes[t], kMtChunk);
+      table.tensor_index[listed] = t;
+      table.chunks[listed] = static_cast<int32_t>(chunks);
+      table.first_slot[listed] = first_slot;
+      first_slot += chunks;
+      if (++listed == LambNormTable::kTensors || t == n - 1) {
+        lamb_norms<<<listed, kNormThreads, 0, stream>>>(table, partials, norms);
+        e = gpuGetLastError();
+        if (e != gpuSuccess) return e;
+        listed = 0;
+      }
+    }
     return multi_tensor_apply<2>(stage2, [&](const TensorListMeta<2>& meta, int blocks) {
       lamb_stage2<T><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config.lr, norms);
     });

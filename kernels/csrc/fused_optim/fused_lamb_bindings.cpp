@@ -1,5 +1,6 @@
 // torch bindings of fused_lamb: check the tensor lists, allocate the fp32 scratch
-// (updates and per-tensor norms) from torch's caching allocator, launch.
+// (updates, and the workspace of per-tensor norms and per-chunk partial sums) from
+// torch's caching allocator, launch.
 #include "gpu_bindings.h"
 #include "gpu_fused_optim.h"
 
@@ -31,7 +32,8 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   const c10::cuda::CUDAGuard guard(lists.device);
   const auto options = params[0].options().dtype(at::kFloat);
   at::Tensor scratch = at::empty({total}, options);
-  at::Tensor norms = at::empty({static_cast<int64_t>(2 * n)}, options);
+  const int64_t chunks = gpu_ops::fused_lamb_chunks(static_cast<int>(n), sizes.data());
+  at::Tensor workspace = at::empty({static_cast<int64_t>(2 * n) + 2 * chunks}, options);
   std::vector<float*> updates(n);
   for (size_t i = 0; i < n; ++i) updates[i] = scratch.data_ptr<float>() + offsets[i];
 
@@ -47,7 +49,7 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
 
   gpu_bind::check_launch(
       gpu_ops::fused_lamb(static_cast<int>(n), lists.grads.data(), lists.params.data(), m.data(), v.data(),
-                          updates.data(), norms.data_ptr<float>(), sizes.data(), lists.dtype, config,
+                          updates.data(), workspace.data_ptr<float>(), sizes.data(), lists.dtype, config,
                           gpu_bind::current_stream()),
       "fused_lamb");
 }

@@ -77,6 +77,28 @@ __device__ __forceinline__ float gpu_div_rn(float a, float b) {
 #endif
 }
 
+// Correctly rounded product that is never fused into a neighbouring add (an FMA
+// rounds once where the written a * b - c rounds twice). For the places whose
+// exactness is reasoned about, e.g. LayerNorm's dy * gamma - mean(dy * gamma).
+__device__ __forceinline__ float gpu_mul_rn(float a, float b) {
+#ifdef GPU_ROCM
+#pragma clang fp contract(off)
+  return a * b;
+#else
+  return __fmul_rn(a, b);
+#endif
+}
+
+// max / min that return NaN when either operand is NaN, as torch.amax / amin /
+// maximum do. fmaxf / fminf return the other operand instead, which would let a
+// NaN vanish from a group's range. Otherwise fmaxf / fminf (-0 vs +0 included).
+__device__ __forceinline__ float gpu_fmax_nan(float a, float b) {
+  return (isnan(a) || isnan(b)) ? a + b : fmaxf(a, b);
+}
+__device__ __forceinline__ float gpu_fmin_nan(float a, float b) {
+  return (isnan(a) || isnan(b)) ? a + b : fminf(a, b);
+}
+
 // ---- conversions between storage types and fp32 math
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -125,6 +147,20 @@ __device__ __forceinline__ void load_as_float(float (&out)[N], const T* p) {
     const GpuVec<T, N> vec = *reinterpret_cast<const GpuVec<T, N>*>(p);
 #pragma unroll
     for (int k = 0; k < N; ++k) out[k] = to_float(vec.v[k]);
+  }
+}
+
+// N elements with N / W loads of W elements each: for an address aligned to W
+// elements but maybe not to N (W divides N).
+template <int N, int W, typename T>
+__device__ __forceinline__ void load_as_float_by(float (&out)[N], const T* p) {
+  static_assert(N % W == 0, "the load width must divide the step");
+#pragma unroll
+  for (int j = 0; j < N; j += W) {
+    float part[W];
+    load_as_float<W>(part, p + j);
+#pragma unroll
+    for (int k = 0; k < W; ++k) out[j + k] = part[k];
   }
 }
 

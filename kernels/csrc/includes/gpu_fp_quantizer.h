@@ -3,8 +3,11 @@
 // x is [groups, group_size]; scale = max|x| / fmax (448 for e4m3, 57344 for e5m2);
 // q = fp8(clamp(x / scale, -fmax, fmax)) rounded to nearest even, stored as bytes
 // with the layout of torch.float8_e4m3fn / torch.float8_e5m2. A group of zeros has
-// scale 0 and codes 0. Dequantize: y = float(q) * scale. As in gpu_quantizer.h, the
-// CUDA build flushes fp32 denormal inputs to zero (fast math).
+// scale 0 and codes 0. Dequantize: y = float(q) * scale. Non-finite inputs as in
+// torch: a NaN makes its group's scale NaN and every code 0; an infinity makes the
+// scale infinite, finite elements signed zeros and infinite ones NaN codes (the clamp
+// keeps NaN). Either way the group dequantizes to NaN. As for gpu_quantizer.h, the
+// CUDA build keeps fp32 denormals (no flush-to-zero): tiny groups match the reference.
 #pragma once
 
 #include "gpu_runtime.h"

@@ -17,7 +17,7 @@ struct AdamConfig {
   float weight_decay;
   float bias_correction1;       // 1 - beta1^step, or 1 without bias correction
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step), or 1
-  bool adam_w_mode;             // decoupled weight decay (AdamW) instead of L2 on the grad
+  bool adamw_mode;              // decoupled weight decay (AdamW) instead of L2 on the grad
 };
 
 gpuError_t fused_adam(int n, void* const* grads, void* const* params, float* const* exp_avgs,
@@ -34,10 +34,15 @@ struct LambConfig {
   float bias_correction2;
 };
 
-// `updates` are fp32 scratch tensors with the params' sizes; `norms` is fp32 [2 * n]
-// scratch (per tensor: squared norm of the param, then of its update).
+// Chunks (blocks of the update pass) the n tensors make; sizes the workspace below.
+int64_t fused_lamb_chunks(int n, const int64_t* sizes);
+
+// `updates` are fp32 scratch tensors with the params' sizes. `workspace` is fp32 scratch
+// of 2 * n + 2 * fused_lamb_chunks(n, sizes) floats, 8-byte aligned: per tensor the
+// squared norms of the param and of its update, then per chunk the partial sums that
+// are added in a fixed order, so results are the same bits run to run.
 gpuError_t fused_lamb(int n, void* const* grads, void* const* params, float* const* exp_avgs,
-                      float* const* exp_avg_sqs, float* const* updates, float* norms, const int64_t* sizes,
+                      float* const* exp_avg_sqs, float* const* updates, float* workspace, const int64_t* sizes,
                       DType dtype, const LambConfig& config, gpuStream_t stream);
 
 struct LionConfig {

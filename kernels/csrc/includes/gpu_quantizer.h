@@ -4,11 +4,16 @@
 // q = clamp(round(x / scale), -qmax, qmax) stored as int8 (bits 8) or as 4-bit two's
 // complement. Asymmetric: scale = (max - min) / (2^bits - 1), offset = min,
 // q = clamp(round((x - min) / scale), 0, 2^bits - 1) stored unsigned.
-// Rounding is to nearest even; a group whose scale is 0 quantizes to code 0.
+// Rounding is to nearest even; a group whose scale is not > 0 (0, or NaN) quantizes
+// to code 0. Non-finite inputs as torch's amin / amax / division give them: a NaN
+// makes its group's scale (and offset) NaN; an infinity makes the scale infinite, so
+// every code of the group is 0 (inf / inf is NaN, stored as 0). Dequantized, such a
+// group is NaN throughout.
 // Int4 packs two codes per byte: element 2i in the low nibble, 2i + 1 in the high.
 // Dequantize: x = q * scale (+ offset).
-// The CUDA build uses fast math, which flushes fp32 denormal inputs to zero; codes
-// match the PyTorch reference bit for bit for all other inputs.
+// The op is built with fast math but without flush-to-zero (op_builder/ops/quantizer.py),
+// so groups with denormal scales (absmax below about 1e-36) match the PyTorch
+// reference bit for bit like all others. x and q need no alignment beyond their types'.
 #pragma once
 
 #include "gpu_runtime.h"

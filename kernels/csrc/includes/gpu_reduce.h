@@ -15,14 +15,15 @@ struct GpuSumOp {
   }
 };
 
-struct GpuMaxOp {
-  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+// Max that keeps NaN, as torch.amax: the quantizers' group ranges must see a NaN.
+struct GpuMaxNanOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return gpu_fmax_nan(a, b); }
 };
 
-// (min, max) carried as (x, y).
-struct GpuMinMaxOp {
+// (min, max) carried as (x, y), NaN kept as torch.amin / amax do.
+struct GpuMinMaxNanOp {
   __device__ __forceinline__ float2 operator()(float2 a, float2 b) const {
-    return make_float2(fminf(a.x, b.x), fmaxf(a.y, b.y));
+    return make_float2(gpu_fmin_nan(a.x, b.x), gpu_fmax_nan(a.y, b.y));
   }
 };
 

@@ -20,7 +20,8 @@ gpuError_t layer_norm_forward(const void* x, const void* gamma, const void* beta
                               gpuStream_t stream);
 
 // dgamma and dbeta may be null (no affine parameters); `workspace` then may be too,
-// else it holds 2 * col_reduce_parts(rows) * cols floats.
+// else it holds 2 * col_reduce_parts(rows) * cols floats. With no rows, dgamma and
+// dbeta are set to zeros.
 gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
                                const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
                                int64_t rows, int64_t cols, DType dtype, gpuStream_t stream);
@@ -40,7 +41,8 @@ gpuError_t bias_gelu_backward(const void* dy, const void* x, const void* bias, v
 // Input [batch, heads, q_len, k_len]; the mask (1 = masked out) is
 // [mask_batch, mask_heads, q_len, k_len] with mask_batch in {1, batch} and
 // mask_heads in {1, heads}. Causal masking hides key j from query i when
-// j > i + (k_len - q_len). Rows with every key hidden come out as zeros.
+// j > i + (k_len - q_len). Rows with every key hidden come out as zeros; rows with a
+// visible +inf or NaN score come out as NaN (torch.softmax's result).
 struct SoftmaxShape {
   int64_t batch;
   int64_t heads;

@@ -2,8 +2,12 @@
 //
 // Quantize: one row group of threads per quantization group; one read pass for
 // (min, max) with a shuffle reduction, one pass that writes codes. Division is
-// IEEE (not fast-math) so codes agree bit for bit with the PyTorch reference.
+// IEEE (not fast-math) and the op is built without flush-to-zero (see
+// op_builder/ops/quantizer.py), so codes agree bit for bit with the PyTorch
+// reference, tiny groups (denormal scales), NaN and infinities included.
 // Dequantize: a vectorized elementwise pass.
+#include <algorithm>
+
 #include "gpu_quantizer.h"
 #include "gpu_reduce.h"
 
@@ -16,29 +20,34 @@ struct IntCode {
   __host__ __device__ static constexpr int qmax() { return (1 << (BITS - 1)) - 1; }
 
   __device__ static int encode(float v, float scale, float offset) {
-    if (scale == 0.0f) return 0;
+    // As the reference: a scale that is not > 0 (0, or NaN from a NaN in the group)
+    // gives code 0 for the whole group.
+    if (!(scale > 0.0f)) return 0;
+    const float r = SYM ? gpu_div_rn(v, scale) : gpu_div_rn(v - offset, scale);
+    // inf / inf (an infinite element, so an infinite scale) is NaN: the reference's code
+    // for it is 0 (its NaN -> int conversion leaves 0 in the stored bits on every torch
+    // backend). Said here rather than left to __float2int_rn(NaN), which is 0 on CUDA only.
+    if (isnan(r)) return 0;
+    const int q = __float2int_rn(r);  // saturates; the clamp below then matches the reference's
     if constexpr (SYM) {
-      const int q = __float2int_rn(gpu_div_rn(v, scale));
       return q < -qmax() ? -qmax() : (q > qmax() ? qmax() : q);
     } else {
-      const int q = __float2int_rn(gpu_div_rn(v - offset, scale));
       return q < 0 ? 0 : (q > levels() ? levels() : q);
     }
   }
   __device__ static float decode(int code, float scale, float offset) {
     // Separate multiply and add: a fused multiply-add would round differently
     // from the reference's q * scale + offset.
-#ifdef GPU_ROCM
-    return SYM ? code * scale : code * scale + offset;
-#else
-    return SYM ? __fmul_rn(static_cast<float>(code), scale)
-               : __fadd_rn(__fmul_rn(static_cast<float>(code), scale), offset);
-#endif
+    const float product = gpu_mul_rn(static_cast<float>(code), scale);
+    return SYM ? product : product + offset;
   }
 };
 
-// VEC elements per thread step; for int4 VEC is even so pairs share a byte.
-template <typename T, int VEC, int BITS, bool SYM>
+// VEC elements per thread step, read LOAD at a time (LOAD divides VEC): the host
+// picks both from the sizes and the actual addresses, since a vector access needs
+// its address aligned to its whole width. For int4 VEC is even so the two codes of
+// a byte come from one thread. Codes are stored VEC at a time (one 8/16/32-bit store).
+template <typename T, int VEC, int LOAD, int BITS, bool SYM>
 __global__ void quantize_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
                                 float* __restrict__ offset_out, int64_t groups, int64_t group_size) {
   using Code = IntCode<BITS, SYM>;
@@ -51,20 +60,21 @@ __global__ void quantize_kernel(const T* __restrict__ x, uint8_t* __restrict__ q
     for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < group_size;
          i += static_cast<int64_t>(blockDim.x) * VEC) {
       float v[VEC];
-      load_as_float<VEC>(v, xg + i);
+      load_as_float_by<VEC, LOAD>(v, xg + i);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        range.x = fminf(range.x, v[k]);
-        range.y = fmaxf(range.y, v[k]);
+        range.x = gpu_fmin_nan(range.x, v[k]);
+        range.y = gpu_fmax_nan(range.y, v[k]);
       }
     }
   }
-  range = row_reduce(range, GpuMinMaxOp(), scratch);
+  // A NaN anywhere in the group makes (min, max) and so the scale NaN, as torch.amin / amax.
+  range = row_reduce(range, GpuMinMaxNanOp(), scratch);
   if (!active) return;
   float scale;
   float offset = 0.0f;
   if constexpr (SYM) {
-    scale = gpu_div_rn(fmaxf(-range.x, range.y), static_cast<float>(Code::qmax()));
+    scale = gpu_div_rn(gpu_fmax_nan(-range.x, range.y), static_cast<float>(Code::qmax()));
   } else {
     scale = gpu_div_rn(range.y - range.x, static_cast<float>(Code::levels()));
     offset = range.x;
@@ -76,20 +86,23 @@ __global__ void quantize_kernel(const T* __restrict__ x, uint8_t* __restrict__ q
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < group_size;
        i += static_cast<int64_t>(blockDim.x) * VEC) {
     float v[VEC];
-    load_as_float<VEC>(v, xg + i);
+    load_as_float_by<VEC, LOAD>(v, xg + i);
     const int64_t element = group * group_size + i;
     if constexpr (BITS == 8) {
       uint32_t packed = 0;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const uint32_t byte = static_cast<uint8_t>(static_cast<int8_t>(Code::encode(v[k], scale, offset)));
-        if constexpr (VEC == 1) {
-          q[element] = static_cast<uint8_t>(byte);
-        } else {
-          packed |= byte << (8 * k);
-        }
+        packed |= byte << (8 * k);
       }
-      if constexpr (VEC == 4) *reinterpret_cast<uint32_t*>(q + element) = packed;
+      if constexpr (VEC == 4) {
+        *reinterpret_cast<uint32_t*>(q + element) = packed;
+      } else if constexpr (VEC == 2) {
+        *reinterpret_cast<uint16_t*>(q + element) = static_cast<uint16_t>(packed);
+      } else {
+        static_assert(VEC == 1, "int8 steps are 1, 2 or 4 elements");
+        q[element] = static_cast<uint8_t>(packed);
+      }
     } else {
       uint32_t packed = 0;
 #pragma unroll
@@ -163,6 +176,17 @@ unsigned elementwise_blocks(int64_t n, int threads, int vec) {
   return static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20));
 }
 
+// The widest of 4, 2, 1 elements that divides group_size and to which `p` is aligned:
+// every group then starts aligned too. A view such as x[1:] of a fresh tensor is only
+// sizeof(T)-aligned, so width 1.
+template <typename T>
+int widest_access(const T* p, int64_t group_size) {
+  for (int width = 4; width > 1; width /= 2) {
+    if (group_size % width == 0 && gpu_is_aligned(p, width)) return width;
+  }
+  return 1;
+}
+
 }  // namespace
 
 namespace gpu_ops {
@@ -174,17 +198,30 @@ gpuError_t quantize_int(const void* x, uint8_t* q, float* scale, float* offset, 
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
-    const bool vec = group_size % 4 == 0 && gpu_is_aligned(xt, 4) && gpu_is_aligned(q, 4);
+    const int load = widest_access(xt, group_size);
+    // Codes go out `step` at a time: step (int8) or step / 2 (int4) bytes per store, at
+    // offsets that are multiples of that from q, which must be aligned to it as well.
+    const int step = bits == 8 ? std::min(load, widest_access(q, group_size))
+                               : (load == 4 && gpu_is_aligned(q, 2) ? 4 : 2);  // int4: pairs share a byte
     const GpuRowLaunch launch = gpu_row_launch(groups, group_size, 8);
     return with_format(bits, symmetric, [&](auto bits_tag, auto sym_tag) {
       constexpr int kBits = decltype(bits_tag)::value;
       constexpr bool kSym = decltype(sym_tag)::value;
-      if (vec) {
-        quantize_kernel<T, 4, kBits, kSym><<<launch.grid, launch.block, 0, stream>>>(xt, q, scale, offset, groups,
-                                                                                     group_size);
-      } else {
-        quantize_kernel<T, kBits == 4 ? 2 : 1, kBits, kSym>
+      auto run = [&](auto step_tag, auto load_tag) {
+        quantize_kernel<T, decltype(step_tag)::value, decltype(load_tag)::value, kBits, kSym>
             <<<launch.grid, launch.block, 0, stream>>>(xt, q, scale, offset, groups, group_size);
+      };
+      using I1 = std::integral_constant<int, 1>;
+      using I2 = std::integral_constant<int, 2>;
+      using I4 = std::integral_constant<int, 4>;
+      if (step == 4) {
+        run(I4{}, I4{});
+      } else if (step == 2 && load >= 2) {
+        run(I2{}, I2{});
+      } else if constexpr (kBits == 4) {
+        run(I2{}, I1{});  // int4 steps by pairs even when x is only element-aligned
+      } else {
+        run(I1{}, I1{});
       }
       return gpuGetLastError();
     });

@@ -4,7 +4,9 @@
 // merged across threads with the same rescaling rule, then one pass that writes
 // the output: two reads of the row instead of three. Masked keys (explicit mask,
 // causal, or -inf in the input) contribute nothing; a row with no visible key comes
-// out as zeros.
+// out as zeros. A visible +inf or NaN score makes the whole row NaN, as
+// torch.softmax does (+inf - max is inf - inf); the running state marks such a row
+// with a NaN sum, which every later update and merge keeps.
 #include <cmath>
 
 #include "gpu_reduce.h"
@@ -12,12 +14,14 @@
 
 namespace {
 
-// (running max, sum of exp(v - max)); max == -inf means "nothing seen yet".
+// (running max, sum of exp(v - max)). The max is finite or -inf ("nothing finite seen
+// yet"); the sum is 0 exactly when nothing was seen (else >= 1, the max's own term),
+// and NaN once a +inf or NaN score was: NaN * anything stays NaN through the merge.
 struct OnlineSoftmaxOp {
   __device__ __forceinline__ float2 operator()(float2 a, float2 b) const {
-    if (a.x == -INFINITY) return b;
-    if (b.x == -INFINITY) return a;
-    const float m = fmaxf(a.x, b.x);
+    if (a.y == 0.0f) return b;
+    if (b.y == 0.0f) return a;
+    const float m = fmaxf(a.x, b.x);  // -inf only when both sums are NaN: the result is NaN anyway
     return make_float2(m, a.y * __expf(a.x - m) + b.y * __expf(b.x - m));
   }
 };
@@ -54,6 +58,10 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, const uint8_t* _
         if (j > last || (mrow != nullptr && mrow[j] != 0)) continue;
         const float s = v[k] * scale;
         if (s == -INFINITY) continue;  // an additive -inf mask in the input: a hidden key
+        if (!(s < INFINITY)) {         // +inf or NaN: the row is NaN (torch.softmax's result)
+          state.y = NAN;
+          continue;
+        }
         if (s > state.x) {
           state.y = state.y * __expf(state.x - s) + 1.0f;
           state.x = s;
@@ -66,6 +74,7 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, const uint8_t* _
   state = row_reduce(state, OnlineSoftmaxOp(), scratch);
   if (!active) return;
   const float row_max = state.x;
+  const bool nan_row = isnan(state.y);  // hidden keys included, as torch.softmax (0 / NaN)
   const float inv_sum = state.y > 0.0f ? gpu_div_rn(1.0f, state.y) : 0.0f;
   T* yr = y + r * cols;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < cols; i += static_cast<int64_t>(blockDim.x) * VEC) {
@@ -75,7 +84,7 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, const uint8_t* _
     for (int k = 0; k < VEC; ++k) {
       const int64_t j = i + k;
       const bool hidden = j > last || (mrow != nullptr && mrow[j] != 0);
-      v[k] = (hidden || inv_sum == 0.0f) ? 0.0f : __expf(v[k] * scale - row_max) * inv_sum;
+      v[k] = nan_row ? NAN : (hidden || inv_sum == 0.0f) ? 0.0f : __expf(v[k] * scale - row_max) * inv_sum;
     }
     store_from_float<VEC>(yr + i, v);
   }
