@@ -23,8 +23,9 @@ warns once per op per process with the reason. ``use_kernel=False`` forces that 
 State keys and step counters follow torch (``step``, ``exp_avg``, ``exp_avg_sq``, ``sum``), so
 a ``torch.optim.Adam`` / ``AdamW`` or ``Adagrad`` state dict loads into the matching optimizer.
 
-``set_simd_level("scalar" | "avx2" | "avx512" | "auto")`` forces the kernels' instruction set
-(tests run each path); by default each op uses the best one the CPU supports, probed once.
+``set_simd_level("scalar" | "avx2" | "avx512" | "neon" | "sve" | "auto")`` forces the kernels'
+instruction set (tests run each path): scalar, avx2 and avx512 on x86, scalar, neon and sve on
+aarch64. By default each op uses the best one the CPU supports, probed once.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ from op_builder.errors import OpLoadError
 
 __all__ = ["CPUAdagrad", "CPUAdam", "CPULion", "set_simd_level", "simd_level", "supported_simd_level"]
 
-SimdLevel = Literal["auto", "scalar", "avx2", "avx512"]
-_SIMD_LEVELS: tuple[SimdLevel, ...] = ("auto", "scalar", "avx2", "avx512")
+SimdLevel = Literal["auto", "scalar", "avx2", "avx512", "neon", "sve"]
+# Every architecture's names: one this CPU's architecture lacks is refused by the op itself,
+# with the same "not supported by this CPU" error as a level this CPU lacks.
+_SIMD_LEVELS: tuple[SimdLevel, ...] = ("auto", "scalar", "avx2", "avx512", "neon", "sve")
 
 # Per process: the op modules loaded so far, and the SIMD level every one of them must use.
 _MODULES: dict[str, ModuleType] = {}
@@ -60,7 +63,7 @@ _simd_level: SimdLevel = "auto"
 
 
 def set_simd_level(level: SimdLevel) -> None:
-    """Force the instruction set of every CPU optimizer op: scalar, avx2, avx512, or auto.
+    """Force the instruction set of every CPU optimizer op: scalar, avx2, avx512, neon, sve, or auto.
 
     For tests and comparisons; ``auto`` (the default) uses the best one the CPU supports.
     Applies to ops already loaded and to ops loaded later. Raises ValueError for a level
@@ -75,7 +78,7 @@ def set_simd_level(level: SimdLevel) -> None:
 
 
 def simd_level(op: str) -> str | None:
-    """The instruction set ``op``'s next step runs (scalar, avx2 or avx512); None before it loads.
+    """The instruction set ``op``'s next step runs (scalar, avx2, avx512, neon or sve); None before it loads.
 
     Self-tests and reports read it to say which code path they checked.
     """

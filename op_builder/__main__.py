@@ -353,7 +353,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument(
         "--isa",
-        choices=("scalar", "avx2", "avx512", "auto"),
+        choices=("scalar", "avx2", "avx512", "neon", "sve", "auto"),
         default="auto",
         help="force the CPU optimizers' instruction set (default: the best this CPU runs)",
     )

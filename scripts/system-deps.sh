@@ -5,11 +5,17 @@
 #   docker.io                 a Docker engine (dockerd) and Debian's client with BuildKit
 #   debootstrap               stand-in base images, since no registry is reachable
 #   docker-registry           a registry on localhost for the push test
-#   qemu-user                 qemu-x86_64: the ops' self-tests on an emulated older CPU (portability)
+#   qemu-user                 qemu-x86_64: the ops' self-tests on an emulated older CPU (portability);
+#                             qemu-aarch64: the CPU kernels' check on emulated arm64 CPUs (SVE, NEON)
+#   g++-aarch64-linux-gnu     cross-compiles that check and the CPU ops for aarch64
+#   qemu-user-static          a static qemu-aarch64 that binfmt-support registers with the F flag,
+#   binfmt-support            so arm64 programs run inside chroots and containers: the arm64
+#                             stand-ins and `make images PLATFORM=linux/arm64`
 # Idempotent and quiet when everything is present. Needs root (or sudo) for apt.
 set -euo pipefail
 
-packages=(g++ make ninja-build libaio-dev docker.io debootstrap docker-registry qemu-user)
+packages=(g++ make ninja-build libaio-dev docker.io debootstrap docker-registry qemu-user g++-aarch64-linux-gnu
+          qemu-user-static binfmt-support)
 # `--rocm`: Debian's ROCm 5.2 HIP compiler, for `make hip-check` (not needed by `make test`).
 if [ "${1:-}" = "--rocm" ]; then
   packages+=(hipcc libamdhip64-dev rocm-device-libs)

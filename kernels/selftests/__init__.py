@@ -20,7 +20,6 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Literal
 
 from kernels import cpu_optim
 from kernels.selftests import aio, optimizers, quantization, transformer
@@ -94,7 +93,7 @@ def _package_selftest(name: str, reference: str | None) -> Callable[[SelfTestCon
     return run
 
 
-def force_isa(level: Literal["scalar", "avx2", "avx512", "auto"], ops: Iterable[str] = _SIMD_OPS) -> None:
+def force_isa(level: cpu_optim.SimdLevel, ops: Iterable[str] = _SIMD_OPS) -> None:
     """Make the CPU optimizers run ``level``'s code path (``kernels.cpu_optim.set_simd_level``).
 
     Raises UnsupportedIsa when this CPU cannot run it. The CPU's best level is read from the

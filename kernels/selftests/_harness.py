@@ -196,12 +196,20 @@ def run_all(tests: Sequence[SelfTest], device: Device, env: Mapping[str, str]) -
 
 # ------------------------------------------------------------------ instruction set
 
-ISA_LEVELS = ("scalar", "avx2", "avx512")
+# Each architecture's code paths, weakest first; scalar runs everywhere.
+ISA_FAMILIES = (("scalar", "avx2", "avx512"), ("scalar", "neon", "sve"))
+ISA_LEVELS = ("scalar", "avx2", "avx512", "neon", "sve")
 
 
 def isa_problem(requested: str, supported: str) -> str | None:
-    """Why ``requested`` cannot run on a CPU whose best level is ``supported``; None if it can."""
-    if requested == "auto" or ISA_LEVELS.index(requested) <= ISA_LEVELS.index(supported):
+    """Why ``requested`` cannot run on a CPU whose best level is ``supported``; None if it can.
+
+    A level of another architecture (neon on x86) cannot run either.
+    """
+    if requested == "auto" or any(
+        requested in family and supported in family and family.index(requested) <= family.index(supported)
+        for family in ISA_FAMILIES
+    ):
         return None
     return f"this CPU cannot run the {requested} code path (its best is {supported})"
 

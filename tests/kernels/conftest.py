@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +13,10 @@ from op_builder import get_builder
 from op_builder.errors import OpLoadError
 from op_builder.toolchain import probe_library
 
-LEVELS = ("scalar", "avx2", "avx512")
+# This architecture's code paths, weakest first.
+LEVELS = (
+    ("scalar", "neon", "sve") if platform.machine() in ("aarch64", "arm64") else ("scalar", "avx2", "avx512")
+)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -56,9 +57,11 @@ def machine_isa() -> str:
     beside AVX2), independently of the kernels' own probe."""
     flags: set[str] = set()
     for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
+        if line.startswith(("flags", "Features")):  # x86, aarch64
             flags.update(line.split(":", 1)[1].split())
             break
+    if platform.machine() in ("aarch64", "arm64"):
+        return "sve" if "sve" in flags else "neon"
     if "avx512f" in flags:
         return "avx512"
     return "avx2" if {"avx2", "fma", "f16c"} <= flags else "scalar"
@@ -160,6 +163,13 @@ def test_an_op_that_does_not_load_fails_with_the_load_error() -> None:
         ("avx2", "avx2", True),
         ("avx512", "avx2", False),
         ("avx512", "avx512", True),
+        ("neon", "sve", True),
+        ("sve", "sve", True),
+        ("sve", "neon", False),
+        ("scalar", "neon", True),
+        # another architecture's level
+        ("neon", "avx512", False),
+        ("avx2", "sve", False),
     ],
 )
 def test_isa_problem(requested: str, supported: str, ok: bool) -> None:

@@ -1,6 +1,7 @@
-// Adam / AdamW step on CPU tensors, in place: SIMD (run-time choice of AVX-512, AVX2 or
-// scalar), OpenMP across cores. fp32 params, with an optional bf16/fp16 copy of the new params
-// in the same pass, or bf16 / fp16 params updated directly; fp32 arithmetic, fp32 or bf16 moments.
+// Adam / AdamW step on CPU tensors, in place: SIMD (run-time choice of AVX-512, AVX2 or scalar
+// on x86; SVE, NEON or scalar on aarch64), OpenMP across cores. fp32 params, with an optional
+// bf16/fp16 copy of the new params in the same pass, or bf16 / fp16 params updated directly;
+// fp32 arithmetic, fp32 or bf16 moments.
 #include "cpu_optim_binding.h"
 #include "cpu_simd.h"
 

@@ -8,10 +8,11 @@
 //   p   = p - clr * g / (sqrt(sum) + eps)     clr = lr / (1 + (step - 1) * lr_decay)
 
 struct AdagradConsts {
-  isa::V l2, eps, neg_clr;
+  // Loop invariants, as the isa:: arithmetic takes them (isa::C: a vector; a float on SVE).
+  isa::C l2, eps, neg_clr;
   bool use_l2;
   explicit AdagradConsts(const AdagradArgs& a)
-      : l2(isa::vset1(a.l2)), eps(isa::vset1(a.eps)), neg_clr(isa::vset1(-a.clr)), use_l2(a.l2 != 0.0f) {}
+      : l2(isa::vconst(a.l2)), eps(isa::vconst(a.eps)), neg_clr(isa::vconst(-a.clr)), use_l2(a.l2 != 0.0f) {}
 };
 
 // Params and grads stored as kParam (see cpu_adam_impl.h); the sum is fp32.
@@ -32,7 +33,7 @@ inline void adagrad_vector(const AdagradConsts& c, cpu_simd::storage_t<kParam>* 
 template <cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, bool kStream>
 void adagrad_loop(const AdagradArgs& a, int64_t begin, int64_t end) {
   using P = cpu_simd::storage_t<kParam>;
-  constexpr int64_t W = isa::kWidth;
+  const int64_t W = isa::width();  // fixed, except SVE's (the CPU's)
   const AdagradConsts c(a);
   P* const pp = static_cast<P*>(a.p);  // locals: stores through them cannot force reloads
   const P* const gp = static_cast<const P*>(a.g);
@@ -44,9 +45,9 @@ void adagrad_loop(const AdagradArgs& a, int64_t begin, int64_t end) {
   }
   if (i < end) {  // the tail through the same vector code, on zero-padded copies
     const int64_t r = end - i;
-    P p[W] = {}, g[W] = {};
-    float s[W] = {};
-    uint16_t h[W] = {};
+    P p[isa::kMaxWidth] = {}, g[isa::kMaxWidth] = {};
+    float s[isa::kMaxWidth] = {};
+    uint16_t h[isa::kMaxWidth] = {};
     std::memcpy(p, pp + i, r * sizeof(P));
     std::memcpy(g, gp + i, r * sizeof(P));
     std::memcpy(s, sp + i, r * sizeof(float));

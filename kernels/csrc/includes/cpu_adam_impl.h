@@ -1,7 +1,8 @@
 // The Adam/AdamW kernel body. cpu_adam.cpp includes this file (through cpu_optim_dispatch.h)
 // once per instruction set, each time inside its own namespace where `isa` names that set's
 // primitives (cpu_simd.h) and the matching `#pragma GCC target` is active, so one source
-// yields the scalar, AVX2 and AVX-512 variants. Hence no include guard.
+// yields the scalar, AVX2 and AVX-512 variants (scalar, NEON and SVE on aarch64). Hence no
+// include guard.
 //
 // Per element, in torch.optim.Adam's order (single-tensor implementation):
 //   g  = g + wd * p                      (Adam only: L2 penalty)
@@ -13,16 +14,17 @@
 // the same value with one division instead of two.
 
 struct AdamConsts {
-  isa::V l2, decay, one_minus_beta1, beta2, one_minus_beta2, eps_bc2, neg_step_bc2;
+  // Loop invariants, as the isa:: arithmetic takes them (isa::C: a vector; a float on SVE).
+  isa::C l2, decay, one_minus_beta1, beta2, one_minus_beta2, eps_bc2, neg_step_bc2;
   bool use_l2, use_decay;
   explicit AdamConsts(const AdamArgs& a)
-      : l2(isa::vset1(a.l2)),
-        decay(isa::vset1(a.decay)),
-        one_minus_beta1(isa::vset1(a.one_minus_beta1)),
-        beta2(isa::vset1(a.beta2)),
-        one_minus_beta2(isa::vset1(a.one_minus_beta2)),
-        eps_bc2(isa::vset1(a.eps * a.bc2_sqrt)),
-        neg_step_bc2(isa::vset1(-a.step_size * a.bc2_sqrt)),
+      : l2(isa::vconst(a.l2)),
+        decay(isa::vconst(a.decay)),
+        one_minus_beta1(isa::vconst(a.one_minus_beta1)),
+        beta2(isa::vconst(a.beta2)),
+        one_minus_beta2(isa::vconst(a.one_minus_beta2)),
+        eps_bc2(isa::vconst(a.eps * a.bc2_sqrt)),
+        neg_step_bc2(isa::vconst(-a.step_size * a.bc2_sqrt)),
         use_l2(a.l2 != 0.0f),
         use_decay(a.decay != 1.0f) {}
 };
@@ -53,7 +55,7 @@ template <cpu_simd::Dtype kParam, cpu_simd::Dtype kState, cpu_simd::HalfKind kHa
 void adam_loop(const AdamArgs& a, int64_t begin, int64_t end) {
   using P = cpu_simd::storage_t<kParam>;
   using S = cpu_simd::storage_t<kState>;
-  constexpr int64_t W = isa::kWidth;
+  const int64_t W = isa::width();  // fixed, except SVE's (the CPU's)
   const AdamConsts c(a);
   // Locals, so that stores through the data pointers cannot make the compiler reload them.
   P* const pp = static_cast<P*>(a.p);
@@ -69,9 +71,9 @@ void adam_loop(const AdamArgs& a, int64_t begin, int64_t end) {
     // The tail goes through the same vector code via zero-padded copies, so every element
     // of a tensor is computed identically whatever its position.
     const int64_t r = end - i;
-    P p[W] = {}, g[W] = {};
-    S m[W] = {}, v[W] = {};
-    uint16_t h[W] = {};
+    P p[isa::kMaxWidth] = {}, g[isa::kMaxWidth] = {};
+    S m[isa::kMaxWidth] = {}, v[isa::kMaxWidth] = {};
+    uint16_t h[isa::kMaxWidth] = {};
     std::memcpy(p, pp + i, r * sizeof(P));
     std::memcpy(g, gp + i, r * sizeof(P));
     std::memcpy(m, mp + i, r * sizeof(S));

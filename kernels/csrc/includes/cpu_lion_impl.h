@@ -13,15 +13,16 @@
 // such a reference bit for bit.
 
 struct LionConsts {
-  isa::V beta1, one_minus_beta1, beta2, one_minus_beta2, decay, lr;
+  // Loop invariants, as the isa:: arithmetic takes them (isa::C: a vector; a float on SVE).
+  isa::C beta1, one_minus_beta1, beta2, one_minus_beta2, decay, lr;
   bool use_decay;
   explicit LionConsts(const LionArgs& a)
-      : beta1(isa::vset1(a.beta1)),
-        one_minus_beta1(isa::vset1(a.one_minus_beta1)),
-        beta2(isa::vset1(a.beta2)),
-        one_minus_beta2(isa::vset1(a.one_minus_beta2)),
-        decay(isa::vset1(a.decay)),
-        lr(isa::vset1(a.lr)),
+      : beta1(isa::vconst(a.beta1)),
+        one_minus_beta1(isa::vconst(a.one_minus_beta1)),
+        beta2(isa::vconst(a.beta2)),
+        one_minus_beta2(isa::vconst(a.one_minus_beta2)),
+        decay(isa::vconst(a.decay)),
+        lr(isa::vconst(a.lr)),
         use_decay(a.decay != 1.0f) {}
 };
 
@@ -45,7 +46,7 @@ inline void lion_vector(const LionConsts& c, cpu_simd::storage_t<kParam>* pp, co
 template <cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, bool kStream>
 void lion_loop(const LionArgs& a, int64_t begin, int64_t end) {
   using P = cpu_simd::storage_t<kParam>;
-  constexpr int64_t W = isa::kWidth;
+  const int64_t W = isa::width();  // fixed, except SVE's (the CPU's)
   const LionConsts c(a);
   P* const pp = static_cast<P*>(a.p);  // locals: stores through them cannot force reloads
   const P* const gp = static_cast<const P*>(a.g);
@@ -57,9 +58,9 @@ void lion_loop(const LionArgs& a, int64_t begin, int64_t end) {
   }
   if (i < end) {  // the tail through the same vector code, on zero-padded copies
     const int64_t r = end - i;
-    P p[W] = {}, g[W] = {};
-    float m[W] = {};
-    uint16_t h[W] = {};
+    P p[isa::kMaxWidth] = {}, g[isa::kMaxWidth] = {};
+    float m[isa::kMaxWidth] = {};
+    uint16_t h[isa::kMaxWidth] = {};
     std::memcpy(p, pp + i, r * sizeof(P));
     std::memcpy(g, gp + i, r * sizeof(P));
     std::memcpy(m, mp + i, r * sizeof(float));

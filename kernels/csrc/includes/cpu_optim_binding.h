@@ -9,6 +9,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -106,13 +108,19 @@ void run_parallel(void (*fn)(const Args&, int64_t, int64_t), const Args& args, i
   cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
 }
 
+// A level of another architecture (avx2 on aarch64, neon on x86) is refused like one this CPU
+// lacks; only a name no build knows is "unknown".
 inline Level parse_level(const std::string& name) {
   if (name == "auto") return cpu_simd::supported_level();
-  if (name == "scalar") return Level::kScalar;
-  if (name == "avx2") return Level::kAvx2;
-  TORCH_CHECK_VALUE(name == "avx512", "unknown SIMD level '", name,
-                    "': expected one of auto, scalar, avx2, avx512");
-  return Level::kAvx512;
+  for (int i = 0; i < cpu_simd::kLevelCount; ++i) {
+    if (name == cpu_simd::level_name(static_cast<Level>(i))) return static_cast<Level>(i);
+  }
+  const auto& known = cpu_simd::kAllLevelNames;
+  TORCH_CHECK_VALUE(std::find(std::begin(known), std::end(known), name) != std::end(known), "unknown SIMD level '",
+                    name, "': expected one of auto, scalar, avx2, avx512, neon, sve");
+  TORCH_CHECK_VALUE(false, "SIMD level '", name, "' is not supported by this CPU (best: ",
+                    cpu_simd::level_name(cpu_simd::supported_level()), ")");
+  return Level::kScalar;  // not reached
 }
 
 // Each op module carries its own copy of the dispatch state; the Python front forwards a
@@ -120,7 +128,7 @@ inline Level parse_level(const std::string& name) {
 inline void bind_simd_controls(pybind11::module& m) {
   m.def(
       "simd_level", [] { return std::string(cpu_simd::level_name(cpu_simd::active_level())); },
-      "The instruction set the next step will use: scalar, avx2 or avx512.");
+      "The instruction set the next step will use: scalar, avx2, avx512 (x86), neon or sve (aarch64).");
   m.def(
       "supported_simd_level", [] { return std::string(cpu_simd::level_name(cpu_simd::supported_level())); },
       "The best instruction set this CPU supports (probed once).");
@@ -134,7 +142,7 @@ inline void bind_simd_controls(pybind11::module& m) {
         cpu_simd::forced_level().store(name == "auto" ? -1 : static_cast<int>(level));
       },
       pybind11::arg("level"),
-      "Force scalar/avx2/avx512 (for tests and comparisons), or 'auto' to follow the CPU.");
+      "Force scalar/avx2/avx512/neon/sve (for tests and comparisons), or 'auto' to follow the CPU.");
 }
 
 }  // namespace cpu_optim

@@ -12,6 +12,7 @@ namespace isa = cpu_simd::scalar;
 #include CPU_OPTIM_KERNEL
 }  // namespace kernel_scalar
 
+#if defined(CPU_SIMD_X86)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace kernel_avx2 {
@@ -27,6 +28,24 @@ namespace isa = cpu_simd::avx512;
 #include CPU_OPTIM_KERNEL
 }  // namespace kernel_avx512
 #pragma GCC pop_options
+#elif defined(CPU_SIMD_ARM)
+namespace kernel_neon {  // NEON is aarch64's baseline: no target region
+namespace isa = cpu_simd::neon;
+#include CPU_OPTIM_KERNEL
+}  // namespace kernel_neon
+
+#if defined(CPU_SIMD_SVE)
+#pragma GCC push_options
+#pragma GCC target("+sve")
+namespace kernel_sve {
+namespace isa = cpu_simd::sve;
+#include CPU_OPTIM_KERNEL
+}  // namespace kernel_sve
+#pragma GCC pop_options
+#else
+namespace kernel_sve = kernel_neon;  // never picked: detect_level reports no SVE
+#endif
+#endif
 
 using RangeFn = decltype(&kernel_scalar::step_range<cpu_simd::Dtype::kFloat, cpu_simd::HalfKind::kNone,
                                                       cpu_simd::Dtype::kFloat>);
@@ -42,20 +61,32 @@ using RangeFn = decltype(&kernel_scalar::step_range<cpu_simd::Dtype::kFloat, cpu
         ns::step_range<cpu_simd::Dtype::kBFloat16, cpu_simd::HalfKind::kNone, state>,        \
         ns::step_range<cpu_simd::Dtype::kHalf, cpu_simd::HalfKind::kNone, state>             \
   }
+// One row per cpu_simd::Level, in its order.
+#if defined(CPU_SIMD_X86)
 #define CPU_OPTIM_TABLE(state)                                                                      \
   {                                                                                                 \
     CPU_OPTIM_VARIANTS(kernel_scalar, state), CPU_OPTIM_VARIANTS(kernel_avx2, state),              \
         CPU_OPTIM_VARIANTS(kernel_avx512, state)                                                    \
   }
+#elif defined(CPU_SIMD_ARM)
+#define CPU_OPTIM_TABLE(state)                                                                      \
+  {                                                                                                 \
+    CPU_OPTIM_VARIANTS(kernel_scalar, state), CPU_OPTIM_VARIANTS(kernel_neon, state),              \
+        CPU_OPTIM_VARIANTS(kernel_sve, state)                                                       \
+  }
+#else
+#define CPU_OPTIM_TABLE(state) \
+  { CPU_OPTIM_VARIANTS(kernel_scalar, state) }
+#endif
 
 // The copy for this instruction set, param storage, half-precision output and state storage
 // (bf16 state only where the op defines CPU_OPTIM_BF16_STATE; its binding checks that).
 inline RangeFn pick(cpu_simd::Level level, cpu_simd::Dtype param, cpu_simd::HalfKind half,
                     cpu_simd::Dtype state = cpu_simd::Dtype::kFloat) {
-  static constexpr RangeFn fp32_state[3][5] = CPU_OPTIM_TABLE(cpu_simd::Dtype::kFloat);
+  static constexpr RangeFn fp32_state[cpu_simd::kLevelCount][5] = CPU_OPTIM_TABLE(cpu_simd::Dtype::kFloat);
   const int variant = param == cpu_simd::Dtype::kFloat ? static_cast<int>(half) : 2 + static_cast<int>(param);
 #ifdef CPU_OPTIM_BF16_STATE
-  static constexpr RangeFn bf16_state[3][5] = CPU_OPTIM_TABLE(cpu_simd::Dtype::kBFloat16);
+  static constexpr RangeFn bf16_state[cpu_simd::kLevelCount][5] = CPU_OPTIM_TABLE(cpu_simd::Dtype::kBFloat16);
   if (state == cpu_simd::Dtype::kBFloat16) return bf16_state[static_cast<int>(level)][variant];
 #else
   (void)state;

@@ -2,15 +2,39 @@
 // run-time choice between them.
 //
 // The ops are compiled without -march (images must run on CPUs other than the build host), so
-// each instruction set lives in its own `#pragma GCC target` region and the best one the running
-// CPU supports is picked once, at first use. Every namespace offers the same names (V, kWidth,
-// vload, vstore, ..., store_half); an op's kernel body is written once against `isa::` and included once per
-// namespace (see cpu_optim/cpu_adam.cpp).
+// each instruction set beyond the architecture's baseline lives in its own `#pragma GCC target`
+// region and the best one the running CPU supports is picked once, at first use: scalar, AVX2 or
+// AVX-512 on x86 (cpu_simd_x86.h); scalar, NEON or SVE on aarch64 (cpu_simd_arm.h); scalar
+// elsewhere. Every namespace offers the same names (V, C, width, vload, vstore, ..., store_half);
+// an op's kernel body is written once against `isa::` and included once per namespace (see
+// cpu_optim/cpu_adam.cpp).
 //
-// Torch-free on purpose: only the bindings (cpu_optim_binding.h) see tensors.
+// Torch-free on purpose: only the bindings (cpu_optim_binding.h) see tensors, and
+// tests/kernels/csrc/simd_check.cpp runs the kernels without torch (cross-compiled for aarch64).
 #pragma once
 
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_SIMD_X86 1
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#define CPU_SIMD_ARM 1
+#include <arm_neon.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_SVE
+#define HWCAP_SVE (1UL << 22)  // the Linux UAPI value, for C libraries older than SVE (glibc < 2.27)
+#endif
+#endif
+// SVE needs GCC (clang ignores `#pragma GCC target`) with the ACLE header (GCC 10+), and Linux
+// to say whether the CPU has it; elsewhere, or with -DCPU_SIMD_NO_SVE, NEON is the best level.
+#if defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && !defined(CPU_SIMD_NO_SVE) && \
+    defined(__has_include)
+#if __has_include(<arm_sve.h>)
+#define CPU_SIMD_SVE 1
+#endif
+#endif
+#endif
+
 #include <omp.h>
 
 #include <algorithm>
@@ -21,7 +45,18 @@
 
 namespace cpu_simd {
 
+// Instruction sets in increasing order of preference; each architecture has its own, so a level
+// is comparable only with another of the same build.
+#if defined(CPU_SIMD_X86)
 enum class Level : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+constexpr int kLevelCount = 3;
+#elif defined(CPU_SIMD_ARM)
+enum class Level : int { kScalar = 0, kNeon = 1, kSve = 2 };
+constexpr int kLevelCount = 3;
+#else
+enum class Level : int { kScalar = 0 };
+constexpr int kLevelCount = 1;
+#endif
 
 // Which reduced-precision copy of the updated parameters a kernel also writes.
 enum class HalfKind : int { kNone = 0, kBF16 = 1, kFP16 = 2 };
@@ -43,24 +78,46 @@ using storage_t = typename Storage<kDtype>::type;
 
 inline const char* level_name(Level level) {
   switch (level) {
+#if defined(CPU_SIMD_X86)
     case Level::kAvx512:
       return "avx512";
     case Level::kAvx2:
       return "avx2";
+#elif defined(CPU_SIMD_ARM)
+    case Level::kSve:
+      return "sve";
+    case Level::kNeon:
+      return "neon";
+#endif
     default:
       return "scalar";
   }
 }
 
-// What the running CPU can execute. The AVX2 path also uses FMA and F16C (fp16 stores);
-// every CPU with AVX2 so far has both, but they are separate CPUID bits, so check them.
+// Every level name of every architecture, so a name of another one is told apart from a typo.
+constexpr const char* kAllLevelNames[] = {"scalar", "avx2", "avx512", "neon", "sve"};
+
+// What the running CPU can execute.
 inline Level detect_level() {
+#if defined(CPU_SIMD_X86)
+  // The AVX2 path also uses FMA and F16C (fp16 stores); every CPU with AVX2 so far has both,
+  // but they are separate CPUID bits, so check them.
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return Level::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
     return Level::kAvx2;
   }
   return Level::kScalar;
+#elif defined(CPU_SIMD_ARM)
+  // NEON (with its fp16 <-> fp32 conversions) is part of every aarch64 CPU; SVE is optional,
+  // and the kernel says whether user space may use it.
+#if defined(CPU_SIMD_SVE)
+  if (getauxval(AT_HWCAP) & HWCAP_SVE) return Level::kSve;
+#endif
+  return Level::kNeon;
+#else
+  return Level::kScalar;
+#endif
 }
 
 // Probed once per process (thread-safe static), never per call.
@@ -139,12 +196,31 @@ inline float fp16_to_float(uint16_t h) {
 
 // ---------------------------------------------------------------- scalar "vectors"
 
+// An empty asm that claims to change a float in its register: the compiler must compute the
+// value as written before it and may not fuse a product that passes through it into an FMA.
+#if defined(CPU_SIMD_X86)
+#define CPU_SIMD_FLOAT_BARRIER(a) __asm__("" : "+x"(a))
+#elif defined(CPU_SIMD_ARM)
+#define CPU_SIMD_FLOAT_BARRIER(a) __asm__("" : "+w"(a))  // an FP/SIMD register
+#else
+#define CPU_SIMD_FLOAT_BARRIER(a) __asm__("" : "+m"(a))  // through memory: slower, any target
+#endif
+
+// Names every namespace defines, beyond the arithmetic:
+//   V          a vector of fp32 lanes; C: how a kernel's consts struct holds a loop-invariant
+//              scalar as an operand (V itself, except where V cannot be a struct member: SVE)
+//   width()    lanes in a V; kMaxWidth, the most it can be (the size of a tail buffer)
+//   H          width() half-precision values, as vbf16 / vfp16 return them
 namespace scalar {
 using V = float;
+using C = V;
 constexpr int64_t kWidth = 1;
+constexpr int64_t kMaxWidth = kWidth;
+constexpr int64_t width() { return kWidth; }
 inline V vload(const float* p) { return *p; }
 inline void vstore(float* p, V x) { *p = x; }
 inline V vset1(float x) { return x; }
+inline C vconst(float x) { return vset1(x); }
 inline V vadd(V a, V b) { return a + b; }
 inline V vsub(V a, V b) { return a - b; }
 inline V vmul(V a, V b) { return a * b; }
@@ -154,9 +230,10 @@ inline V vsqrt(V a) { return std::sqrt(a); }
 // +1, -1, or 0 (for +-0): torch.sign.
 inline V vsign(V a) { return static_cast<float>((a > 0.0f) - (a < 0.0f)); }
 // An optimization barrier: the compiler may not fuse a product that passes through here into
-// an FMA, so code that must round each step like a chain of torch ops can say so.
+// an FMA, so code that must round each step like a chain of torch ops can say so. (aarch64 has
+// scalar FMA in its baseline, and GCC contracts a*b+c by default.)
 inline V vround(V a) {
-  __asm__("" : "+x"(a));
+  CPU_SIMD_FLOAT_BARRIER(a);
   return a;
 }
 using H = uint16_t;  // kWidth halves
@@ -171,116 +248,15 @@ inline void vfence() {}
 #include "cpu_simd_half.h"
 }  // namespace scalar
 
-// ---------------------------------------------------------------- AVX2 + FMA + F16C
+}  // namespace cpu_simd
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-namespace avx2 {
-using V = __m256;
-constexpr int64_t kWidth = 8;
-inline V vload(const float* p) { return _mm256_loadu_ps(p); }
-inline void vstore(float* p, V x) { _mm256_storeu_ps(p, x); }
-inline V vset1(float x) { return _mm256_set1_ps(x); }
-inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
-inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
-inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
-inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
-inline V vfmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-inline V vsqrt(V a) { return _mm256_sqrt_ps(a); }
-inline V vsign(V a) {
-  const V zero = _mm256_setzero_ps();
-  const V one = _mm256_set1_ps(1.0f);
-  const V pos = _mm256_and_ps(_mm256_cmp_ps(a, zero, _CMP_GT_OQ), one);
-  const V neg = _mm256_and_ps(_mm256_cmp_ps(a, zero, _CMP_LT_OQ), one);
-  return _mm256_sub_ps(pos, neg);
-}
-inline V vround(V a) {
-  __asm__("" : "+x"(a));
-  return a;
-}
-using H = __m128i;
-// Same rounding as float_to_bf16, eight lanes at a time with integer ops.
-inline H vbf16(V x) {
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
-  // Values are < 2^16 after the shift, so the saturating pack is exact.
-  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-inline H vfp16(V x) { return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
-inline V vload_bf16(const uint16_t* src) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-inline V vload_fp16(const uint16_t* src) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-}
-inline void hstore(uint16_t* dst, H h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), h); }
-// Non-temporal: the copy is written once and not read back by the step, so streaming it
-// skips the read-for-ownership a normal store of a cold line costs (2 of every 32 bytes).
-inline void hstream(uint16_t* dst, H h) { _mm_stream_si128(reinterpret_cast<__m128i*>(dst), h); }
-inline bool hstreamable(const uint16_t* p) { return reinterpret_cast<uintptr_t>(p) % sizeof(H) == 0; }
-inline void vfence() { _mm_sfence(); }
-#include "cpu_simd_half.h"
-}  // namespace avx2
-#pragma GCC pop_options
+#if defined(CPU_SIMD_X86)
+#include "cpu_simd_x86.h"
+#elif defined(CPU_SIMD_ARM)
+#include "cpu_simd_arm.h"
+#endif
 
-// ---------------------------------------------------------------- AVX-512F
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma,f16c")
-namespace avx512 {
-using V = __m512;
-constexpr int64_t kWidth = 16;
-inline V vload(const float* p) { return _mm512_loadu_ps(p); }
-inline void vstore(float* p, V x) { _mm512_storeu_ps(p, x); }
-inline V vset1(float x) { return _mm512_set1_ps(x); }
-inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
-inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
-inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
-inline V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
-inline V vfmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-inline V vsqrt(V a) { return _mm512_sqrt_ps(a); }
-inline V vsign(V a) {
-  const V zero = _mm512_setzero_ps();
-  const __mmask16 pos = _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ);
-  const __mmask16 neg = _mm512_cmp_ps_mask(a, zero, _CMP_LT_OQ);
-  const V plus = _mm512_mask_blend_ps(pos, zero, _mm512_set1_ps(1.0f));
-  return _mm512_mask_blend_ps(neg, plus, _mm512_set1_ps(-1.0f));
-}
-inline V vround(V a) {
-  __asm__("" : "+v"(a));
-  return a;
-}
-using H = __m256i;
-inline H vbf16(V x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  r = _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
-  // vpmovdw truncates each lane to its low 16 bits, which hold the whole result.
-  return _mm512_cvtepi32_epi16(r);
-}
-inline H vfp16(V x) { return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
-inline V vload_bf16(const uint16_t* src) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-inline V vload_fp16(const uint16_t* src) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-}
-inline void hstore(uint16_t* dst, H h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h); }
-inline void hstream(uint16_t* dst, H h) { _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), h); }
-inline bool hstreamable(const uint16_t* p) { return reinterpret_cast<uintptr_t>(p) % sizeof(H) == 0; }
-inline void vfence() { _mm_sfence(); }
-#include "cpu_simd_half.h"
-}  // namespace avx512
-#pragma GCC pop_options
+namespace cpu_simd {
 
 // ---------------------------------------------------------------- threads
 
