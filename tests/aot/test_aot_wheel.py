@@ -28,13 +28,26 @@ def cpu_adam_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = copy_build_inputs(REPO, tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("wheels")
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out), "."],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(out),
+            ".",
+        ],
         cwd=src,
         env=_clean_env(DS_BUILD_OPS="0", DS_BUILD_CPU_ADAM="1", MAX_JOBS="2"),
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # pip runs setup.py three times (egg_info, dist_info, bdist_wheel); only the last plans.
+    assert (done.stdout + done.stderr).count("op_builder: will build cpu_adam") == 1
     wheels = list(out.glob("imagegen-*.whl"))
     assert len(wheels) == 1
     return wheels[0]
@@ -131,3 +144,27 @@ def test_installed_wheel_loads_with_jit_disabled(cpu_adam_wheel: Path, tmp_path:
     assert backend == "kernel"
     assert json.loads(values) == pytest.approx([0.9] * 7, abs=1e-6)  # Adam's first step moves by lr
     assert not (tmp_path / "no-jit-here").exists()
+
+
+def test_an_op_package_outside_the_project_builds_into_the_wheel(tmp_path: Path) -> None:
+    """setuptools refuses absolute source paths: the build reaches the package through a link."""
+    from tests.op_package_files import square_package, unique
+
+    op = unique("aot_sq")
+    package = square_package(tmp_path / "elsewhere", unique("aot_pkg"), op)
+    src = copy_build_inputs(REPO, tmp_path / "src")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path), "."],
+        cwd=src,
+        env=_clean_env(DS_BUILD_OPS="0", DS_OP_SOURCES=str(package), **{f"DS_BUILD_{op.upper()}": "1"}),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel_path,) = tmp_path.glob("imagegen-*.whl")
+    with zipfile.ZipFile(wheel_path) as wheel:
+        compiled = sorted(n for n in wheel.namelist() if n.endswith(".so"))
+        data = json.loads(wheel.read("kernels/_ops/manifest.json"))
+    assert len(compiled) == 1 and compiled[0].startswith(f"kernels/_ops/{op}.")
+    assert list(data["ops"]) == [op]
+    assert data["ops"][op]["flags"]["sources"] == [str(package / "csrc" / "square.cpp")]
