@@ -1,5 +1,6 @@
 # One entry point for set-up, tests, lint, benchmarks and images.
-# `make images` builds and verifies the standard CPU image; `make test` runs the tests.
+# `make images` builds and verifies the standard CPU image (`PLATFORM=linux/arm64`: its arm64
+# twin, under emulation); `make image-cuda CUDA=13.2` a CUDA one; `make test` runs the tests.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -28,8 +29,13 @@ system-deps:
 docker: system-deps
 	bash scripts/ensure-docker.sh
 
+# linux/amd64 (the default) or linux/arm64: the platform of `make standins` and `make images`.
+# arm64 runs here under Debian's qemu-user-static (scripts/system-deps.sh registers it).
+PLATFORM ?= linux/amd64
+ARM64 := $(filter linux/arm64,$(PLATFORM))
+
 standins: docker
-	bash scripts/standin-images.sh
+	bash scripts/standin-images.sh --platform $(PLATFORM)
 
 # Every tier that can run here: unit, kernels, loader, CUDA device-code compile (when nvcc
 # is present), and the Docker integration tier (skipped, with the reason, when no engine).
@@ -62,25 +68,45 @@ WHEELHOUSE ?= $(wildcard /opt/wheels)
 CA_CERT ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 IMAGE_OPS ?= cpu_adam,cpu_adagrad,cpu_lion,async_io
 
-# The standard CPU image, from the stand-in bases (no registry needed), verified.
-images: setup standins
-	$(VENV)/bin/imagegen build --cpu --ops $(IMAGE_OPS) --standins \
-	  $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(CA_CERT),--ca-cert $(CA_CERT))
+# torch for the arm64 CPU image: PyPI's aarch64 wheels are CPU builds up to 2.10 and CUDA 13.0
+# builds from 2.11 on (several GB of nvidia-* wheels, and the CPU image's build check refuses
+# them), and download.pytorch.org is not reachable everywhere; so the newest CPU one, fetched
+# into a wheelhouse of its own from the index this machine's pip uses.
+ARM64_TORCH ?= 2.10.0
+ARM64_WHEELHOUSE ?= .cache/wheelhouse-linux-arm64
+# qemu-user has no Linux AIO system calls (io_setup answers ENOSYS), so under emulation
+# async_io compiles but cannot pass its self-test, which the build runs: an arm64 image made
+# on another architecture leaves it out; on an arm64 host it is in.
+EMULATED_ARM64_OPS := cpu_adam,cpu_adagrad,cpu_lion
+ARM64_IMAGE_OPS ?= $(if $(filter aarch64 arm64,$(shell uname -m)),$(IMAGE_OPS),$(EMULATED_ARM64_OPS))
 
-# A CUDA 13.0 image of the GPU ops from the CUDA stand-ins (this machine's toolkit), with
-# torch's CUDA 13 build from the index this machine's pip installs from (PIP_INDEX_URL,
+# The standard CPU image, from the stand-in bases (no registry needed), verified; for
+# PLATFORM=linux/arm64 built and verified (load + self-tests) under emulation: slow, not in CI.
+images: setup standins
+	$(if $(ARM64),$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+	  --platform manylinux_2_28_aarch64 --platform manylinux2014_aarch64 \
+	  --dest $(ARM64_WHEELHOUSE) "torch==$(ARM64_TORCH)")
+	$(VENV)/bin/imagegen build --cpu --platform $(PLATFORM) --ops $(if $(ARM64),$(ARM64_IMAGE_OPS),$(IMAGE_OPS)) --standins \
+	  $(if $(ARM64),--torch $(ARM64_TORCH) --wheelhouse $(ARM64_WHEELHOUSE),$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))) \
+	  $(if $(CA_CERT),--ca-cert $(CA_CERT))
+
+# A CUDA 13.x image of the GPU ops from the CUDA stand-ins (CUDA=13.0: this machine's toolkit;
+# another 13.x: NVIDIA's compiler wheels of exactly that release, scripts/standin-images.sh
+# --cuda X.Y), with torch's CUDA 13 build from the index this machine's pip installs from (PIP_INDEX_URL,
 # pip.conf, else pip's default; scripts/pip_index.py), so a corporate mirror works as it is:
 # without --torch-index imagegen would go to the catalog's download.pytorch.org index, which
 # a mirror-only network cannot reach. CUDA_TORCH_INDEX (or IMAGEGEN_TORCH_INDEX) overrides.
 # Several GB to download, and ~30 GB of disk with the build cache (`docker builder prune`
-# gives it back). Not in CI.
+# gives it back). Not in CI. torch 2.15.0 on PyPI is a CUDA 13.2 build: CUDA=13.2 matches it exactly.
+CUDA ?= 13.0
 CUDA_TORCH ?= 2.15.0
 CUDA_TORCH_INDEX ?= $(IMAGEGEN_TORCH_INDEX)
+CUDA_ARCH ?= 8.0;9.0+PTX
 CUDA_IMAGE_OPS ?= fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer
 image-cuda: setup docker
-	bash scripts/standin-images.sh --cuda
+	bash scripts/standin-images.sh $(if $(filter 13.0,$(CUDA)),--cuda,--cuda $(CUDA))
 	index='$(CUDA_TORCH_INDEX)' && index="$${index:-$$($(PY) scripts/pip_index.py)}" \
-	&& $(VENV)/bin/imagegen build --cuda 13.0 --standins --ops $(CUDA_IMAGE_OPS) --arch "8.0;9.0+PTX" \
+	&& $(VENV)/bin/imagegen build --cuda $(CUDA) --standins --ops $(CUDA_IMAGE_OPS) --arch "$(CUDA_ARCH)" \
 	  --torch $(CUDA_TORCH) --torch-index "$$index" $(if $(CA_CERT),--ca-cert $(CA_CERT))
 
 # Image figures: runtime/devel size of the CPU and the CUDA image, and the rebuild ratio.
@@ -96,8 +122,10 @@ bench-images: setup standins
 matrix: setup
 	$(VENV)/bin/imagegen matrix
 
+# OP_SOURCES: op package folders whose GPU ops are checked too (make cuda-check OP_SOURCES=examples/acme_ops).
+OP_SOURCES ?=
 cuda-check: setup
-	$(PY) scripts/cuda_check.py
+	$(PY) scripts/cuda_check.py $(foreach dir,$(OP_SOURCES),--op-source $(dir))
 
 hip-check: setup
 	bash scripts/system-deps.sh --rocm

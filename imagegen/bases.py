@@ -10,9 +10,14 @@ STANDIN_SCRIPT = "scripts/standin-images.sh"
 STANDIN_TAGS = ("imagegen-standin/debian:bookworm", catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
 
 
-def standin_hint(target: str = "cpu") -> str:
-    devel, runtime = catalog.STANDINS[target]
-    script = STANDIN_SCRIPT if target == "cpu" else STANDIN_SCRIPT + " --cuda"
+def standin_hint(target: str = "cpu", platform: str = catalog.DEFAULT_PLATFORM) -> str:
+    bases = catalog.standin_bases(target, platform)
+    assert bases is not None, f"no stand-ins for {target} on {platform}"
+    devel, runtime = bases
+    flags = [] if platform == catalog.DEFAULT_PLATFORM else [f"--platform {platform}"]
+    if target != "cpu":
+        flags.append("--cuda " + target.removeprefix("cuda"))
+    script = " ".join([STANDIN_SCRIPT, *flags])
     return (
         f"no registry here? make local stand-in bases with `{script}`, then build with --standins "
         f"(or IMAGEGEN_STANDINS=1), which means --base-devel {devel} --base-runtime {runtime}"
@@ -29,8 +34,8 @@ def missing_base_hint(spec: ImageSpec) -> str | None:
     if not missing:
         return None
     text = "not on this machine: " + ", ".join(missing) + "; "
-    if spec.target in catalog.STANDINS:
-        return text + standin_hint(spec.target)
+    if catalog.standin_bases(spec.target, spec.platform) is not None:
+        return text + standin_hint(spec.target, spec.platform)
     return text + (
         "pull them where a registry answers and bring them here with `docker save` / `docker load`, "
         "or pass --base-devel/--base-runtime images you have"

@@ -17,6 +17,12 @@ Sources (checked by hand; every value here can be overridden on the command line
   the "previous versions" install commands (https://pytorch.org/get-started/previous-versions/).
   Rows after torch 2.9 are our best reading of that matrix; ``--torch-index`` relaxes the check.
 - torch release numbers: the versions published on PyPI.
+- CUDA 13.x builds of torch: the ``cuda-toolkit`` pin in each release's wheel metadata on PyPI
+  (torch 2.11 to 2.14.1: ``cuda-toolkit==13.0.x``; torch 2.15.0: ``cuda-toolkit==13.2.2``).
+- arm64: torch publishes aarch64 CUDA wheels (``sbsa``) from CUDA 12.6 (torch 2.6) on, in the
+  same ``cuXYZ`` indexes, and aarch64 CPU wheels for every release; ROCm wheels are x86-64
+  only. The ``nvidia/cuda`` and ``python`` images are multi-platform, so the platform picks
+  the variant and the tags stay the same.
 """
 
 from __future__ import annotations
@@ -29,6 +35,19 @@ from packaging.version import InvalidVersion, Version
 from op_builder import archs as arch_lib
 
 Accelerator = Literal["cpu", "cuda", "rocm"]
+
+# The platforms images are built for (OCI names, as `docker build --platform` takes them).
+AMD64 = "linux/amd64"
+ARM64 = "linux/arm64"
+PLATFORMS: tuple[str, ...] = (AMD64, ARM64)
+DEFAULT_PLATFORM = AMD64
+# The first CUDA release torch publishes aarch64 (sbsa) wheels for.
+ARM64_CUDA_SINCE = "12.6"
+
+# The GPUs NVIDIA pairs with its arm64 Grace CPU, as compute capabilities: GH200 (9.0), GB200
+# (10.0), GB300 (10.3), DGX Spark's GB10 (12.1). An arm64 CUDA image runs on those nodes, so
+# its default arch list is these, each where the toolkit compiles it (op_builder.archs).
+GRACE_GPU_ARCHS: tuple[str, ...] = ("9.0", "10.0", "10.3", "12.1")
 
 # Every torch release (latest patch first within a minor is not needed: we list them all).
 TORCH_RELEASES: tuple[str, ...] = (
@@ -108,6 +127,7 @@ class Target:
     distros: tuple[str, ...]  # the first is the default
     torch: tuple[TorchRange, ...]
     default_torch: str
+    platforms: tuple[str, ...] = (AMD64,)  # those torch publishes wheels of this target for
 
     @property
     def name(self) -> str:
@@ -155,11 +175,21 @@ def _minor(version: str) -> Version:
 def _cuda(version: str, full: str, distros: tuple[str, ...], ranges: str, default_torch: str) -> Target:
     variant = "cu" + version.replace(".", "")
     first, last = ranges.split("-")
-    return Target("cuda", version, full, distros, (TorchRange(first, last, variant),), default_torch)
+    arm64 = Version(version) >= Version(ARM64_CUDA_SINCE)
+    return Target(
+        "cuda",
+        version,
+        full,
+        distros,
+        (TorchRange(first, last, variant),),
+        default_torch,
+        platforms=(AMD64, ARM64) if arm64 else (AMD64,),
+    )
 
 
 _U22 = ("ubuntu22.04",)
 _U22_24 = ("ubuntu22.04", "ubuntu24.04")
+_U24_22 = ("ubuntu24.04", "ubuntu22.04")
 
 CUDA_TARGETS: dict[str, Target] = {
     t.version or "": t
@@ -171,6 +201,9 @@ CUDA_TARGETS: dict[str, Target] = {
         _cuda("12.8", "12.8.1", _U22_24, "2.7-2.11", "2.9.1"),
         _cuda("12.9", "12.9.1", _U22_24, "2.8-2.9", "2.8.0"),
         _cuda("13.0", "13.0.0", _U22_24, "2.9-2.15", "2.9.1"),
+        # torch 2.15.0's wheels on PyPI are CUDA 13.2 builds (cuda-toolkit==13.2.2). New entries
+        # default to the newer Ubuntu LTS (ubuntu24.04, Python 3.12, which torch 2.15 supports).
+        _cuda("13.2", "13.2.2", _U24_22, "2.15-2.15", "2.15.0"),
     )
 }
 
@@ -192,28 +225,73 @@ ROCM_TARGETS: dict[str, Target] = {
 
 CPU_DEFAULT_PYTHON = "3.11"
 CPU_PYTHONS: tuple[str, ...] = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
-CPU_TARGET = Target("cpu", None, None, ("bookworm", "trixie"), (TorchRange("2.0", "2.15", "cpu"),), "2.13.0")
+CPU_TARGET = Target(
+    "cpu", None, None, ("bookworm", "trixie"), (TorchRange("2.0", "2.15", "cpu"),), "2.13.0", PLATFORMS
+)
 
 # Local stand-ins for the bases, made by scripts/standin-images.sh (no registry needed):
-# target -> (devel, runtime). The CUDA pair copies this machine's toolkit (`--cuda`), 13.0 here.
-STANDINS: dict[str, tuple[str, str]] = {
-    "cpu": ("imagegen-standin/python:3.11-devel", "imagegen-standin/python:3.11-runtime"),
-    "cuda13.0": ("imagegen-standin/cuda:13.0-devel", "imagegen-standin/cuda:13.0-base"),
-}
-STANDIN_DEVEL, STANDIN_RUNTIME = STANDINS["cpu"]
+# (target, platform) -> (devel, runtime). `--cuda X.Y` lays NVIDIA's 13.x compiler wheels out as
+# a CUDA home of exactly that release (a bare `--cuda` copies this machine's 13.0 toolkit); the
+# 12.x wheels hold only ptxas, so no CUDA 12 stand-in exists. `--platform linux/arm64` makes
+# the arm64 pair under qemu.
 STANDIN_PYTHON = "3.11"
 STANDIN_DISTRO = "bookworm"
+STANDIN_CUDA_SINCE = "13.0"
 
-# The images `imagegen matrix` renders (ops=all, catalog defaults for everything else).
-STANDARD_MATRIX: tuple[tuple[Accelerator, str | None], ...] = (
-    ("cpu", None),
-    ("cuda", "12.1"),
-    ("cuda", "12.4"),
-    ("cuda", "12.6"),
-    ("cuda", "12.8"),
-    ("cuda", "13.0"),
-    ("rocm", "6.2"),
-    ("rocm", "6.4"),
+
+def _standin_pair(target: str, platform: str) -> tuple[str, str]:
+    suffix = platform_tag_suffix(platform)
+    if target == "cpu":
+        return (
+            f"imagegen-standin/python:{STANDIN_PYTHON}-devel{suffix}",
+            f"imagegen-standin/python:{STANDIN_PYTHON}-runtime{suffix}",
+        )
+    version = target.removeprefix("cuda")
+    return (f"imagegen-standin/cuda:{version}-devel{suffix}", f"imagegen-standin/cuda:{version}-base{suffix}")
+
+
+def platform_tag_suffix(platform: str) -> str:
+    """What a platform adds to tags: nothing for the default (existing tags keep their names)."""
+    return "" if platform == DEFAULT_PLATFORM else "-" + platform.rsplit("/", 1)[-1]
+
+
+STANDINS: dict[tuple[str, str], tuple[str, str]] = {
+    (name, platform): _standin_pair(name, platform)
+    for name, platform in (
+        ("cpu", AMD64),
+        ("cpu", ARM64),
+        *(
+            (t.name, AMD64)
+            for t in CUDA_TARGETS.values()
+            if Version(t.version or "0") >= Version(STANDIN_CUDA_SINCE)
+        ),
+    )
+}
+STANDIN_DEVEL, STANDIN_RUNTIME = STANDINS[("cpu", AMD64)]
+
+
+def standin_bases(target: str, platform: str = DEFAULT_PLATFORM) -> tuple[str, str] | None:
+    """The (devel, runtime) stand-ins of ``target`` on ``platform``, or None when there are none."""
+    return STANDINS.get((target, platform))
+
+
+# The images `imagegen matrix` renders (ops=all, catalog defaults for everything else):
+# (accelerator, version, platform). arm64 where the catalog has it: the CPU and the CUDA
+# releases of the Grace nodes' torch builds.
+STANDARD_MATRIX: tuple[tuple[Accelerator, str | None, str], ...] = (
+    ("cpu", None, AMD64),
+    ("cuda", "12.1", AMD64),
+    ("cuda", "12.4", AMD64),
+    ("cuda", "12.6", AMD64),
+    ("cuda", "12.8", AMD64),
+    ("cuda", "13.0", AMD64),
+    ("cuda", "13.2", AMD64),
+    ("rocm", "6.2", AMD64),
+    ("rocm", "6.4", AMD64),
+    ("cpu", None, ARM64),
+    ("cuda", "12.8", ARM64),
+    ("cuda", "13.0", ARM64),
+    ("cuda", "13.2", ARM64),
 )
 
 
@@ -248,9 +326,32 @@ def closest_version(accelerator: Accelerator, version: str) -> str | None:
     return min(targets(accelerator), key=distance, default=None)
 
 
-def default_cuda_archs(version: str) -> tuple[str, ...]:
-    """The arch list a CUDA version builds when the user names none."""
-    return tuple(str(a) for a in arch_lib.default_cuda_archs(version))
+def default_cuda_archs(version: str, platform: str = DEFAULT_PLATFORM) -> tuple[str, ...]:
+    """The arch list a CUDA version builds when the user names none.
+
+    On amd64 the toolkit's default (``op_builder.archs``). On arm64 the Grace-paired GPUs the
+    toolkit compiles, with PTX for the newest (as the toolkit defaults do: a later GPU still
+    runs it through the driver's JIT).
+    """
+    if platform != ARM64:
+        return tuple(str(a) for a in arch_lib.default_cuda_archs(version))
+    parsed = arch_lib.parse_cuda_arch_list(";".join(GRACE_GPU_ARCHS))
+    kept = [a for a in parsed if arch_lib.unsupported_reason(a, version) is None]
+    if not kept:
+        return ()
+    return (*(str(a) for a in kept[:-1]), f"{kept[-1]}+PTX")
+
+
+def torch_local_label(variant: str, platform: str) -> str | None:
+    """The local version label of the catalog index's torch wheels (``cu121``), or None.
+
+    download.pytorch.org/whl/cpu publishes its aarch64 wheels without ``+cpu``
+    (https://github.com/pytorch/pytorch/issues/110791): there the pin is by version, and the
+    devel stage's build check still refuses anything but a CPU build.
+    """
+    if variant == "cpu" and platform == ARM64:
+        return None
+    return variant
 
 
 def default_rocm_archs() -> tuple[str, ...]:
@@ -297,8 +398,8 @@ def markdown_table() -> str:
     """The catalog as the Markdown table in docs/imagegen.md (a test keeps the two equal)."""
     lines = [
         "| target | devel base | runtime base | distros | Python | torch built | default torch "
-        "| wheel index | default archs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| wheel index | default archs | platforms (arm64 archs) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for target in (*CUDA_TARGETS.values(), *ROCM_TARGETS.values(), CPU_TARGET):
         distro = target.distros[0]
@@ -315,9 +416,12 @@ def markdown_table() -> str:
         built = target.torch_versions()
         indexes = ", ".join(dict.fromkeys(r.variant for r in target.torch))
         devel, runtime = target.base_devel(distro, python), target.base_runtime(distro, python)
+        platforms = ", ".join(p.removeprefix("linux/") for p in target.platforms)
+        if target.accelerator == "cuda" and ARM64 in target.platforms:
+            platforms += f" ({';'.join(default_cuda_archs(target.version or '', ARM64))})"
         lines.append(
             f"| `{target.name}` | `{devel}` | `{runtime}` "
             f"| {', '.join(target.distros)} | {pythons} | {built[0]}–{built[-1]} | {target.default_torch} "
-            f"| {indexes} | {archs} |"
+            f"| {indexes} | {archs} | {platforms} |"
         )
     return "\n".join(lines) + "\n"

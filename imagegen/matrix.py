@@ -1,7 +1,8 @@
-"""The standard image matrix: dockerfiles/<target>/Dockerfile and dockerfiles/docker-bake.hcl.
+"""The standard image matrix: dockerfiles/<target>[-arm64]/Dockerfile and dockerfiles/docker-bake.hcl.
 
 Rendered from catalog defaults with ``--ops all`` and an empty environment, so the committed
-files depend on the code only (a unit test checks they match). ``--op-source`` adds an op
+files depend on the code only (a unit test checks they match). The platform is an axis:
+arm64 images get their own folder and bake target, whose ``platforms`` names it. ``--op-source`` adds an op
 package's ops to every image; its Dockerfiles then need the package staged in the build
 context at ``_imagegen/op-sources/<package>/`` (their header says so). Files are written only when
 their content changes.
@@ -27,26 +28,32 @@ class MatrixEntry:
 
     @property
     def folder(self) -> str:
-        return self.spec.target  # "cpu", "cuda12.1"
+        return self.spec.target + catalog.platform_tag_suffix(self.spec.platform)  # "cpu", "cuda13.2-arm64"
 
     @property
     def bake_target(self) -> str:
-        return self.spec.target.replace(".", "-")  # bake target names allow no dots
+        return self.folder.replace(".", "-")  # bake target names allow no dots
 
     @property
     def dockerfile_path(self) -> str:
         return f"{self.folder}/Dockerfile"
 
 
-def standard_entries(op_sources: Sequence[str] = ()) -> tuple[MatrixEntry, ...]:
+def standard_entries(
+    op_sources: Sequence[str] = (), platforms: Sequence[str] = ()
+) -> tuple[MatrixEntry, ...]:
+    """The standard matrix; only the entries for ``platforms`` when any are named."""
     entries = []
-    for accelerator, version in catalog.STANDARD_MATRIX:
+    for accelerator, version, platform in catalog.STANDARD_MATRIX:
+        if platforms and platform not in platforms:
+            continue
         inp = SpecInput(
             ops="all",
             cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None,
             rocm=version if accelerator == "rocm" else None,
             op_sources=tuple(op_sources),
+            platform=platform,
         )
         entries.append(MatrixEntry(build_spec(inp, env={})))
     return tuple(entries)
@@ -83,6 +90,7 @@ def render_bake(entries: tuple[MatrixEntry, ...], dockerfiles_dir: str = "docker
             '  inherits   = ["_common"]',
             f'  dockerfile = "{dockerfiles_dir}/{entry.dockerfile_path}"',
             f"  tags       = {_hcl_list([entry.spec.tag])}",
+            f"  platforms  = {_hcl_list([entry.spec.platform])}",
             # One cache folder per target: local cache exports rewrite their index whole.
             f'  cache-from = ["type=local,src=${{CACHE_DIR}}/{name}"]',
             f'  cache-to   = ["type=local,dest=${{CACHE_DIR}}/{name},mode=max"]',
@@ -91,29 +99,39 @@ def render_bake(entries: tuple[MatrixEntry, ...], dockerfiles_dir: str = "docker
     return "\n".join(lines) + "\n"
 
 
-def render_matrix(op_sources: Sequence[str] = ()) -> dict[str, str]:
-    """{path relative to dockerfiles/: text} for the whole matrix (with these op packages' ops)."""
+def render_matrix(op_sources: Sequence[str] = (), platforms: Sequence[str] = ()) -> dict[str, str]:
+    """{path relative to dockerfiles/: text} for the whole matrix (with these op packages' ops).
+
+    ``platforms`` keeps the Dockerfiles of those platforms only; the bake file always names
+    the whole matrix, so writing a subset into the committed folder never drops targets.
+    """
     entries = standard_entries(op_sources)
-    files = {entry.dockerfile_path: render(entry.spec) for entry in entries}
+    files = {
+        entry.dockerfile_path: render(entry.spec)
+        for entry in entries
+        if not platforms or entry.spec.platform in platforms
+    }
     files[BAKE_FILE] = render_bake(entries)
     return files
 
 
-def write_matrix(out_dir: Path, op_sources: Sequence[str] = ()) -> tuple[list[Path], list[Path]]:
+def write_matrix(
+    out_dir: Path, op_sources: Sequence[str] = (), platforms: Sequence[str] = ()
+) -> tuple[list[Path], list[Path]]:
     """Write the matrix under ``out_dir``; returns (written, unchanged) paths."""
     written: list[Path] = []
     unchanged: list[Path] = []
-    for relative, text in sorted(render_matrix(op_sources).items()):
+    for relative, text in sorted(render_matrix(op_sources, platforms).items()):
         path = out_dir / relative
         make_dirs(path.parent)
         (written if write_if_changed(path, text) else unchanged).append(path)
     return written, unchanged
 
 
-def stale_files(out_dir: Path, op_sources: Sequence[str] = ()) -> list[str]:
+def stale_files(out_dir: Path, op_sources: Sequence[str] = (), platforms: Sequence[str] = ()) -> list[str]:
     """Relative paths whose content on disk differs from what the code renders (or is missing)."""
     stale = []
-    for relative, text in sorted(render_matrix(op_sources).items()):
+    for relative, text in sorted(render_matrix(op_sources, platforms).items()):
         path = out_dir / relative
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             stale.append(relative)

@@ -154,6 +154,7 @@ def build(
                 target=stage,
                 build_args={"MAX_JOBS": str(spec.max_jobs)} if spec.max_jobs else {},
                 no_cache=no_cache,
+                platform=spec.platform,
             )
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None

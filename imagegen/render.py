@@ -147,6 +147,7 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
         ("io.imagegen.torch", spec.torch_release),
         ("io.imagegen.python", spec.python),
         ("io.imagegen.distro", spec.distro),
+        ("io.imagegen.platform", spec.platform),
         ("io.imagegen.bytecode", spec.bytecode),
     ]
     # Each GPU op's own arch list (an op may compile for fewer archs than the image names).
@@ -190,6 +191,7 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "variant": "BuildKit" if spec.buildkit else "classic",
         "buildkit": spec.buildkit,
         "target": spec.target,
+        "platform": spec.platform,
         # CPU torch ships its libraries with static symbol tables (~90 MB); stripping them keeps
         # the dynamic symbols extensions link against. GPU libraries carry device code: left alone.
         "strip_torch_libs": spec.target == "cpu",

@@ -54,6 +54,7 @@ class SpecInput:
     standins: bool | None = None
     bytecode: str | None = None
     op_sources: tuple[str, ...] = ()  # op package folders (--op-source, repeatable)
+    platform: str | None = None  # "linux/amd64" / "linux/arm64"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class ImageSpec:
     bytecode: str = DEFAULT_BYTECODE  # one of BYTECODE_MODES: which .pyc files the runtime venv keeps
     warnings: tuple[str, ...] = field(default=())
     op_packages: tuple[OpPackage, ...] = ()  # the op packages whose ops the image holds
+    platform: str = catalog.DEFAULT_PLATFORM  # the OCI platform the image is built for
 
     @property
     def registry(self) -> Registry:
@@ -105,11 +107,13 @@ class ImageSpec:
         """``2.5.1+cu121`` from the catalog's index; ``2.5.1`` from any other source.
 
         Other sources (PyPI, a mirror, a wheelhouse) may publish the build without the local
-        label, as PyPI does for its CUDA wheels. The devel stage checks which build pip
-        installed instead (``render.torch_build_check``).
+        label, as PyPI does for its CUDA wheels, and so does the catalog's CPU index for arm64
+        (``catalog.torch_local_label``). The devel stage checks which build pip installed
+        instead (``render.torch_build_check``).
         """
-        if self.torch_from_catalog_index:
-            return f"{self.torch}+{self.torch_variant}"
+        label = catalog.torch_local_label(self.torch_variant, self.platform)
+        if self.torch_from_catalog_index and label is not None:
+            return f"{self.torch}+{label}"
         return self.torch
 
     @property
@@ -189,13 +193,9 @@ def _pick_bool(flag: bool | None, env: Mapping[str, str], name: str, default: bo
 def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     """Resolve and validate ``inp`` against ``env`` and the catalog. Raises BadInputError."""
     target = checks.target(inp.cuda, inp.rocm, inp.cpu)
+    platform = checks.platform(_pick(inp.platform, env, "PLATFORM"), target)
     standins = _pick_bool(inp.standins, env, "STANDINS", False)
-    if standins and target.name not in catalog.STANDINS:
-        raise BadInputError(
-            f"stand-in base images exist for --cpu and --cuda 13.0 only, not {target.name}",
-            hint="other GPU images need the real nvidia/cuda or rocm/dev bases (pull them, or pass "
-            "--base-devel/--base-runtime)",
-        )
+    standin_bases = checks.standins(target, platform) if standins else None
     distro = checks.distro(_pick(inp.distro, env, "DISTRO"), target, standins)
     base_devel = _pick(inp.base_devel, env, "BASE_DEVEL")
     base_runtime = _pick(inp.base_runtime, env, "BASE_RUNTIME")
@@ -207,13 +207,13 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     torch, variant = checks.torch(_pick(inp.torch, env, "TORCH"), target, python, torch_index_flag, warnings)
     registry, packages = resolve_packages(op_source_dirs(inp.op_sources, env))
     names, from_all = checks.ops(_pick(inp.ops, env, "OPS"), target, registry)
-    cuda_archs, rocm_archs = checks.archs(_pick(inp.arch, env, "ARCH"), target)
+    cuda_archs, rocm_archs = checks.archs(_pick(inp.arch, env, "ARCH"), target, platform)
     names, op_archs = checks.per_op_archs(
         names, cuda_archs, registry, explicit=not from_all, warnings=warnings
     )
     packages = _used_packages(packages, names, warnings)
-    if standins:
-        standin_devel, standin_runtime = catalog.STANDINS[target.name]
+    if standin_bases is not None:
+        standin_devel, standin_runtime = standin_bases
         base_devel = base_devel or standin_devel
         base_runtime = base_runtime or standin_runtime
     base_devel = base_devel or target.base_devel(distro, python)
@@ -245,8 +245,8 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     bytecode = checks.bytecode(_pick(inp.bytecode, env, "BYTECODE"))
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, "TAG") or (
-        f"imagegen:{target.name}-torch{torch}-py{python}-{content_hash(names, archs, packages)}"
-        + BYTECODE_TAG_SUFFIX[bytecode]
+        f"imagegen:{target.name}{catalog.platform_tag_suffix(platform)}-torch{torch}-py{python}-"
+        f"{content_hash(names, archs, packages)}{BYTECODE_TAG_SUFFIX[bytecode]}"
     )
     check_reference("--tag", tag, allow_digest=False)
     return ImageSpec(
@@ -275,4 +275,5 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         bytecode=bytecode,
         warnings=tuple(warnings),
         op_packages=packages,
+        platform=platform,
     )

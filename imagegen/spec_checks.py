@@ -58,6 +58,67 @@ def target(cuda: str | None, rocm: str | None, cpu: bool) -> Target:
     return found
 
 
+# Spellings of a platform that are not its OCI name, a common slip: the hint names the right one.
+_PLATFORM_ALIASES = {
+    "amd64": catalog.AMD64,
+    "x86_64": catalog.AMD64,
+    "linux/x86_64": catalog.AMD64,
+    "arm64": catalog.ARM64,
+    "aarch64": catalog.ARM64,
+    "linux/aarch64": catalog.ARM64,
+    "linux/arm64/v8": catalog.ARM64,
+}
+
+
+def platform_name(value: str) -> str:
+    """``value`` as one of ``catalog.PLATFORMS``, or bad input with the OCI name it may have meant."""
+    chosen = value.strip().lower()
+    if chosen in catalog.PLATFORMS:
+        return chosen
+    meant = _PLATFORM_ALIASES.get(chosen)
+    suggestion = f"did you mean {meant}? " if meant else ""
+    raise BadInputError(
+        f"--platform {value!r} is not a platform imagegen builds for",
+        hint=suggestion + "use " + " or ".join(catalog.PLATFORMS),
+    )
+
+
+def platform(value: str | None, target: Target) -> str:
+    """The image's platform (``linux/amd64`` by default), refused where the catalog has no
+    torch build for the target on it."""
+    chosen = catalog.DEFAULT_PLATFORM if value is None else platform_name(value)
+    if chosen in target.platforms:
+        return chosen
+    if target.accelerator == "rocm":
+        raise BadInputError(
+            f"{target.name} has no {chosen} build: torch's ROCm wheels are for x86-64 only",
+            hint="build ROCm images for linux/amd64, or --cpu / --cuda X.Y for linux/arm64",
+        )
+    arm64_cuda = [v for v, t in catalog.CUDA_TARGETS.items() if chosen in t.platforms]
+    raise BadInputError(
+        f"{target.name} has no {chosen} build: torch publishes aarch64 CUDA wheels from "
+        f"CUDA {catalog.ARM64_CUDA_SINCE} on",
+        hint="CUDA versions with arm64 builds: " + ", ".join(arm64_cuda),
+    )
+
+
+def standins(target: Target, platform: str) -> tuple[str, str]:
+    """The stand-in bases for ``target`` on ``platform``, or bad input naming those that exist."""
+    found = catalog.standin_bases(target.name, platform)
+    if found is not None:
+        return found
+    have = ", ".join(f"{name} ({where})" for name, where in catalog.STANDINS)
+    if target.accelerator == "cuda" and platform == catalog.AMD64:
+        hint = (
+            "NVIDIA's wheels hold a whole compiler from CUDA 13 on (12.x: only ptxas), so older "
+            "versions have no stand-in: build on the real nvidia/cuda bases (pull them, or pass "
+            "--base-devel/--base-runtime)"
+        )
+    else:
+        hint = "pull the real bases, or pass --base-devel/--base-runtime"
+    raise BadInputError(f"no stand-in bases for {target.name} on {platform}; there are: {have}", hint=hint)
+
+
 def distro(value: str | None, target: Target, standins: bool) -> str:
     if value is None:
         return catalog.STANDIN_DISTRO if standins else target.distros[0]
@@ -194,7 +255,9 @@ def ops(value: str | None, target: Target, registry: Registry) -> tuple[tuple[st
     return tuple(n for n in known if n in wanted), False
 
 
-def archs(value: str | None, target: Target) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def archs(
+    value: str | None, target: Target, platform: str = catalog.DEFAULT_PLATFORM
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if target.accelerator == "cpu":
         if value is not None:
             raise BadInputError(
@@ -207,7 +270,7 @@ def archs(value: str | None, target: Target) -> tuple[tuple[str, ...], tuple[str
         return (), arch_lib.parse_rocm_arch_list(value)
     version = target.version or ""
     if value is None:
-        return catalog.default_cuda_archs(version), ()
+        return catalog.default_cuda_archs(version, platform), ()
     # No 'native': the build runs in a container, usually on a machine without the GPU.
     parsed = arch_lib.parse_cuda_arch_list(value, native=None)
     arch_lib.validate_for_toolkit(parsed, version)

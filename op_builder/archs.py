@@ -81,6 +81,9 @@ _SUFFIX_SINCE: dict[str, str] = {"a": "12.0", "f": "12.9"}
 # The arch list a toolkit version builds when the user names none. PTX for the
 # newest arch keeps future GPUs working through the driver's JIT.
 _DEFAULTS: tuple[tuple[str, str], ...] = (
+    # From 13.2 (the first release after 13.0 that torch builds with) every Blackwell: GB300's
+    # 10.3 and GB10's 12.1 too. 13.0 keeps its list, so its images keep their names.
+    ("13.2", "7.5;8.0;8.6;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX"),
     ("13.0", "7.5;8.0;8.6;8.9;9.0;10.0;11.0;12.0+PTX"),
     ("12.8", "7.0;7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX"),
     ("11.8", "7.0;7.5;8.0;8.6;8.9;9.0+PTX"),

@@ -49,6 +49,16 @@ RocmOption = Annotated[
     typer.Option("--rocm", metavar="X.Y", help="Build for this ROCm version.", rich_help_panel=_TARGET),
 ]
 CpuOption = Annotated[bool, typer.Option("--cpu", help="Build for the CPU only.", rich_help_panel=_TARGET)]
+PlatformOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--platform",
+        metavar="OS/ARCH",
+        help="linux/amd64 (default) or linux/arm64 (Grace Hopper / Grace Blackwell nodes; CUDA 12.6+ "
+        "or the CPU). Built elsewhere under emulation. (env: IMAGEGEN_PLATFORM)",
+        rich_help_panel=_TARGET,
+    ),
+]
 PythonOption = Annotated[
     Optional[str],
     typer.Option(

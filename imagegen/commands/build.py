@@ -25,6 +25,7 @@ from imagegen.commands._options import (
     OfflineOption,
     OpsOption,
     OpSourceOption,
+    PlatformOption,
     PythonOption,
     RocmOption,
     StandinsOption,
@@ -57,6 +58,7 @@ def build(
     cuda: CudaOption = None,
     rocm: RocmOption = None,
     cpu: CpuOption = False,
+    platform: PlatformOption = None,
     python: PythonOption = None,
     torch: TorchOption = None,
     arch: ArchOption = None,
@@ -80,11 +82,11 @@ def build(
 ) -> None:
     """Build the image of the selected ops, verify every op loads ahead of time, print a summary."""
     spec = make_spec(SpecInput(
-        ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, python=python, torch=torch, arch=arch, distro=distro,
-        base_devel=base_devel, base_runtime=base_runtime, standins=standins, torch_index=torch_index,
-        wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert, keep_ca_cert=keep_ca_cert,
-        buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs, tag=tag, push=push, verify=not no_verify,
-        op_sources=tuple(op_source or ()),
+        ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=platform, python=python, torch=torch, arch=arch,
+        distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
+        torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
+        keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs, tag=tag,
+        push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     report = pipeline.build(spec, verify=not no_verify, source=source)
     if json:

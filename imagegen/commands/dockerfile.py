@@ -24,6 +24,7 @@ from imagegen.commands._options import (
     OfflineOption,
     OpsOption,
     OpSourceOption,
+    PlatformOption,
     PythonOption,
     RocmOption,
     StandinsOption,
@@ -50,6 +51,7 @@ def dockerfile(
     cuda: CudaOption = None,
     rocm: RocmOption = None,
     cpu: CpuOption = False,
+    platform: PlatformOption = None,
     python: PythonOption = None,
     torch: TorchOption = None,
     arch: ArchOption = None,
@@ -69,10 +71,11 @@ def dockerfile(
 ) -> None:
     """Render the multi-stage Dockerfile (devel -> build -> runtime) for the selected ops."""
     spec = make_spec(SpecInput(
-        ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, python=python, torch=torch, arch=arch, distro=distro,
-        base_devel=base_devel, base_runtime=base_runtime, standins=standins, torch_index=torch_index,
-        wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert, keep_ca_cert=keep_ca_cert,
-        buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs, op_sources=tuple(op_source or ()),
+        ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=platform, python=python, torch=torch, arch=arch,
+        distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
+        torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
+        keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs,
+        op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     text = render(spec)
     if output is None or str(output) == "-":  # '-' is stdout, as for most tools

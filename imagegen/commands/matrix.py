@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -15,9 +15,19 @@ from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.matrix import stale_files, write_matrix
 from imagegen.op_packages import STAGED_DIR
 from imagegen.spec import op_source_dirs
+from imagegen.spec_checks import platform_name
 
 OutDirOption = Annotated[
     Path, typer.Option("--out", metavar="DIR", help="Where to write (the repository's dockerfiles/).")
+]
+MatrixPlatformOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--platform",
+        metavar="OS/ARCH",
+        help="Write (or --check) only this platform's Dockerfiles, linux/amd64 or linux/arm64 "
+        "(repeatable); docker-bake.hcl always names the whole matrix. Default: every platform.",
+    ),
 ]
 CheckOption = Annotated[
     bool,
@@ -29,17 +39,19 @@ def matrix(
     out: OutDirOption = Path("dockerfiles"),
     check: CheckOption = False,
     op_source: OpSourceOption = None,
+    platform: MatrixPlatformOption = None,
     json: JsonOption = False,
 ) -> None:
-    """Render dockerfiles/<target>/Dockerfile for the standard matrix, and docker-bake.hcl."""
+    """Render dockerfiles/<target>[-arm64]/Dockerfile for the standard matrix, and docker-bake.hcl."""
     sources = op_source_dirs(op_source or (), os.environ)
+    platforms = tuple(platform_name(p) for p in platform or ())
     if out.exists() and not out.is_dir():
         raise BadInputError(
             f"--out {out} is a file, not a folder",
             hint="name the folder to write into, e.g. --out dockerfiles",
         )
     if check:
-        stale = stale_files(out, sources)
+        stale = stale_files(out, sources, platforms)
         if json:
             emit_json({"ok": not stale, "stale": stale})
         if stale:
@@ -51,7 +63,7 @@ def matrix(
         if not json:
             log.info(f"{out} is up to date")
         return
-    written, unchanged = write_matrix(out, sources)
+    written, unchanged = write_matrix(out, sources, platforms)
     if json:
         emit_json({"written": [str(p) for p in written], "unchanged": [str(p) for p in unchanged]})
         return

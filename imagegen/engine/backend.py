@@ -26,6 +26,10 @@ class BuildRequest:
     extra_contexts: Mapping[str, Path] = field(default_factory=dict)
     secrets: Mapping[str, Path] = field(default_factory=dict)
     no_cache: bool = False
+    # The OCI platform to build for ("linux/arm64"); None: the engine's own. It picks the
+    # variant of each multi-platform base, and another architecture's RUN steps go through
+    # the host's binfmt emulation (qemu-user-static).
+    platform: str | None = None
 
 
 class BuildBackend(Protocol):

@@ -48,12 +48,14 @@ def build_image(
     extra_contexts: Mapping[str, Path] | None = None,
     secrets: Mapping[str, Path] | None = None,
     no_cache: bool = False,
+    platform: str | None = None,
 ) -> BuildResult:
     """Build ``dockerfile`` (its text) in ``context`` up to stage ``target`` and tag it.
 
     ``extra_contexts`` (name -> directory, for ``COPY --from=name``) needs buildx;
     ``secrets`` (id -> file, for ``RUN --mount=type=secret,id=...``) needs BuildKit.
     ``no_cache`` re-runs every step (BuildKit cache mounts such as ccache are kept).
+    ``platform`` (``linux/arm64``) builds for that platform; None: the engine's own.
     Raises BuildFailedError naming the failed op when the log tells; on Ctrl-C the build is
     cancelled before KeyboardInterrupt propagates.
     """
@@ -86,6 +88,7 @@ def build_image(
             extra_contexts=dict(extra_contexts or {}),
             secrets=dict(secrets or {}),
             no_cache=no_cache,
+            platform=platform,
         )
         request.dockerfile_path.write_text(dockerfile)
         image_id, lines = backend.build(request)

@@ -26,6 +26,8 @@ def cli_build_argv(engine: Engine, req: BuildRequest) -> list[str]:
     # Always plain: the log is parsed to name a failed op, and LogView draws the TTY view.
     argv += ["--progress=plain", "--iidfile", str(req.iidfile), "-f", str(req.dockerfile_path)]
     argv += ["-t", req.tag, "--target", req.target]
+    if req.platform is not None:
+        argv += ["--platform", req.platform]
     if req.no_cache:
         argv.append("--no-cache")
     for key, value in sorted(req.build_args.items()):

@@ -72,6 +72,7 @@ class ClassicSdkBackend:
                     target=request.target,
                     buildargs=dict(request.build_args),
                     nocache=request.no_cache,
+                    platform=request.platform,
                     rm=True,
                     forcerm=True,  # intermediate containers go away on failure too
                     decode=True,

@@ -9,7 +9,7 @@ from op_builder import archs as arch_lib
 
 
 def test_every_listed_cuda_and_rocm_version_is_there() -> None:
-    assert list(catalog.CUDA_TARGETS) == ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0"]
+    assert list(catalog.CUDA_TARGETS) == ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0", "13.2"]
     assert list(catalog.ROCM_TARGETS) == ["6.1", "6.2", "6.3", "6.4"]
     assert catalog.lookup("cuda", "12.2") is None
     assert catalog.lookup("cpu", None) is catalog.CPU_TARGET
@@ -51,6 +51,7 @@ def test_rocm_and_cpu_base_images() -> None:
         ("cuda", "12.8", "2.7.0", "2.11.0", "2.9.1"),
         ("cuda", "12.9", "2.8.0", "2.9.1", "2.8.0"),
         ("cuda", "13.0", "2.9.0", "2.15.0", "2.9.1"),
+        ("cuda", "13.2", "2.15.0", "2.15.0", "2.15.0"),
         ("rocm", "6.1", "2.4.0", "2.6.0", "2.6.0"),
         ("rocm", "6.2", "2.5.0", "2.7.1", "2.7.1"),
         ("cpu", None, "2.0.0", "2.15.0", "2.13.0"),
@@ -97,7 +98,7 @@ def test_default_archs_come_from_op_builder() -> None:
 
 def test_closest_version() -> None:
     assert catalog.closest_version("cuda", "12.3") == "12.4"
-    assert catalog.closest_version("cuda", "14.0") == "13.0"
+    assert catalog.closest_version("cuda", "14.0") == "13.2"
     assert catalog.closest_version("rocm", "5.7") == "6.1"
     assert catalog.closest_version("rocm", "x") is None
 
@@ -114,3 +115,56 @@ def test_docs_catalog_table_matches_the_code() -> None:
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "imagegen.md").read_text()
     assert catalog.markdown_table() in docs, "paste catalog.markdown_table() into docs/imagegen.md"
+
+
+# ---------------------------------------------------------------- CUDA 13.x
+
+CUDA13 = [v for v in catalog.CUDA_TARGETS if v.startswith("13.")]
+
+
+def test_cuda_13_2_is_torch_2_15_s_build() -> None:
+    # torch 2.15.0's wheels require cuda-toolkit==13.2.2 (their metadata on PyPI); 2.11-2.14 13.0.
+    target = catalog.CUDA_TARGETS["13.2"]
+    assert target.torch_versions() == ("2.15.0",) and target.default_torch == "2.15.0"
+    assert target.torch_range("2.15.0").variant == "cu132"  # type: ignore[union-attr]
+    assert catalog.torch_index("cu132") == "https://download.pytorch.org/whl/cu132"
+    assert target.distros[0] == "ubuntu24.04"
+    assert target.base_devel("ubuntu24.04", "3.12") == "nvidia/cuda:13.2.2-devel-ubuntu24.04"
+    assert target.base_runtime("ubuntu24.04", "3.12") == "nvidia/cuda:13.2.2-base-ubuntu24.04"
+
+
+def test_cuda_13_2_default_archs_name_every_blackwell() -> None:
+    # B200 10.0, GB300 10.3, RTX Blackwell 12.0, GB10 12.1, written out from NVIDIA's list.
+    assert catalog.default_cuda_archs("13.2") == (
+        "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1+PTX",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("version", CUDA13)
+def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
+    from imagegen.render import render
+    from imagegen.spec import SpecInput, build_spec
+
+    target = catalog.CUDA_TARGETS[version]
+    spec = build_spec(SpecInput(cuda=version, ops="all"), {})
+    text = render(spec)
+    assert f"FROM {target.base_devel(target.distros[0], spec.python)} AS devel" in text
+    assert f'"torch=={target.default_torch}+cu{version.replace(".", "")}"' in text
+    assert f'io.imagegen.cuda="{version}"' in text
+
+
+@pytest.mark.parametrize("version", CUDA13)
+def test_every_cuda_13_target_has_standins(version: str) -> None:
+    from imagegen.spec import SpecInput, build_spec
+
+    spec = build_spec(SpecInput(cuda=version, ops="all", standins=True), {})
+    assert (spec.base_devel, spec.base_runtime) == (
+        f"imagegen-standin/cuda:{version}-devel",
+        f"imagegen-standin/cuda:{version}-base",
+    )
+    assert (spec.python, spec.distro) == (catalog.STANDIN_PYTHON, catalog.STANDIN_DISTRO)
+
+
+def test_no_cuda_12_standins() -> None:
+    # NVIDIA's 12.x wheels hold only ptxas: no CUDA 12 home can be laid out without a registry.
+    assert not [name for name, _ in catalog.STANDINS if name.startswith("cuda12")]

@@ -23,7 +23,8 @@ def test_committed_dockerfiles_match_the_code() -> None:
 def test_matrix_covers_the_standard_targets_with_every_op() -> None:
     entries = standard_entries()
     assert [e.folder for e in entries] == [
-        "cpu" if a == "cpu" else f"{a}{v}" for a, v in catalog.STANDARD_MATRIX
+        ("cpu" if a == "cpu" else f"{a}{v}") + ("-arm64" if p == "linux/arm64" else "")
+        for a, v, p in catalog.STANDARD_MATRIX
     ]
     files = render_matrix()
     assert set(files) == {f"{e.folder}/Dockerfile" for e in entries} | {BAKE_FILE}

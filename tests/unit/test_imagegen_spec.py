@@ -92,7 +92,7 @@ BAD_INPUT = [
     ),
     (
         ["--cuda", "12.1", "--ops", "all", "--standins"],
-        "stand-in base images exist for --cpu and --cuda 13.0 only, not cuda12.1",
+        "no stand-in bases for cuda12.1 on linux/amd64",
         "nvidia",
     ),
     (
@@ -235,7 +235,7 @@ def test_unknown_bytecode_mode_names_the_modes() -> None:
 
 def test_cuda_standins_are_the_host_toolkit_pair() -> None:
     spec = build_spec(SpecInput(cuda="13.0", ops="all", standins=True), {})
-    assert (spec.base_devel, spec.base_runtime) == catalog.STANDINS["cuda13.0"]
+    assert (spec.base_devel, spec.base_runtime) == catalog.STANDINS[("cuda13.0", "linux/amd64")]
     assert (spec.python, spec.distro) == (catalog.STANDIN_PYTHON, catalog.STANDIN_DISTRO)
 
 
