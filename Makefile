@@ -123,9 +123,11 @@ matrix: setup
 	$(VENV)/bin/imagegen matrix
 
 # OP_SOURCES: op package folders whose GPU ops are checked too (make cuda-check OP_SOURCES=examples/acme_ops).
+# HOST=aarch64: the .cu files' host side compiled for an arm64 (Grace) host, with Debian's cross g++.
 OP_SOURCES ?=
+HOST ?=
 cuda-check: setup
-	$(PY) scripts/cuda_check.py $(foreach dir,$(OP_SOURCES),--op-source $(dir))
+	$(PY) scripts/cuda_check.py $(foreach dir,$(OP_SOURCES),--op-source $(dir)) $(if $(HOST),--host $(HOST))
 
 hip-check: setup
 	bash scripts/system-deps.sh --rocm

@@ -29,12 +29,13 @@ from op_builder.toolchain import probe  # noqa: E402
 @dataclass(frozen=True)
 class Job:
     op: str
-    source: str  # the original source, relative to the repository
+    source: str  # the original source: relative to the repository, absolute outside it (op packages)
     command: tuple[str, ...]
 
     @classmethod
     def of(cls, op: str, source: str, command: tuple[str, ...]) -> Job:
-        return cls(op, os.path.relpath(source, ROOT), command)
+        relative = os.path.relpath(source, ROOT)
+        return cls(op, source if relative.startswith(os.pardir) else relative, command)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ that ``DS_OP_SOURCES`` and ``--op-source DIR`` (repeatable) name; ``--ops A,B`` 
 Each ``.cu`` source is compiled with ``-c`` to an object in a temporary directory, two at a
 time. This checks device code on a machine without a GPU or a CUDA build of torch (the
 bindings need torch's CUDA headers; ``--bindings`` syntax-checks them too, see
-``check_bindings``).
+``check_bindings``). ``--host aarch64`` compiles for an arm64 host (Grace): the host side of
+every .cu file with Debian's aarch64-linux-gnu-g++, through ``_cross_nvcc``.
 
 Exit status: 0 when everything compiled (or nvcc is absent: skipped, with the reason);
 1 when any source failed; 2 on bad arguments (an unparsable arch list, an unusable op package).
@@ -25,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from _compile_check import ROOT, Job, finish, resolve, run_all, skip  # puts the checkout on sys.path
+from _cross_nvcc import CROSS_COMPILERS, cross_compiler, cross_toolkit
 
 from op_builder.builder import OpBuilder
 from op_builder.context import BuildContext
@@ -34,7 +36,11 @@ from op_builder.registry import check_op_names, registry_for
 
 
 def device_jobs(
-    ctx: BuildContext, nvcc: str, out_dir: Path, ops: Mapping[str, OpBuilder]
+    ctx: BuildContext,
+    nvcc: str,
+    out_dir: Path,
+    ops: Mapping[str, OpBuilder],
+    host_flags: Sequence[str] = (),
 ) -> tuple[list[Job], list[tuple[str, str]]]:
     """One compile job per .cu source of each compatible GPU op, and (op, reason) for the others."""
     jobs: list[Job] = []
@@ -52,7 +58,7 @@ def device_jobs(
             if not source.endswith(".cu"):
                 continue
             obj = out_dir / f"{name}-{Path(source).stem}.o"
-            command = (nvcc, *flags.device, *includes, "-c", source, "-o", str(obj))
+            command = (nvcc, *host_flags, *flags.device, *includes, "-c", source, "-o", str(obj))
             jobs.append(Job.of(name, source, command))
     return jobs, skipped
 
@@ -124,6 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also check this op package's GPU ops (repeatable; DS_OP_SOURCES is read too)",
     )
     parser.add_argument("--ops", metavar="A,B", help="check only these ops (default: every GPU op)")
+    parser.add_argument(
+        "--host",
+        choices=sorted(CROSS_COMPILERS),
+        help="compile the .cu files' host side for this CPU (cross compiler needed)",
+    )
     args = parser.parse_args(argv)
     try:
         sources = [*sources_from_env(os.environ), *(check_package_dir(Path(d)) for d in args.op_source)]
@@ -147,12 +158,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return skip(reason, args.json)
 
     with tempfile.TemporaryDirectory(prefix="cuda_check_") as tmp:
-        jobs, skipped = device_jobs(ctx, cuda.nvcc, Path(tmp), ops)
+        nvcc, host_flags = cuda.nvcc, ()
+        if args.host is not None:
+            compiler = cross_compiler(args.host)
+            if compiler is None:
+                package = "g++-" + CROSS_COMPILERS[args.host].removesuffix("-g++")
+                return skip(f"no {CROSS_COMPILERS[args.host]} (apt-get install {package})", args.json)
+            nvcc, host_flags = str(cross_toolkit(Path(cuda.home), args.host, Path(tmp))), ("-ccbin", compiler)
+        jobs, skipped = device_jobs(ctx, nvcc, Path(tmp), ops, host_flags)
         if args.bindings:
             jobs.extend(binding_jobs(ctx, Path(tmp, "stub"), ops))
         if not args.json:
             print(
-                f"nvcc {cuda.version} ({cuda.nvcc}); archs {args.archs}; "
+                f"nvcc {cuda.version} ({cuda.nvcc}); archs {args.archs}; host {args.host or 'this one'}; "
                 f"{len(jobs)} sources, {args.jobs} at a time"
             )
             for name, reason in skipped:
@@ -163,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     fields = {
         "nvcc": cuda.version,
+        "host": args.host,
         "archs": [str(a) for a in ctx.cuda_archs],
         "seconds": round(elapsed, 2),
         "skipped": [{"op": n, "reason": r} for n, r in skipped],
