@@ -7,5 +7,7 @@ from op_builder.ops._cpu_common import OPENMP_RUNTIME_PACKAGES
 class CPULionBuilder(BuiltinCPUOp):
     name = "cpu_lion"
     description = "Lion step on CPU tensors (SIMD + OpenMP), optional fp16/bf16 copy-out"
-    sources = ("cpu_optim/cpu_lion.cpp",)
+    # The binding (torch) and the kernels (torch-free) in two TUs: an edit to the math
+    # recompiles only the kernels' one.
+    sources = ("cpu_optim/cpu_lion.cpp", "cpu_optim/cpu_lion_kernel.cpp")
     runtime_packages = OPENMP_RUNTIME_PACKAGES

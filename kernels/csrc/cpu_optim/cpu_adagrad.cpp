@@ -3,20 +3,9 @@
 // bf16/fp16 copy of the new params in the same pass, or bf16 / fp16 params updated directly;
 // fp32 arithmetic and state.
 #include "cpu_optim_binding.h"
-#include "cpu_simd.h"
+#include "cpu_adagrad_args.h"
 
 namespace {
-
-struct AdagradArgs {
-  void* p;        // params, stored as the step_range's kParam
-  const void* g;  // grads, stored like params
-  float* sum;
-  uint16_t* half;
-  float l2, eps, clr;
-};
-
-#define CPU_OPTIM_KERNEL "cpu_adagrad_impl.h"
-#include "cpu_optim_dispatch.h"
 
 using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
@@ -31,7 +20,7 @@ void adagrad_step(const at::Tensor& params, const at::Tensor& grads, const at::T
   const HalfKind half_kind = cpu_optim::check_half(half, params, op);
   TORCH_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
 
-  AdagradArgs args{};
+  cpu_optim::AdagradArgs args{};
   args.p = params.data_ptr();
   args.g = grads.data_ptr();
   args.sum = state_sum.data_ptr<float>();
@@ -40,7 +29,9 @@ void adagrad_step(const at::Tensor& params, const at::Tensor& grads, const at::T
   args.eps = static_cast<float>(eps);
   args.clr = static_cast<float>(lr / (1.0 + static_cast<double>(step - 1) * lr_decay));
 
-  cpu_optim::run_parallel(pick(cpu_simd::active_level(), dtype, half_kind), args, params.numel());
+  cpu_optim::with_gil_released([&](int threads) {
+    cpu_optim::cpu_adagrad_run(args, params.numel(), threads, dtype, half_kind);
+  });
 }
 
 }  // namespace

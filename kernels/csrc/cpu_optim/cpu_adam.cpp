@@ -3,24 +3,9 @@
 // bf16/fp16 copy of the new params in the same pass, or bf16 / fp16 params updated directly;
 // fp32 arithmetic, fp32 or bf16 moments.
 #include "cpu_optim_binding.h"
-#include "cpu_simd.h"
+#include "cpu_adam_args.h"
 
 namespace {
-
-struct AdamArgs {
-  void* p;        // params, stored as the step_range's kParam
-  const void* g;  // grads, stored like params
-  void* m;  // moments, stored as the step_range's kState
-  void* v;
-  uint16_t* half;
-  float l2;     // Adam's L2 coefficient (0 for AdamW)
-  float decay;  // AdamW's 1 - lr * wd (1 for Adam)
-  float one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size;
-};
-
-#define CPU_OPTIM_KERNEL "cpu_adam_impl.h"
-#define CPU_OPTIM_BF16_STATE  // the moments may be kept in bf16
-#include "cpu_optim_dispatch.h"
 
 using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
@@ -45,7 +30,7 @@ void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   // Scalars in double, then rounded once, as torch.optim.Adam does in Python.
   const double bc1 = bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
   const double bc2 = bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(step)) : 1.0;
-  AdamArgs args{};
+  cpu_optim::AdamArgs args{};
   args.p = params.data_ptr();
   args.g = grads.data_ptr();
   args.m = exp_avg.data_ptr();
@@ -60,7 +45,9 @@ void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   args.eps = static_cast<float>(eps);
   args.step_size = static_cast<float>(lr / bc1);
 
-  cpu_optim::run_parallel(pick(cpu_simd::active_level(), dtype, half_kind, state), args, params.numel());
+  cpu_optim::with_gil_released([&](int threads) {
+    cpu_optim::cpu_adam_run(args, params.numel(), threads, dtype, half_kind, state);
+  });
 }
 
 }  // namespace

@@ -3,20 +3,9 @@
 // copy of the new params in the same pass, or bf16 / fp16 params updated directly; fp32
 // arithmetic and momentum.
 #include "cpu_optim_binding.h"
-#include "cpu_simd.h"
+#include "cpu_lion_args.h"
 
 namespace {
-
-struct LionArgs {
-  void* p;        // params, stored as the step_range's kParam
-  const void* g;  // grads, stored like params
-  float* m;
-  uint16_t* half;
-  float beta1, one_minus_beta1, beta2, one_minus_beta2, decay, lr;
-};
-
-#define CPU_OPTIM_KERNEL "cpu_lion_impl.h"
-#include "cpu_optim_dispatch.h"
 
 using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
@@ -32,7 +21,7 @@ void lion_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
 
   // Each scalar rounded to fp32 once, from double: what torch does with a Python float
   // multiplied into an fp32 tensor.
-  LionArgs args{};
+  cpu_optim::LionArgs args{};
   args.p = params.data_ptr();
   args.g = grads.data_ptr();
   args.m = exp_avg.data_ptr<float>();
@@ -44,7 +33,9 @@ void lion_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   args.decay = static_cast<float>(1.0 - lr * weight_decay);
   args.lr = static_cast<float>(lr);
 
-  cpu_optim::run_parallel(pick(cpu_simd::active_level(), dtype, half_kind), args, params.numel());
+  cpu_optim::with_gil_released([&](int threads) {
+    cpu_optim::cpu_lion_run(args, params.numel(), threads, dtype, half_kind);
+  });
 }
 
 }  // namespace

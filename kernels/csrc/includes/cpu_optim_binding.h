@@ -99,13 +99,13 @@ inline uint16_t* half_data(const std::optional<at::Tensor>& half, HalfKind kind)
 // torch.set_num_threads governs these ops too, so one knob sizes every CPU kernel.
 inline int num_threads() { return std::max(1, at::get_num_threads()); }
 
-// fn(args, begin, end) over [0, n) on num_threads() threads. The GIL is released meanwhile, so
-// other Python threads run while we update.
-template <typename Args>
-void run_parallel(void (*fn)(const Args&, int64_t, int64_t), const Args& args, int64_t n) {
+// run(threads) with num_threads() and the GIL released, so other Python threads run while the
+// kernel (an op's cpu_<op>_run) updates.
+template <typename Run>
+void with_gil_released(const Run& run) {
   const int threads = num_threads();
   pybind11::gil_scoped_release no_gil;
-  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+  run(threads);
 }
 
 // A level of another architecture (avx2 on aarch64, neon on x86) is refused like one this CPU

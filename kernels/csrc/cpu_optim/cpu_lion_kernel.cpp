@@ -1,0 +1,23 @@
+// The Lion kernels of cpu_lion: compiled once per instruction set (cpu_optim_dispatch.h),
+// picked at run time. No torch header here: see cpu_lion_args.h.
+#include "cpu_lion_args.h"
+#include "cpu_simd.h"
+
+namespace {
+
+using cpu_optim::LionArgs;
+
+#define CPU_OPTIM_KERNEL "cpu_lion_impl.h"
+#include "cpu_optim_dispatch.h"
+
+}  // namespace
+
+namespace cpu_optim {
+
+void cpu_lion_run(const LionArgs& args, int64_t n, int threads, cpu_simd::Dtype param,
+                  cpu_simd::HalfKind half) {
+  const RangeFn fn = pick(cpu_simd::active_level(), param, half);
+  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+}
+
+}  // namespace cpu_optim
