@@ -213,6 +213,12 @@ def check_builder(builder: OpBuilder, origin: OpOrigin) -> None:
             hint="sources are relative to the op package's folder (or its source_root)",
         )
     if isinstance(builder, CUDAOpBuilder):
+        flags = builder.nvcc_flags
+        if not (isinstance(flags, tuple) and all(isinstance(f, str) for f in flags)):
+            raise OpSourceError(
+                f"{where}: {name}'s nvcc_flags {flags!r} is not a tuple of strings",
+                hint='e.g. nvcc_flags = ("-ftz=false",)',
+            )
         problem = _limits_problem(builder.arch_limits)
         if problem:
             raise OpSourceError(

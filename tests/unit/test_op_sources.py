@@ -146,6 +146,10 @@ def test_two_packages_with_one_op_name_clash(tmp_path: Path) -> None:
             ),
             "is not a (major, minor) capability",
         ),
+        (
+            builder_source("Flags", "flags", base="CUDAOpBuilder", extra='nvcc_flags = "-ftz=false"'),
+            "is not a tuple of strings",
+        ),
         (builder_source("BadName", "My-Op"), "op name 'My-Op' is not valid"),
         (builder_source("BadTest", "badtest", selftest="no_colon_here"), "is not 'module:function'"),
         (
