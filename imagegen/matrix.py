@@ -39,14 +39,9 @@ class MatrixEntry:
         return f"{self.folder}/Dockerfile"
 
 
-def standard_entries(
-    op_sources: Sequence[str] = (), platforms: Sequence[str] = ()
-) -> tuple[MatrixEntry, ...]:
-    """The standard matrix; only the entries for ``platforms`` when any are named."""
+def standard_entries(op_sources: Sequence[str] = ()) -> tuple[MatrixEntry, ...]:
     entries = []
     for accelerator, version, platform in catalog.STANDARD_MATRIX:
-        if platforms and platform not in platforms:
-            continue
         inp = SpecInput(
             ops="all",
             cpu=accelerator == "cpu",

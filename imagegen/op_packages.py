@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,11 @@ class OpPackage:
     digest: str  # "sha256:<hex>" over those files' names and bytes
 
     @property
+    def reference(self) -> str:
+        """``name=sha256:...``: how the labels and the default tag name the package's sources."""
+        return f"{self.name}={self.digest}"
+
+    @property
     def image_path(self) -> str:
         return f"{IMAGE_DIR}/{self.name}"
 
@@ -90,12 +96,16 @@ def resolve_packages(dirs: Sequence[str | Path]) -> tuple[Registry, tuple[OpPack
 def package_files(root: Path) -> tuple[str, ...]:
     """The files of the package at ``root`` that a build needs, sorted."""
     patterns = [*_ALWAYS_EXCLUDED, *_ignore_patterns(root / IGNORE_FILE)]
-    found = []
-    for path in sorted(root.rglob("*")):
-        relative = PurePosixPath(path.relative_to(root).as_posix())
-        if path.is_file() and not path.is_symlink() and not _excluded(relative, patterns):
-            found.append(str(relative))
-    return tuple(found)
+    found: list[PurePosixPath] = []
+    # An excluded folder (a .git, a venv, build outputs) is not walked into at all.
+    for folder, dirs, files in os.walk(root):
+        base = PurePosixPath(Path(folder).relative_to(root).as_posix())
+        dirs[:] = [d for d in dirs if not _excluded(base / d, patterns)]
+        for name in files:
+            relative = base / name
+            if not (Path(folder, name).is_symlink() or _excluded(relative, patterns)):
+                found.append(relative)
+    return tuple(str(p) for p in sorted(found))  # path order (by parts), as the digest has it
 
 
 def files_digest(root: Path, files: Sequence[str]) -> str:

@@ -155,7 +155,7 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
     if spec.op_packages:  # which ops are not ours, and exactly which sources they were built from
         pairs += [
             ("io.imagegen.external-ops", ",".join(spec.external_ops)),
-            ("io.imagegen.op-packages", ",".join(f"{p.name}={p.digest}" for p in spec.op_packages)),
+            ("io.imagegen.op-packages", ",".join(p.reference for p in spec.op_packages)),
         ]
     return tuple((key, json.dumps(value)) for key, value in pairs)
 

@@ -9,7 +9,6 @@ clear message before anything is rendered or built.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from imagegen.spec_checks import BYTECODE_MODES as BYTECODE_MODES
 from imagegen.spec_checks import BYTECODE_TAG_SUFFIX as BYTECODE_TAG_SUFFIX
 from imagegen.spec_checks import DEFAULT_BYTECODE, ENV_PREFIX
 from op_builder.env import env_flag
+from op_builder.op_sources import split_dirs
 from op_builder.registry import Registry, registry_for
 
 
@@ -146,16 +146,13 @@ def content_hash(ops: tuple[str, ...], archs: tuple[str, ...], packages: tuple[O
     """Eight hex digits naming the op set, arch list and op packages' sources (part of the default tag)."""
     text = ",".join(ops) + "|" + ";".join(archs)
     if packages:  # appended only when present: images without packages keep their tags
-        text += "|" + ",".join(f"{p.name}={p.digest}" for p in packages)
+        text += "|" + ",".join(p.reference for p in packages)
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def op_source_dirs(flag: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
     """The op package folders: the flags, else ``IMAGEGEN_OP_SOURCES`` (separated by ':')."""
-    if flag:
-        return tuple(flag)
-    text = env.get(ENV_PREFIX + "OP_SOURCES", "")
-    return tuple(p for p in text.split(os.pathsep) if p.strip())
+    return tuple(flag) if flag else split_dirs(env.get(ENV_PREFIX + "OP_SOURCES", ""))
 
 
 def _used_packages(

@@ -117,19 +117,22 @@ def _last_json_object(text: str) -> dict[str, Any] | None:
     return None
 
 
+def label_ops(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """The ops the image's io.imagegen.ops label lists."""
+    return tuple(op.strip() for op in labels.get(OPS_LABEL, "").split(",") if op.strip())
+
+
 def requested_ops(ops: Sequence[str] | None, labels: Mapping[str, str]) -> tuple[str, ...] | None:
     """Ops to check: those asked for, else those the image's io.imagegen.ops label lists, else all."""
     if ops:
         return tuple(ops)
-    listed = tuple(op.strip() for op in labels.get(OPS_LABEL, "").split(",") if op.strip())
-    return listed or None
+    return label_ops(labels) or None
 
 
 def check_image_op_names(ops: Sequence[str], labels: Mapping[str, str]) -> None:
     """UnknownOpError for a name that is neither one of ours nor an op the image's labels list
     (an op package's op is known to the image, not necessarily here)."""
-    in_image = [op.strip() for op in labels.get(OPS_LABEL, "").split(",") if op.strip()]
-    known = [*ALL_OPS, *(op for op in in_image if op not in ALL_OPS)]
+    known = [*ALL_OPS, *(op for op in label_ops(labels) if op not in ALL_OPS)]
     for name in ops:
         if name not in known:
             raise UnknownOpError(

@@ -15,7 +15,6 @@ import sys
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from op_builder import archs as arch_lib
@@ -23,7 +22,7 @@ from op_builder import binary
 from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError, UserFacingError
 from op_builder.manifest import read_installed
-from op_builder.op_sources import SOURCES_VARIABLE, check_package_dir, sources_from_env
+from op_builder.op_sources import SOURCES_VARIABLE, source_dirs
 from op_builder.plan import make_plan, probe_host
 from op_builder.registry import ALL_OPS, check_op_names, get_builder, origin_of
 from op_builder.report import SelfTestResult
@@ -385,11 +384,11 @@ _COMMANDS = {
 def _with_op_sources(env: Mapping[str, str], extra: Sequence[str]) -> Iterator[Mapping[str, str]]:
     """``env`` with ``--op-source`` folders added to ``DS_OP_SOURCES``, which the process
     environment also holds meanwhile: the registry, setup-time and JIT builds all read it there."""
-    sources = [*sources_from_env(env), *(check_package_dir(Path(p)) for p in extra)]
+    sources = source_dirs(env, extra)
     if not sources:
         yield env
         return
-    value = os.pathsep.join(str(p) for p in dict.fromkeys(sources))
+    value = os.pathsep.join(str(p) for p in sources)
     before = os.environ.get(SOURCES_VARIABLE)
     os.environ[SOURCES_VARIABLE] = value
     try:

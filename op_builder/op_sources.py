@@ -39,7 +39,7 @@ ENTRY_POINT_GROUP = "op_builder.ops"
 SOURCES_VARIABLE = "DS_OP_SOURCES"
 BUILDERS_MODULE = "builders"
 # The name becomes DS_BUILD_<NAME>, a module name and an image label: keep it to what all three take.
-_OP_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+OP_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 OriginKind = Literal["builtin", "entry point", "directory"]
 
@@ -76,11 +76,20 @@ class OpOrigin:
 BUILTIN = OpOrigin("builtin", "op_builder")
 
 
+def split_dirs(text: str) -> tuple[str, ...]:
+    """The folders of an ``os.pathsep``-separated list (``DS_OP_SOURCES``, ``IMAGEGEN_OP_SOURCES``)."""
+    return tuple(p for p in text.split(os.pathsep) if p.strip())
+
+
 def sources_from_env(env: Mapping[str, str]) -> tuple[Path, ...]:
     """The directories ``DS_OP_SOURCES`` names, absolute, in order, without repeats."""
-    text = env.get(SOURCES_VARIABLE, "")
-    dirs = (Path(p).expanduser().resolve() for p in text.split(os.pathsep) if p.strip())
+    dirs = (Path(p).expanduser().resolve() for p in split_dirs(env.get(SOURCES_VARIABLE, "")))
     return tuple(dict.fromkeys(dirs))
+
+
+def source_dirs(env: Mapping[str, str], extra: Sequence[str]) -> tuple[Path, ...]:
+    """``DS_OP_SOURCES``'s folders, then ``extra``'s (``--op-source``, each checked), without repeats."""
+    return tuple(dict.fromkeys([*sources_from_env(env), *(check_package_dir(Path(p)) for p in extra)]))
 
 
 # ------------------------------------------------------------------ directories
@@ -194,7 +203,7 @@ def check_builder(builder: OpBuilder, origin: OpOrigin) -> None:
     file = inspect.getsourcefile(cls) or cls.__module__
     where = f"{cls.__name__} in {file}"
     name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not _OP_NAME.match(name):
+    if not isinstance(name, str) or not OP_NAME.match(name):
         raise OpSourceError(
             f"{where}: op name {name!r} is not valid",
             hint="lower case letters, digits and '_', starting with a letter (it becomes DS_BUILD_<NAME>)",

@@ -59,18 +59,15 @@ class Registry:
     ops: Mapping[str, OpBuilder]
     origins: Mapping[str, OpOrigin]
 
-    def external(self) -> tuple[str, ...]:
-        return tuple(name for name, origin in self.origins.items() if origin.external)
-
 
 _ENTRY_POINTS: list[tuple[OpBuilder, OpOrigin]] | None = None
 _BY_SOURCES: dict[tuple[Path, ...], Registry] = {}
 
 
 def registry_for(sources: Sequence[Path] = ()) -> Registry:
-    """Ours, the installed packages' and those in the ``sources`` directories; OpSourceError
-    for a package that cannot be used or a name two ops share."""
-    key = tuple(Path(s).expanduser().resolve() for s in sources)
+    """Ours, the installed packages' and those in the ``sources`` directories (a folder named
+    twice counts once); OpSourceError for a package that cannot be used or a name two ops share."""
+    key = tuple(dict.fromkeys(Path(s).expanduser().resolve() for s in sources))
     found = _BY_SOURCES.get(key)
     if found is None:
         found = _BY_SOURCES[key] = _assemble(key)

@@ -31,7 +31,7 @@ from _cross_nvcc import CROSS_COMPILERS, cross_compiler, cross_toolkit
 from op_builder.builder import OpBuilder
 from op_builder.context import BuildContext
 from op_builder.errors import UserFacingError
-from op_builder.op_sources import check_package_dir, sources_from_env
+from op_builder.op_sources import source_dirs
 from op_builder.registry import check_op_names, registry_for
 
 
@@ -137,8 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        sources = [*sources_from_env(os.environ), *(check_package_dir(Path(d)) for d in args.op_source)]
-        registry = registry_for(sources)
+        registry = registry_for(source_dirs(os.environ, args.op_source))
         ops = registry.ops
         if args.ops:
             names = [n.strip() for n in args.ops.split(",") if n.strip()]

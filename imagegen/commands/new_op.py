@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import keyword
 import os
-import re
 import secrets
 import shlex
 import shutil
@@ -34,11 +33,8 @@ from imagegen.commands._options import JsonOption
 from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError
 from imagegen.files import make_dirs
+from op_builder.op_sources import OP_NAME
 from op_builder.registry import current
-
-# The rule op_builder applies to every op name (it becomes DS_BUILD_<NAME>, a module name and
-# an image label); the skeleton also uses it as a Python function name, hence no keywords.
-_OP_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 NameArgument = Annotated[
     str,
@@ -116,7 +112,9 @@ def skeleton(op: str, root: Path, cuda: bool) -> Skeleton:
 
 
 def check_op_name(op: str) -> None:
-    if not _OP_NAME.match(op) or keyword.iskeyword(op):
+    # op_builder's rule for every op name; the skeleton also uses it as a Python function name,
+    # hence no keywords.
+    if not OP_NAME.match(op) or keyword.iskeyword(op):
         raise BadInputError(
             f"{op!r} is not a valid op name",
             hint="use lower case letters, digits and '_', starting with a letter (e.g. acme_rmsnorm); "

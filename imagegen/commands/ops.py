@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from imagegen.commands._options import JsonOption, OpSourceOption
 from imagegen.commands._output import console, emit_json
-from imagegen.op_packages import resolve_packages
 from imagegen.spec import op_source_dirs
+from op_builder.op_sources import check_package_dir
+from op_builder.registry import Registry, registry_for
 
 
-def ops_table(op_sources: Sequence[str] = ()) -> list[dict[str, Any]]:
+def ops_table(registry: Registry) -> list[dict[str, Any]]:
     """Every op: name, target, origin, description, build variable, runtime Debian packages."""
-    registry, _ = resolve_packages(op_sources)
     return [
         {
             "name": name,
@@ -32,14 +32,16 @@ def ops_table(op_sources: Sequence[str] = ()) -> list[dict[str, Any]]:
 
 def ops(op_source: OpSourceOption = None, json: JsonOption = False) -> None:
     """List the ops, their target (cpu: any image; gpu: --cuda/--rocm), origin and runtime packages."""
-    rows = ops_table(op_source_dirs(op_source or (), os.environ))
+    # The registry only: listing ops reads no package's files (staging and digests are a build's).
+    dirs = op_source_dirs(op_source or (), os.environ)
+    registry = registry_for([check_package_dir(Path(d)) for d in dirs])
+    rows = ops_table(registry)
     if json:
         emit_json({"ops": rows})
         return
     table = Table("op", "target", "from", "runtime packages", "description")
     for row in rows:
-        origin = row["origin"]
-        where = "op_builder" if origin["kind"] == "builtin" else f"{origin['kind']} {origin['where']}"
+        where = registry.origins[row["name"]].describe()
         table.add_row(
             row["name"], row["target"], where, " ".join(row["runtime_packages"]) or "-", row["description"]
         )
