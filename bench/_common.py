@@ -81,6 +81,17 @@ def cuda_medians(fns: Sequence[Callable[[], object]], reps: int, warmup: int = 3
     return [t.median for t in _sample(fns, reps, cuda_ms)]
 
 
+def copy_gbps(nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """The device-to-device copy bandwidth (bytes read + written per second, in GB/s) of a
+    ``nbytes`` buffer: the yardstick of memory-bound kernels, measured in the same run."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    (ms,) = cuda_medians([lambda: dst.copy_(src)], reps)
+    return 2 * nbytes / ms / 1e6
+
+
 def gpu_missing(what: str) -> bool:
     """True, after saying so, when torch sees no GPU (the GPU benchmarks then exit 0)."""
     import torch

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from _common import RESULTS, Column, cuda_medians, gpu_missing, report_gpu, speed_columns
+from _common import RESULTS, Column, copy_gbps, cuda_medians, gpu_missing, report_gpu, speed_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
@@ -43,6 +43,7 @@ class Row:
     speedup: float
     ours_gbps: float
     torch_gbps: float
+    percent_of_copy: float
     torch_impl: str
 
 
@@ -74,7 +75,7 @@ def foreach_lion(params: list[torch.Tensor], lr: float, beta1: float, beta2: flo
     return step
 
 
-def bench(layers: int, hidden: int, reps: int) -> list[Row]:
+def bench(layers: int, hidden: int, reps: int, copy: float) -> list[Row]:
     sizes = model_sizes(layers, hidden)
     numel = sum(sizes)
     rows: list[Row] = []
@@ -125,6 +126,7 @@ def bench(layers: int, hidden: int, reps: int) -> list[Row]:
                     speedup=round(torch_ms / ours_ms, 2),
                     ours_gbps=round(numel * ours_bytes[name] / ours_ms / 1e6, 1),
                     torch_gbps=round(numel * torch_bytes[name] / torch_ms / 1e6, 1),
+                    percent_of_copy=round(100 * numel * ours_bytes[name] / ours_ms / 1e6 / copy, 1),
                     torch_impl=impl,
                 )
             )
@@ -142,17 +144,22 @@ def main() -> int:
     args = parser.parse_args()
     if gpu_missing("optimizer"):
         return 0
-    rows = bench(args.layers, args.hidden, args.reps)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {rows[0].params_m}M params")
+    copy = copy_gbps()
+    rows = bench(args.layers, args.hidden, args.reps, copy)
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {rows[0].params_m}M params, "
+        f"device copy {copy:.0f} GB/s"
+    )
     columns = [
         Column("optimizer", "optimizer", "<6"),
         Column("dtype", "dtype", "<9"),
         *speed_columns(3),
         Column("ours GB/s", "ours_gbps", ">10", ".1f"),
         Column("torch GB/s", "torch_gbps", ">10", ".1f"),
+        Column("% copy", "percent_of_copy", ">7", ".1f", "%"),
         Column("torch", "torch_impl", "", sep="  "),
     ]
-    report_gpu(columns, [asdict(r) for r in rows], args.out)
+    report_gpu(columns, [asdict(r) for r in rows], args.out, copy_gbps=round(copy, 1))
     return 0
 
 

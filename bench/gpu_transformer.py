@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _common import RESULTS, Column, cuda_medians, gpu_missing, report_gpu, speed_columns
+from _common import RESULTS, Column, copy_gbps, cuda_medians, gpu_missing, report_gpu, speed_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
@@ -41,6 +41,13 @@ class Row:
     ours_ms: float
     torch_ms: float
     speedup: float
+    gbps: float
+    percent_of_copy: float
+
+
+# The fewest bytes per element of x each mode must move, in units of the element width:
+# forward reads x and writes y; backward reads dy and x (or y) and writes dx.
+MIN_TRAFFIC = {"fwd": 2, "fwd+bwd": 5}
 
 
 def fwd_bwd(
@@ -70,8 +77,10 @@ def fwd_and_bwd_rows(
     inputs: list[torch.Tensor],
     dy: torch.Tensor,
     reps: int,
+    copy: float,
 ) -> list[Row]:
-    """A forward row and a forward+backward row of ours against theirs on ``inputs``."""
+    """A forward row and a forward+backward row of ours against theirs on ``inputs``; the
+    bandwidth columns count the minimum traffic (MIN_TRAFFIC) against ``copy`` GB/s."""
     timed = {
         "fwd": [fwd(ours, inputs), fwd(theirs, inputs)],
         "fwd+bwd": [fwd_bwd(ours, inputs, dy), fwd_bwd(theirs, inputs, dy)],
@@ -79,6 +88,7 @@ def fwd_and_bwd_rows(
     out: list[Row] = []
     for mode, fns in timed.items():
         ours_ms, torch_ms = cuda_medians(fns, reps, warmup=5)
+        gbps = MIN_TRAFFIC[mode] * dy.numel() * dy.element_size() / ours_ms / 1e6
         out.append(
             Row(
                 op,
@@ -88,12 +98,14 @@ def fwd_and_bwd_rows(
                 round(ours_ms, 4),
                 round(torch_ms, 4),
                 round(torch_ms / ours_ms, 2),
+                round(gbps, 1),
+                round(100 * gbps / copy, 1),
             )
         )
     return out
 
 
-def bench_layer_norm(rows: int, reps: int) -> list[Row]:
+def bench_layer_norm(rows: int, reps: int, copy: float) -> list[Row]:
     out: list[Row] = []
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for hidden in (768, 1024, 4096, 4097):
@@ -109,11 +121,11 @@ def bench_layer_norm(rows: int, reps: int) -> list[Row]:
                 return F.layer_norm(x, (h,), w, b)
 
             shape = f"{rows}x{hidden}"
-            out += fwd_and_bwd_rows("layer_norm", shape, dtype, ours, theirs, [x, w, b], dy, reps)
+            out += fwd_and_bwd_rows("layer_norm", shape, dtype, ours, theirs, [x, w, b], dy, reps, copy)
     return out
 
 
-def bench_bias_gelu(rows: int, reps: int) -> list[Row]:
+def bench_bias_gelu(rows: int, reps: int, copy: float) -> list[Row]:
     out: list[Row] = []
     for dtype in (torch.bfloat16, torch.float16):
         for approximate in ("none", "tanh"):
@@ -130,11 +142,11 @@ def bench_bias_gelu(rows: int, reps: int) -> list[Row]:
 
             name = f"bias_gelu[{approximate}]"
             shape = f"{rows}x{hidden}"
-            out += fwd_and_bwd_rows(name, shape, dtype, ours, theirs, [x, b], dy, reps)
+            out += fwd_and_bwd_rows(name, shape, dtype, ours, theirs, [x, b], dy, reps, copy)
     return out
 
 
-def bench_softmax(reps: int) -> list[Row]:
+def bench_softmax(reps: int, copy: float) -> list[Row]:
     out: list[Row] = []
     batch, heads, seq = 8, 16, 1024
     scale = 1.0 / math.sqrt(64)
@@ -153,7 +165,7 @@ def bench_softmax(reps: int) -> list[Row]:
 
             name = f"softmax[{kind}]"
             shape = f"{batch}x{heads}x{seq}x{seq}"
-            out += fwd_and_bwd_rows(name, shape, dtype, ours, theirs, [x], dy, reps)
+            out += fwd_and_bwd_rows(name, shape, dtype, ours, theirs, [x], dy, reps, copy)
     return out
 
 
@@ -165,20 +177,23 @@ def main() -> int:
     args = parser.parse_args()
     if gpu_missing("transformer"):
         return 0
+    copy = copy_gbps()
     rows = (
-        bench_layer_norm(args.rows, args.reps)
-        + bench_bias_gelu(args.rows, args.reps)
-        + bench_softmax(args.reps)
+        bench_layer_norm(args.rows, args.reps, copy)
+        + bench_bias_gelu(args.rows, args.reps, copy)
+        + bench_softmax(args.reps, copy)
     )
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, device copy {copy:.0f} GB/s")
     columns = [
         Column("op", "op", "<18"),
         Column("shape", "shape", "<18"),
         Column("dtype", "dtype", "<9"),
         Column("mode", "mode", "<8"),
         *speed_columns(4),
+        Column("GB/s", "gbps", ">8", ".1f"),
+        Column("% copy", "percent_of_copy", ">7", ".1f", "%"),
     ]
-    report_gpu(columns, [asdict(r) for r in rows], args.out)
+    report_gpu(columns, [asdict(r) for r in rows], args.out, copy_gbps=round(copy, 1))
     return 0
 
 

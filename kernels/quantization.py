@@ -216,8 +216,10 @@ def dequantize_fp8(q: FP8Tensor, dtype: torch.dtype | None = None, use_kernel: b
     """``q``'s values as ``dtype`` (default: the quantized tensor's dtype), in its shape."""
     out_dtype = dtype or q.dtype
     out = torch.empty((q.scale.numel(), q.group_size), dtype=out_dtype, device=q.data.device)
-    module = _FP8_OP.resolve([q.data, q.scale, out], use_kernel)
+    # The codes go as bytes: the kernels' dtype check is for the scale and the output.
+    codes = q.data.contiguous().view(torch.uint8)
+    module = _FP8_OP.resolve([codes, q.scale, out], use_kernel)
     if module is not None:
-        module.dequantize(q.data.contiguous().view(torch.uint8), q.scale, out, q.group_size, q.format)
+        module.dequantize(codes, q.scale, out, q.group_size, q.format)
         return out.reshape(q.shape)
     return (q.data.float() * q.scale[:, None]).to(out_dtype).reshape(q.shape)

@@ -31,7 +31,9 @@ def _runnable(op: str) -> bool:
 
 
 def selftest(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DS_", "TORCH_CUDA_ARCH"))}
+    # The arch list stays: without it the command would target the detected GPU, a build key
+    # other than the one this session's ops were JIT-built under, and build them all again.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DS_")}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
         [sys.executable, "-m", "op_builder", "selftest", *args],

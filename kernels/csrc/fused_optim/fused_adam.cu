@@ -15,8 +15,6 @@ __global__ void __launch_bounds__(kMtBlockThreads)
   float* v = static_cast<float*>(meta.addresses[3][chunk.slot]) + chunk.start;
   const bool vectorized = meta.sizes[chunk.slot] % kMtILP == 0 && gpu_is_aligned(g, kMtILP) &&
                           gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP) && gpu_is_aligned(v, kMtILP);
-  const float step_size = cfg.lr / cfg.bias_correction1;
-  const float decay = 1.0f - cfg.lr * cfg.weight_decay;
   mt_for_each(chunk.length, vectorized, [&](int64_t i, auto width) {
     constexpr int N = decltype(width)::value;
     float gr[N], pr[N], mr[N], vr[N];
@@ -28,14 +26,14 @@ __global__ void __launch_bounds__(kMtBlockThreads)
     for (int k = 0; k < N; ++k) {
       float grad = gr[k];
       if (cfg.adamw_mode) {
-        pr[k] *= decay;
+        pr[k] *= cfg.decay;
       } else {
         grad += cfg.weight_decay * pr[k];
       }
-      mr[k] = cfg.beta1 * mr[k] + (1.0f - cfg.beta1) * grad;
-      vr[k] = cfg.beta2 * vr[k] + (1.0f - cfg.beta2) * grad * grad;
+      mr[k] = cfg.beta1 * mr[k] + cfg.one_minus_beta1 * grad;
+      vr[k] = cfg.beta2 * vr[k] + cfg.one_minus_beta2 * grad * grad;
       const float denom = sqrtf(vr[k]) / cfg.bias_correction2_sqrt + cfg.eps;
-      pr[k] -= step_size * mr[k] / denom;
+      pr[k] -= cfg.step_size * (mr[k] / denom);  // addcdiv's order: value * (m / denom)
     }
     store_from_float<N>(p + i, pr);
     store_from_float<N>(m + i, mr);

@@ -20,13 +20,15 @@ void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   const std::vector<float*> v = gpu_bind::fp32_state(exp_avg_sqs, "exp_avg_sqs", lists);
 
   gpu_ops::AdamConfig config{};
-  config.lr = static_cast<float>(lr);
   config.beta1 = static_cast<float>(beta1);
   config.beta2 = static_cast<float>(beta2);
+  config.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  config.one_minus_beta2 = static_cast<float>(1.0 - beta2);
   config.eps = static_cast<float>(eps);
   config.weight_decay = static_cast<float>(weight_decay);
+  config.decay = static_cast<float>(1.0 - lr * weight_decay);
   const double s = static_cast<double>(step);
-  config.bias_correction1 = bias_correction ? static_cast<float>(1.0 - std::pow(beta1, s)) : 1.0f;
+  config.step_size = static_cast<float>(bias_correction ? lr / (1.0 - std::pow(beta1, s)) : lr);
   config.bias_correction2_sqrt = bias_correction ? static_cast<float>(std::sqrt(1.0 - std::pow(beta2, s))) : 1.0f;
   config.adamw_mode = adamw_mode;
 

@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(kMtBlockThreads)
     load_as_float<N>(vr, v + i);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      mr[k] = cfg.beta1 * mr[k] + (1.0f - cfg.beta1) * gr[k];
-      vr[k] = cfg.beta2 * vr[k] + (1.0f - cfg.beta2) * gr[k] * gr[k];
+      mr[k] = cfg.beta1 * mr[k] + cfg.one_minus_beta1 * gr[k];
+      vr[k] = cfg.beta2 * vr[k] + cfg.one_minus_beta2 * gr[k] * gr[k];
       const float m_hat = mr[k] / cfg.bias_correction1;
       const float v_hat = vr[k] / cfg.bias_correction2;
       ur[k] = m_hat / (sqrtf(v_hat) + cfg.eps) + cfg.weight_decay * pr[k];

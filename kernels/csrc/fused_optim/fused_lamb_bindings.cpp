@@ -41,6 +41,8 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   config.lr = static_cast<float>(lr);
   config.beta1 = static_cast<float>(beta1);
   config.beta2 = static_cast<float>(beta2);
+  config.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  config.one_minus_beta2 = static_cast<float>(1.0 - beta2);
   config.eps = static_cast<float>(eps);
   config.weight_decay = static_cast<float>(weight_decay);
   const double s = static_cast<double>(step);

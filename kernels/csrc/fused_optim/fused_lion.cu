@@ -16,7 +16,6 @@ __global__ void __launch_bounds__(kMtBlockThreads)
   float* m = static_cast<float*>(meta.addresses[2][chunk.slot]) + chunk.start;
   const bool vectorized = meta.sizes[chunk.slot] % kMtILP == 0 && gpu_is_aligned(g, kMtILP) &&
                           gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP);
-  const float decay = 1.0f - cfg.lr * cfg.weight_decay;
   mt_for_each(chunk.length, vectorized, [&](int64_t i, auto width) {
     constexpr int N = decltype(width)::value;
     float gr[N], pr[N], mr[N];
@@ -25,9 +24,9 @@ __global__ void __launch_bounds__(kMtBlockThreads)
     load_as_float<N>(mr, m + i);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      const float direction = sign_of(cfg.beta1 * mr[k] + (1.0f - cfg.beta1) * gr[k]);
-      pr[k] = pr[k] * decay - cfg.lr * direction;
-      mr[k] = cfg.beta2 * mr[k] + (1.0f - cfg.beta2) * gr[k];
+      const float direction = sign_of(cfg.beta1 * mr[k] + cfg.one_minus_beta1 * gr[k]);
+      pr[k] = pr[k] * cfg.decay - cfg.lr * direction;
+      mr[k] = cfg.beta2 * mr[k] + cfg.one_minus_beta2 * gr[k];
     }
     store_from_float<N>(p + i, pr);
     store_from_float<N>(m + i, mr);

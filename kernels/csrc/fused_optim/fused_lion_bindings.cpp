@@ -17,7 +17,9 @@ void lion(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   config.lr = static_cast<float>(lr);
   config.beta1 = static_cast<float>(beta1);
   config.beta2 = static_cast<float>(beta2);
-  config.weight_decay = static_cast<float>(weight_decay);
+  config.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  config.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  config.decay = static_cast<float>(1.0 - lr * weight_decay);
 
   const c10::cuda::CUDAGuard guard(lists.device);
   gpu_bind::check_launch(

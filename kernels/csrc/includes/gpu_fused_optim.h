@@ -9,13 +9,18 @@
 
 namespace gpu_ops {
 
+// The host derives every constant (1 - beta, lr / correction, 1 - lr * wd) in double and
+// rounds it once to fp32, as the PyTorch rule's Python-float scalars are: computed in fp32
+// on the device, 1 - 0.999f is 1.3e-5 off in relative terms, which shows in exp_avg_sq.
 struct AdamConfig {
-  float lr;
   float beta1;
   float beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
   float eps;
   float weight_decay;
-  float bias_correction1;       // 1 - beta1^step, or 1 without bias correction
+  float decay;                  // 1 - lr * weight_decay (AdamW)
+  float step_size;              // lr / (1 - beta1^step), or lr without bias correction
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step), or 1
   bool adamw_mode;              // decoupled weight decay (AdamW) instead of L2 on the grad
 };
@@ -28,6 +33,8 @@ struct LambConfig {
   float lr;
   float beta1;
   float beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
   float eps;
   float weight_decay;
   float bias_correction1;
@@ -49,7 +56,9 @@ struct LionConfig {
   float lr;
   float beta1;
   float beta2;
-  float weight_decay;
+  float one_minus_beta1;
+  float one_minus_beta2;
+  float decay;  // 1 - lr * weight_decay
 };
 
 gpuError_t fused_lion(int n, void* const* grads, void* const* params, float* const* exp_avgs,

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The GPU proof, from a checkout on a machine with an NVIDIA GPU, torch with CUDA and nvcc
+# (no Docker needed): the ops are JIT-built from the working tree, then tested, sanitized
+# and benchmarked. Every step's log lands in LOG_DIR (default build/gpu-proof).
+#
+#   bash scripts/gpu_proof.sh [STEP...]      steps: env build test selftest cpu sanitize bench
+#
+# With no step named, all run in that order. EXT_CACHE (a tar of built .so files from an
+# earlier run on the same paths) is unpacked before building and refreshed after, so a rerun
+# recompiles only the ops whose sources changed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+LOG_DIR=${LOG_DIR:-build/gpu-proof}
+EXT_CACHE=${EXT_CACHE:-}
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/build/gpu-proof-ext}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+GPU_OPS=(fused_adam fused_lamb fused_lion transformer quantizer fp_quantizer)
+mkdir -p "$LOG_DIR" "$TORCH_EXTENSIONS_DIR"
+status=0
+
+step() { echo "=== $1 ($(date +%T))"; }
+note_failure() { echo "!!! $1 failed (exit $2)"; status=1; }
+
+run_env() {
+    step env
+    {
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+        nvcc --version | tail -2
+        "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'
+        grep -m1 'model name' /proc/cpuinfo
+        echo "cpus $(nproc)"
+        grep -o -m1 -w 'avx512f\|avx512bw\|avx512_bf16\|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' '
+        echo
+        command -v compute-sanitizer ncu || true
+        env | grep -E '^(TORCH_CUDA_ARCH_LIST|CUDA_HOME|CUDA_VISIBLE_DEVICES|MAX_JOBS|DS_)' || true
+    } 2>&1 | tee "$LOG_DIR/env.txt"
+}
+
+run_build() {
+    step build
+    if [[ -n "$EXT_CACHE" && -f "$EXT_CACHE" ]]; then
+        tar -xf "$EXT_CACHE" -C "$TORCH_EXTENSIONS_DIR" && echo "restored $(tar -tf "$EXT_CACHE" | wc -l) cached builds"
+    fi
+    # Every op in its own process at once: their nvcc jobs share the cores.
+    local pids=() op
+    for op in "${GPU_OPS[@]}"; do
+        MAX_JOBS=6 "$PY" -c "import time,sys; from op_builder import get_builder; t=time.time(); get_builder('$op').load(); print('$op loaded in %.1fs' % (time.time()-t))" \
+            >"$LOG_DIR/build-$op.log" 2>&1 &
+        pids+=($!)
+    done
+    local i=0
+    for op in "${GPU_OPS[@]}"; do
+        wait "${pids[$i]}" || note_failure "build $op" $?
+        tail -3 "$LOG_DIR/build-$op.log"
+        i=$((i + 1))
+    done
+    if [[ -n "$EXT_CACHE" ]]; then
+        (cd "$TORCH_EXTENSIONS_DIR" && find . -name '*.so' -print0 | tar -czf "$EXT_CACHE" --null -T -)
+        ls -l "$EXT_CACHE"
+    fi
+}
+
+run_test() {
+    step "test tests/gpu"
+    timeout "${TEST_TIMEOUT:-300}" "$PY" -m pytest tests/gpu -q -ra -p no:cacheprovider --timeout 120 \
+        --junitxml="$LOG_DIR/gpu-tests.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$LOG_DIR/gpu-tests.txt" | tail -40
+    local rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || note_failure "tests/gpu" "$rc"
+}
+
+run_selftest() {
+    step "selftest --device cuda"
+    "$PY" -m op_builder selftest "${GPU_OPS[@]}" --device cuda 2>&1 | tee "$LOG_DIR/selftest.txt"
+    local rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || note_failure selftest "$rc"
+}
+
+run_cpu() {
+    # The AVX-512 paths and the CPU optimizer's thread scaling, where this CPU has AVX-512.
+    step "cpu kernels (avx512)"
+    timeout "${CPU_TIMEOUT:-240}" "$PY" -m pytest tests/kernels/test_cpu_optim.py tests/kernels/test_cpu_optim_half.py \
+        tests/kernels/test_cpu_optim_layouts.py tests/kernels/test_cpu_optim_state_dtype.py tests/kernels/test_selftests.py \
+        -q -ra -p no:cacheprovider -k "avx512 or levels or simd" 2>&1 | tee "$LOG_DIR/cpu-tests.txt" | tail -15
+    local rc=${PIPESTATUS[0]} threads
+    [[ $rc == 0 ]] || note_failure "cpu tests" "$rc"
+    for threads in 1 4 8 16; do
+        timeout 120 "$PY" bench/cpu_optim.py --size 16M --threads "$threads" --reps 11 \
+            --out "$LOG_DIR/cpu_optim_t$threads.json" 2>&1 | tee -a "$LOG_DIR/cpu_optim.txt" | tail -12
+    done
+}
+
+run_sanitize() {
+    # Without torch's caching allocator every tensor is its own allocation, so an access past
+    # a tensor's end lands outside any allocation and memcheck sees it.
+    step "compute-sanitizer memcheck"
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck \
+        --error-exitcode 86 --print-limit 20 \
+        "$PY" -m pytest tests/gpu -q -x -p no:cacheprovider ${MEMCHECK_ARGS:-} 2>&1 \
+        | tee "$LOG_DIR/memcheck.txt" | tail -25
+    local rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || note_failure memcheck "$rc"
+    step "compute-sanitizer racecheck (shared-memory kernels)"
+    timeout "${RACECHECK_TIMEOUT:-200}" compute-sanitizer --tool racecheck --error-exitcode 86 --print-limit 20 \
+        "$PY" -m pytest tests/gpu/test_gpu_transformer.py tests/gpu/test_gpu_quantizer.py -q -x -p no:cacheprovider \
+        ${RACECHECK_ARGS:-} 2>&1 | tee "$LOG_DIR/racecheck.txt" | tail -25
+    rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || note_failure racecheck "$rc"
+}
+
+run_bench() {
+    step bench
+    local script
+    for script in gpu_optim gpu_transformer gpu_quantizer; do
+        local extra=()
+        [[ $script == gpu_optim ]] && read -ra extra <<<"${OPTIM_BENCH_ARGS:-}"
+        timeout "${BENCH_TIMEOUT:-150}" "$PY" "bench/$script.py" --out "$LOG_DIR/$script.json" "${extra[@]}" 2>&1 \
+            | tee "$LOG_DIR/$script.txt"
+        local rc=${PIPESTATUS[0]}
+        [[ $rc == 0 ]] || note_failure "bench $script" "$rc"
+    done
+}
+
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(env build test selftest cpu sanitize bench)
+for s in "${steps[@]}"; do
+    case $s in
+        env | build | test | selftest | cpu | sanitize | bench) "run_$s" ;;
+        *) echo "unknown step: $s (env build test selftest cpu sanitize bench)" >&2; exit 2 ;;
+    esac
+done
+step "done, status $status"
+exit $status
