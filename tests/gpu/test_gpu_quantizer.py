@@ -267,3 +267,41 @@ def test_quantizers_use_the_current_stream(device: torch.device) -> None:
     assert torch.equal(out, dequantize(ref_int, use_kernel=False))
     _assert_fp8_same(f, ref_fp8)
     assert torch.equal(out8, dequantize_fp8(ref_fp8, use_kernel=False))
+
+
+# Past 2^31 elements, and a whole number of 128-element groups: an int32 element offset
+# would wrap, so the last groups would land on (or be read from) the front.
+BEYOND_INT32 = 2**31 + 3 * 128
+
+
+def test_quantizers_beyond_2_31_elements(device: torch.device) -> None:
+    """The first and last groups of a 2^31 + 384 element bf16 tensor (4 GiB) match the
+    reference run on those groups alone: each group's result depends on its elements only."""
+    free, _ = torch.cuda.mem_get_info(device)
+    if free < 24 * 2**30:
+        pytest.skip(f"needs 24 GiB of free GPU memory, {free / 2**30:.1f} GiB free")
+    groups = BEYOND_INT32 // 128
+    x = torch.empty(groups, 128, device=device, dtype=torch.bfloat16)
+    x.normal_(generator=torch.Generator(device=device).manual_seed(31))
+    ends = (slice(0, 2), slice(groups - 3, groups))
+
+    q = quantize(x, 8, 128, use_kernel=True)
+    for part in ends:
+        ref = quantize(x[part], 8, 128, use_kernel=False)
+        assert torch.equal(q.data[part], ref.data) and torch.equal(q.scale[part], ref.scale)
+    out = dequantize(q, use_kernel=True)
+    for part in ends:
+        assert torch.equal(
+            out[part], dequantize(quantize(x[part], 8, 128, use_kernel=False), use_kernel=False)
+        )
+    del q, out
+
+    f = quantize_fp8(x, 128, "e4m3", use_kernel=True)
+    for part in ends:
+        ref8 = quantize_fp8(x[part], 128, "e4m3", use_kernel=False)
+        assert torch.equal(f.data[part].view(torch.uint8), ref8.data.view(torch.uint8))
+        assert torch.equal(f.scale[part], ref8.scale)
+    out8 = dequantize_fp8(f, use_kernel=True)
+    for part in ends:
+        ref8 = quantize_fp8(x[part], 128, "e4m3", use_kernel=False)
+        assert torch.equal(out8[part], dequantize_fp8(ref8, use_kernel=False))

@@ -13,7 +13,7 @@ from kernels.transformer import bias_gelu, layer_norm, scaled_masked_softmax
 from tests.gpu._inputs import offset_view, on_side_stream
 from tests.gpu._tolerances import DTYPES, TOLERANCE
 
-HIDDEN = (1, 127, 768, 4097)
+HIDDEN = (1, 127, 768, 4097, 8192, 12288)
 ROWS = (3, 1001)  # neither is a multiple of the rows a block handles
 
 
