@@ -94,8 +94,10 @@ def _expected(table: list[tuple[str, Any]]) -> list[tuple[str, Any, type, Any]]:
 
 
 def test_exports_exactly_deepspeeds_names() -> None:
-    # The optimizers, and the builder through which DeepSpeed's code reaches its AIO handle.
-    assert sorted(ds.__all__) == sorted([*SIGNATURES, "AsyncIOBuilder"])
+    # The optimizers, the builder through which DeepSpeed's code reaches its AIO handle, and the
+    # quantizers (test_compat_deepspeed_quant.py) with the config FP_Quantize takes.
+    quantizers = ["ds_quantizer", "FP_Quantize", "QuantizationConfig"]
+    assert sorted(ds.__all__) == sorted([*SIGNATURES, "AsyncIOBuilder", *quantizers])
 
 
 @pytest.mark.parametrize("name", SIGNATURES)
