@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test test-fast lint format bench bench-images images \
-        image-cuda matrix cuda-check hip-check e2e-cuda clean
+        image-cuda matrix cuda-check hip-check e2e-cuda gpu-proof clean
 
 setup: $(STAMP)
 
@@ -135,6 +135,13 @@ hip-check: setup
 
 e2e-cuda:
 	bash scripts/e2e_cuda.sh
+
+# On a machine with an NVIDIA GPU, torch with CUDA and nvcc (no Docker): JIT-build the GPU ops
+# from this checkout, run tests/gpu, the self-tests, compute-sanitizer and the GPU benchmarks.
+# Logs in build/gpu-proof; STEPS picks some of: env build test selftest cpu sanitize bench.
+STEPS ?=
+gpu-proof:
+	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_proof.sh $(STEPS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -237,6 +237,18 @@ def advance_step(state: dict[str, Any]) -> int:
     return int(step) + 1
 
 
+def advance_steps(states: list[dict[str, Any]]) -> list[int]:
+    """``advance_step`` for many params at once: two tensor operations in all instead of two
+    per param, which on a model of hundreds of tensors is most of a GPU step's Python time."""
+    counts = [state["step"] for state in states]
+    if not all(isinstance(c, Tensor) and c.dtype == torch.float32 and c.dim() == 0 for c in counts):
+        return [advance_step(state) for state in states]
+    if not counts:
+        return []
+    torch._foreach_add_(counts, 1.0)
+    return [int(value) for value in torch.stack(counts).tolist()]
+
+
 def hyperparams(group: dict[str, Any], *names: str) -> tuple[float, ...]:
     """The group's options ``names`` as Python floats, in order; ``"betas"`` gives beta1, beta2.
 

@@ -34,7 +34,7 @@ from kernels._optim_common import (
     LambHyper,
     LionHyper,
     Scalar,
-    advance_step,
+    advance_steps,
     hyperparams,
     renamed_argument,
 )
@@ -49,7 +49,11 @@ Entry = tuple[Tensor, Tensor, dict[str, Any]]
 
 def _fp32_state(state: dict[str, Any], key: str, like: Tensor) -> Tensor:
     """``state[key]`` as fp32 on the param's device (load_state_dict casts it to the param dtype)."""
-    value = state.get(key)
+    value: Tensor | None = state.get(key)
+    # The common case first: this runs for every param on every step.
+    if value is not None and value.dtype is torch.float32 and value.is_contiguous():  # noqa: SIM102
+        if value.device == like.device:
+            return value
     if value is None:
         value = torch.zeros_like(like, dtype=torch.float32, memory_format=torch.contiguous_format)
     elif value.dtype != torch.float32 or value.device != like.device or not value.is_contiguous():
@@ -91,6 +95,7 @@ class _FusedOptimizer(KernelOptimizer):
         for group in self.param_groups:
             # One launch per (device, dtype, step): the kernel takes one dtype and one step.
             buckets: dict[tuple[torch.device, torch.dtype, int], list[Entry]] = {}
+            stepped: list[Entry] = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -100,9 +105,9 @@ class _FusedOptimizer(KernelOptimizer):
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
                 for key in self.state_keys:
                     _fp32_state(state, key, p)
-                step = advance_step(state)
-                grad = p.grad.contiguous()
-                buckets.setdefault((p.device, p.dtype, step), []).append((p, grad, state))
+                stepped.append((p, p.grad.contiguous(), state))
+            for entry, step in zip(stepped, advance_steps([state for _, _, state in stepped])):
+                buckets.setdefault((entry[0].device, entry[0].dtype, step), []).append(entry)
             for (_device, _dtype, step), entries in buckets.items():
                 tensors = [t for p, g, _ in entries for t in (p, g)]
                 module = self.op.resolve(tensors, self.use_kernel)
