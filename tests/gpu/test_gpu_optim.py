@@ -115,9 +115,9 @@ def test_fused_lion_matches_rule(device: torch.device, dtype: torch.dtype) -> No
 
 
 def test_many_tensors_and_chunks_span_launches(device: torch.device) -> None:
-    """More tensors than one launch's table holds (36 for Adam), and more chunks than its
-    block map (320): the host splits the work over several launches."""
-    sizes = (*([33] * 50), 330 * 65536 + 1, *([5] * 10))
+    """More tensors than one launch's table holds (76 for Adam), one of them with 331 chunks:
+    the host splits the work over several launches."""
+    sizes = (*([33] * 100), 330 * 65536 + 1, *([5] * 10))
     ours = _params(device, torch.float32, sizes)
     theirs = _clone(ours)
     opts = [FusedAdam(ours, use_kernel=True), FusedAdam(theirs, use_kernel=False)]
@@ -181,9 +181,9 @@ def test_zero_element_params(device: torch.device, name: str, sizes: tuple[int, 
     _assert_same(ours, theirs, torch.float32, reach)
 
 
-# Lamb's first kernel takes 30 tensors and 320 blocks (64K-element chunks) per launch, Lion's
-# 48 and 320, Lamb's norms 128 tensors: 200 tensors of mixed sizes and one of 330 chunks
-# spread each over several launches, a tensor continuing from one launch to the next.
+# Lamb's first kernel takes 66 tensors per launch (any number of 64K-element chunks), its
+# second 110, Lion's 90, Lamb's norms 128 tensors: 201 tensors of mixed sizes, one of 331
+# chunks, spread each over several launches.
 MANY = (*[1 + (37 * i) % 5000 for i in range(120)], 330 * 65536 + 1, *[3 * 65536 - 1, 7] * 40)
 
 

@@ -5,39 +5,48 @@
 
 namespace {
 
+static_assert(sizeof(TensorListMeta<4>) + sizeof(gpu_ops::AdamConfig) <= kMtArgBytes, "kernel arguments too large");
+
 template <typename T>
-__global__ void __launch_bounds__(kMtBlockThreads)
+__global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
     adam_kernel(TensorListMeta<4> meta, gpu_ops::AdamConfig cfg) {
   const MtChunk<4> chunk = mt_chunk(meta);
   const T* g = static_cast<const T*>(meta.addresses[0][chunk.slot]) + chunk.start;
   T* p = static_cast<T*>(meta.addresses[1][chunk.slot]) + chunk.start;
   float* m = static_cast<float*>(meta.addresses[2][chunk.slot]) + chunk.start;
   float* v = static_cast<float*>(meta.addresses[3][chunk.slot]) + chunk.start;
-  const bool vectorized = meta.sizes[chunk.slot] % kMtILP == 0 && gpu_is_aligned(g, kMtILP) &&
-                          gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP) && gpu_is_aligned(v, kMtILP);
-  mt_for_each(chunk.length, vectorized, [&](int64_t i, auto width) {
-    constexpr int N = decltype(width)::value;
-    float gr[N], pr[N], mr[N], vr[N];
-    load_as_float<N>(gr, g + i);
-    load_as_float<N>(pr, p + i);
-    load_as_float<N>(mr, m + i);
-    load_as_float<N>(vr, v + i);
+  // The size need not be a multiple of kMtILP: mt_for_each takes the tail one by one.
+  const bool vectorized = gpu_is_aligned(g, kMtILP) && gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP) &&
+                          gpu_is_aligned(v, kMtILP);
+  mt_for_each(chunk.length, vectorized, [&](const auto& span) {
+    using Span = std::decay_t<decltype(span)>;
+    constexpr int U = Span::kGroups;
+    constexpr int N = Span::kWidth;
+    // Every load of the span is issued before any math: U * 4 accesses in flight.
+    float gr[U][N], pr[U][N], mr[U][N], vr[U][N];
+    mt_load(gr, g, span);
+    mt_load(pr, p, span);
+    mt_load(mr, m, span);
+    mt_load(vr, v, span);
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      float grad = gr[k];
-      if (cfg.adamw_mode) {
-        pr[k] *= cfg.decay;
-      } else {
-        grad += cfg.weight_decay * pr[k];
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        float grad = gr[u][k];
+        if (cfg.adamw_mode) {
+          pr[u][k] *= cfg.decay;
+        } else {
+          grad += cfg.weight_decay * pr[u][k];
+        }
+        mr[u][k] = cfg.beta1 * mr[u][k] + cfg.one_minus_beta1 * grad;
+        vr[u][k] = cfg.beta2 * vr[u][k] + cfg.one_minus_beta2 * grad * grad;
+        const float denom = sqrtf(vr[u][k]) / cfg.bias_correction2_sqrt + cfg.eps;
+        pr[u][k] -= cfg.step_size * (mr[u][k] / denom);  // addcdiv's order: value * (m / denom)
       }
-      mr[k] = cfg.beta1 * mr[k] + cfg.one_minus_beta1 * grad;
-      vr[k] = cfg.beta2 * vr[k] + cfg.one_minus_beta2 * grad * grad;
-      const float denom = sqrtf(vr[k]) / cfg.bias_correction2_sqrt + cfg.eps;
-      pr[k] -= cfg.step_size * (mr[k] / denom);  // addcdiv's order: value * (m / denom)
     }
-    store_from_float<N>(p + i, pr);
-    store_from_float<N>(m + i, mr);
-    store_from_float<N>(v + i, vr);
+    mt_store(p, pr, span);
+    mt_store(m, mr, span);
+    mt_store(v, vr, span);
   });
 }
 

@@ -21,12 +21,15 @@ struct LambNormTable {
   int64_t first_slot[kTensors];
 };
 static_assert(sizeof(LambNormTable) <= 4096, "kernel argument too large");
+static_assert(sizeof(TensorListMeta<5>) + sizeof(gpu_ops::LambConfig) + sizeof(float2*) <= kMtArgBytes,
+              "kernel arguments too large");
+static_assert(sizeof(TensorListMeta<2>) + sizeof(float) + sizeof(float*) <= kMtArgBytes, "kernel arguments too large");
 
 constexpr int kNormThreads = 256;
 
 // `partials` points at this launch's first block's slot: (sum p^2, sum u^2) per block.
 template <typename T>
-__global__ void __launch_bounds__(kMtBlockThreads)
+__global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
     lamb_stage1(TensorListMeta<5> meta, gpu_ops::LambConfig cfg, float2* partials) {
   __shared__ float2 scratch[kGpuMaxWarps];
   const MtChunk<5> chunk = mt_chunk(meta);
@@ -35,30 +38,38 @@ __global__ void __launch_bounds__(kMtBlockThreads)
   float* m = static_cast<float*>(meta.addresses[2][chunk.slot]) + chunk.start;
   float* v = static_cast<float*>(meta.addresses[3][chunk.slot]) + chunk.start;
   float* u = static_cast<float*>(meta.addresses[4][chunk.slot]) + chunk.start;
-  const bool vectorized = meta.sizes[chunk.slot] % kMtILP == 0 && gpu_is_aligned(g, kMtILP) &&
-                          gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP) &&
+  // The size need not be a multiple of kMtILP: mt_for_each takes the tail one by one.
+  const bool vectorized = gpu_is_aligned(g, kMtILP) && gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP) &&
                           gpu_is_aligned(v, kMtILP) && gpu_is_aligned(u, kMtILP);
-  float2 sums = make_float2(0.0f, 0.0f);  // (sum p^2, sum u^2) over this thread's elements
-  mt_for_each(chunk.length, vectorized, [&](int64_t i, auto width) {
-    constexpr int N = decltype(width)::value;
-    float gr[N], pr[N], mr[N], vr[N], ur[N];
-    load_as_float<N>(gr, g + i);
-    load_as_float<N>(pr, p + i);
-    load_as_float<N>(mr, m + i);
-    load_as_float<N>(vr, v + i);
+  // (sum p^2, sum u^2) over this thread's elements, in the fixed order mt_for_each visits
+  // them for this chunk length.
+  float2 sums = make_float2(0.0f, 0.0f);
+  mt_for_each(chunk.length, vectorized, [&](const auto& span) {
+    using Span = std::decay_t<decltype(span)>;
+    constexpr int U = Span::kGroups;
+    constexpr int N = Span::kWidth;
+    // Every load of the span is issued before any math: U * 4 accesses in flight.
+    float gr[U][N], pr[U][N], mr[U][N], vr[U][N], ur[U][N];
+    mt_load(gr, g, span);
+    mt_load(pr, p, span);
+    mt_load(mr, m, span);
+    mt_load(vr, v, span);
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      mr[k] = cfg.beta1 * mr[k] + cfg.one_minus_beta1 * gr[k];
-      vr[k] = cfg.beta2 * vr[k] + cfg.one_minus_beta2 * gr[k] * gr[k];
-      const float m_hat = mr[k] / cfg.bias_correction1;
-      const float v_hat = vr[k] / cfg.bias_correction2;
-      ur[k] = m_hat / (sqrtf(v_hat) + cfg.eps) + cfg.weight_decay * pr[k];
-      sums.x += pr[k] * pr[k];
-      sums.y += ur[k] * ur[k];
+    for (int j = 0; j < U; ++j) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        mr[j][k] = cfg.beta1 * mr[j][k] + cfg.one_minus_beta1 * gr[j][k];
+        vr[j][k] = cfg.beta2 * vr[j][k] + cfg.one_minus_beta2 * gr[j][k] * gr[j][k];
+        const float m_hat = mr[j][k] / cfg.bias_correction1;
+        const float v_hat = vr[j][k] / cfg.bias_correction2;
+        ur[j][k] = m_hat / (sqrtf(v_hat) + cfg.eps) + cfg.weight_decay * pr[j][k];
+        sums.x += pr[j][k] * pr[j][k];
+        sums.y += ur[j][k] * ur[j][k];
+      }
     }
-    store_from_float<N>(m + i, mr);
-    store_from_float<N>(v + i, vr);
-    store_from_float<N>(u + i, ur);
+    mt_store(m, mr, span);
+    mt_store(v, vr, span);
+    mt_store(u, ur, span);
   });
   sums = block_sum(sums, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = sums;
@@ -84,7 +95,7 @@ __global__ void __launch_bounds__(kNormThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kMtBlockThreads)
+__global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
     lamb_stage2(TensorListMeta<2> meta, float lr, const float* norms) {
   const MtChunk<2> chunk = mt_chunk(meta);
   T* p = static_cast<T*>(meta.addresses[0][chunk.slot]) + chunk.start;
@@ -94,16 +105,20 @@ __global__ void __launch_bounds__(kMtBlockThreads)
   const float update_norm = sqrtf(norms[2 * t + 1]);
   const float trust = (param_norm > 0.0f && update_norm > 0.0f) ? param_norm / update_norm : 1.0f;
   const float step = lr * trust;
-  const bool vectorized =
-      meta.sizes[chunk.slot] % kMtILP == 0 && gpu_is_aligned(p, kMtILP) && gpu_is_aligned(u, kMtILP);
-  mt_for_each(chunk.length, vectorized, [&](int64_t i, auto width) {
-    constexpr int N = decltype(width)::value;
-    float pr[N], ur[N];
-    load_as_float<N>(pr, p + i);
-    load_as_float<N>(ur, u + i);
+  const bool vectorized = gpu_is_aligned(p, kMtILP) && gpu_is_aligned(u, kMtILP);
+  mt_for_each(chunk.length, vectorized, [&](const auto& span) {
+    using Span = std::decay_t<decltype(span)>;
+    constexpr int U = Span::kGroups;
+    constexpr int N = Span::kWidth;
+    float pr[U][N], ur[U][N];
+    mt_load(pr, p, span);
+    mt_load(ur, u, span);
 #pragma unroll
-    for (int k = 0; k < N; ++k) pr[k] -= step * ur[k];
-    store_from_float<N>(p + i, pr);
+    for (int j = 0; j < U; ++j) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) pr[j][k] -= step * ur[j][k];
+    }
+    mt_store(p, pr, span);
   });
 }
 

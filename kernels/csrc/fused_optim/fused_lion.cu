@@ -5,31 +5,39 @@
 
 namespace {
 
+static_assert(sizeof(TensorListMeta<3>) + sizeof(gpu_ops::LionConfig) <= kMtArgBytes, "kernel arguments too large");
+
 __device__ __forceinline__ float sign_of(float x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
 
 template <typename T>
-__global__ void __launch_bounds__(kMtBlockThreads)
+__global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
     lion_kernel(TensorListMeta<3> meta, gpu_ops::LionConfig cfg) {
   const MtChunk<3> chunk = mt_chunk(meta);
   const T* g = static_cast<const T*>(meta.addresses[0][chunk.slot]) + chunk.start;
   T* p = static_cast<T*>(meta.addresses[1][chunk.slot]) + chunk.start;
   float* m = static_cast<float*>(meta.addresses[2][chunk.slot]) + chunk.start;
-  const bool vectorized = meta.sizes[chunk.slot] % kMtILP == 0 && gpu_is_aligned(g, kMtILP) &&
-                          gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP);
-  mt_for_each(chunk.length, vectorized, [&](int64_t i, auto width) {
-    constexpr int N = decltype(width)::value;
-    float gr[N], pr[N], mr[N];
-    load_as_float<N>(gr, g + i);
-    load_as_float<N>(pr, p + i);
-    load_as_float<N>(mr, m + i);
+  // The size need not be a multiple of kMtILP: mt_for_each takes the tail one by one.
+  const bool vectorized = gpu_is_aligned(g, kMtILP) && gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP);
+  mt_for_each(chunk.length, vectorized, [&](const auto& span) {
+    using Span = std::decay_t<decltype(span)>;
+    constexpr int U = Span::kGroups;
+    constexpr int N = Span::kWidth;
+    // Every load of the span is issued before any math: U * 3 accesses in flight.
+    float gr[U][N], pr[U][N], mr[U][N];
+    mt_load(gr, g, span);
+    mt_load(pr, p, span);
+    mt_load(mr, m, span);
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const float direction = sign_of(cfg.beta1 * mr[k] + cfg.one_minus_beta1 * gr[k]);
-      pr[k] = pr[k] * cfg.decay - cfg.lr * direction;
-      mr[k] = cfg.beta2 * mr[k] + cfg.one_minus_beta2 * gr[k];
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float direction = sign_of(cfg.beta1 * mr[u][k] + cfg.one_minus_beta1 * gr[u][k]);
+        pr[u][k] = pr[u][k] * cfg.decay - cfg.lr * direction;
+        mr[u][k] = cfg.beta2 * mr[u][k] + cfg.one_minus_beta2 * gr[u][k];
+      }
     }
-    store_from_float<N>(p + i, pr);
-    store_from_float<N>(m + i, mr);
+    mt_store(p, pr, span);
+    mt_store(m, mr, span);
   });
 }
 
