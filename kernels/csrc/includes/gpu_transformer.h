@@ -7,8 +7,9 @@
 
 namespace gpu_ops {
 
-// Column reductions (dgamma, dbeta, dbias) first sum slices of rows into fp32
-// partials, then add the partials; the bindings size the scratch with this.
+// Column reductions (dbias; dgamma, dbeta) first sum slices of rows into fp32
+// partials, then add the partials; the bindings size bias + GeLU's scratch with this
+// (LayerNorm's: layer_norm_backward_workspace).
 inline int64_t col_reduce_parts(int64_t rows) {
   const int64_t parts = (rows + 63) / 64;
   return parts < 1 ? 1 : (parts > 256 ? 256 : parts);
@@ -20,11 +21,16 @@ gpuError_t layer_norm_forward(const void* x, const void* gamma, const void* beta
                               gpuStream_t stream);
 
 // dgamma and dbeta may be null (no affine parameters); `workspace` then may be too,
-// else it holds 2 * col_reduce_parts(rows) * cols floats. With no rows, dgamma and
-// dbeta are set to zeros.
+// else it holds layer_norm_backward_workspace(rows, cols) floats, sized on the device
+// of the call (the current one). With no rows, dgamma and dbeta are set to zeros.
 gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
                                const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
                                int64_t rows, int64_t cols, DType dtype, gpuStream_t stream);
+
+// Floats of workspace layer_norm_backward needs for dgamma / dbeta on the current
+// device: fp32 partial column sums, one row per block of its persistent grid (sized
+// by the multiprocessor count), for each of the two. 0 without rows.
+int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols);
 
 enum class GeluApprox : int { kNone = 0, kTanh = 1 };
 

@@ -84,7 +84,8 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>> lay
   if (affine_grads) {
     dweight = at::empty({shape.cols}, x.options());
     dbias = at::empty({shape.cols}, x.options());
-    workspace = at::empty({2 * gpu_ops::col_reduce_parts(shape.rows) * shape.cols}, x.options().dtype(at::kFloat));
+    workspace = at::empty({gpu_ops::layer_norm_backward_workspace(shape.rows, shape.cols)},
+                          x.options().dtype(at::kFloat));
   }
   gpu_bind::check_launch(
       gpu_ops::layer_norm_backward(dy.data_ptr(), x.data_ptr(), optional_ptr(weight), mean.data_ptr<float>(),

@@ -1,20 +1,370 @@
 // LayerNorm over the last dimension, forward and backward.
 //
-// Forward reads each row twice (statistics, then output). The statistics use
-// sums of (x - x0) and (x - x0)^2 with x0 the row's first element: one read pass,
-// and none of the cancellation that raw sums of squares suffer when |mean| >> std.
-// The output is formed from (x - x0) - mean(x - x0) for the same reason: rounding
-// the mean itself to fp32 would cost precision when |mean| >> std.
-// Backward: dx from two row sums; dgamma/dbeta as column sums in two steps.
+// The work is memory bound: the forward must read x and write y, the backward read dy
+// and x and write dx, and anything more (a second read of a row, a separate pass for
+// dgamma / dbeta, idle threads, narrow loads) shows up directly in the time. So:
+//
+// * A row is split over a group of `tpr` threads (a power of two, 32..512: one warp
+//   for hidden sizes up to ~1K, several for larger ones), each holding NV vectors of
+//   VEC elements of the row in registers (VEC = 16 bytes when cols and every pointer
+//   allow it, else 1). Vector k of thread t is the row's vector t + k * tpr, so each
+//   load instruction of a warp reads consecutive 16-byte pieces. The row is read from
+//   global memory once; the statistics and the output come from the registers.
+//   Blocks hold several row groups (blockDim = (tpr, rows per block)).
+// * Forward statistics: two passes over the registers, over d = x - x0 (x0 the row's
+//   first element): s = mean(d), then var = mean((d - s)^2). Exact centring without
+//   the cancellation of sum-of-squares formulas, and no precision lost to rounding
+//   the mean to fp32 when |mean| >> std: y is formed from (d - s) as before.
+// * Backward: one kernel computes dx and, for its slab of rows, the per-column partial
+//   sums of dy * xhat (dgamma) and dy (dbeta) in registers (a thread's columns are the
+//   same for every row it handles); each block writes one fp32 partial row of each to
+//   the workspace, and a small kernel adds the partials in a fixed order. No float
+//   atomics: the result is deterministic on a given device. The backward grid is
+//   persistent (one 512-thread block per multiprocessor), so the partial rows are few,
+//   and each thread loads the next row it will handle before working on the current
+//   one, which keeps loads in flight through the row reductions.
+// * Rows too long for the register slices take the generic loop kernels at the end,
+//   which re-read the row: rare sizes, correct, slower. The register kernels hold up
+//   to 16384 (fp16/bf16) or 12288 (fp32) columns forward, 12288 or 8192 backward, and
+//   6144 forward / 5120 backward when not vectorizable (odd hidden size, misaligned).
+#include <algorithm>
+#include <type_traits>
+
 #include "gpu_reduce.h"
 #include "gpu_transformer.h"
 
 namespace {
 
+// ---------------------------------------------------------------- shared pieces
+
+// Largest row group (threads per row) of the register kernels. The backward kernel is
+// declared for 512-thread blocks, one per multiprocessor (__launch_bounds__(512, 1)):
+// up to 128 registers per thread, which its slices need; the forward for two such
+// blocks (64 registers), so that it keeps more warps, hence loads, in flight. Without
+// the explicit minimum ptxas picked smaller budgets for some slices and spilled.
+constexpr int kMaxRowThreads = 512;
+// Threads per block: forward blocks are small and many (the grid covers the rows
+// once); backward blocks are persistent, one per multiprocessor.
+constexpr int kForwardBlockThreads = 256;
+constexpr int kBackwardBlockThreads = 512;
+constexpr int kBackwardBlocksPerSm = 1;
+
+template <int N>
+using IntC = std::integral_constant<int, N>;
+
+// Sum of v over the blockDim.x threads of a row group (same threadIdx.y). Every thread
+// of the block must call it. Row groups of at most a warp reduce with shuffles alone
+// (they never share a warp with another row's lanes in a way that mixes them: the
+// shuffle width is the group size). Wider groups combine their warps through
+// `scratch` (blockDim.y * blockDim.x / warp slots) with one barrier: callers alternate
+// between two scratch buffers, so a buffer is rewritten only after a later call's
+// barrier, which every reader of the previous round has passed.
+template <typename V>
+__device__ __forceinline__ V group_sum(V v, V* scratch) {
+  const int tpr = static_cast<int>(blockDim.x);
+  if (tpr <= GPU_WARP_SIZE) {
+    for (int offset = tpr / 2; offset > 0; offset >>= 1) v = GpuSumOp()(v, gpu_shfl_xor(v, offset, tpr));
+    return v;
+  }
+#pragma unroll
+  for (int offset = GPU_WARP_SIZE / 2; offset > 0; offset >>= 1) {
+    v = GpuSumOp()(v, gpu_shfl_xor(v, offset, GPU_WARP_SIZE));
+  }
+  const int warps = tpr / GPU_WARP_SIZE;
+  V* slots = scratch + threadIdx.y * warps;
+  if (threadIdx.x % GPU_WARP_SIZE == 0) slots[threadIdx.x / GPU_WARP_SIZE] = v;
+  __syncthreads();
+  V total = slots[0];
+  for (int w = 1; w < warps; ++w) total = GpuSumOp()(total, slots[w]);  // same order in every thread
+  return total;
+}
+
+template <int VEC, typename T>
+__device__ __forceinline__ void load_params(float (&out)[VEC], const T* p, int64_t at, float absent) {
+  if (p != nullptr) {
+    load_as_float<VEC>(out, p + at);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = absent;
+  }
+}
+
+// ---------------------------------------------------------------- forward, row in registers
+
+template <typename T, int VEC, int NV>
+__global__ void __launch_bounds__(kMaxRowThreads, 2)
+    ln_forward_reg_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                          int64_t rows, int64_t cols, float eps) {
+  __shared__ float scratch[2][kGpuMaxWarps];
+  const int tpr = static_cast<int>(blockDim.x);
+  const int tx = static_cast<int>(threadIdx.x);
+  const int nvec = static_cast<int>(cols / VEC);
+  const float n = static_cast<float>(cols);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  // `base` is the same in every thread of the block, so all of them run the same
+  // iterations and reach every reduction, including the row groups past the last row.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows; base += step) {
+    const int64_t row = base + threadIdx.y;
+    const bool active = row < rows;
+    const T* xr = x + (active ? row : 0) * cols;
+    // Every thread reads x0 itself: the same address as lane 0's first load, so an L1
+    // hit, and no broadcast through shared memory for multi-warp groups.
+    const float shift = active ? to_float(xr[0]) : 0.0f;
+    float d[NV][VEC];
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = tx + k * tpr;
+      if (active && j < nvec) {
+        load_as_float<VEC>(d[k], xr + static_cast<int64_t>(j) * VEC);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) d[k][e] = shift;  // becomes 0 below
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        d[k][e] -= shift;
+        sum += d[k][e];
+      }
+    }
+    sum = group_sum(sum, scratch[0]);
+    const float shifted_mean = gpu_div_rn(sum, n);
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const bool valid = tx + k * tpr < nvec;  // padding slots hold 0, but (0 - s)^2 is not 0
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        d[k][e] -= shifted_mean;
+        if (valid) sq += d[k][e] * d[k][e];
+      }
+    }
+    sq = group_sum(sq, scratch[1]);
+    const float rstd = rsqrtf(gpu_div_rn(sq, n) + eps);
+    if (!active) continue;  // after both reductions
+    if (tx == 0) {
+      mean_out[row] = shift + shifted_mean;
+      rstd_out[row] = rstd;
+    }
+    T* yr = y + row * cols;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = tx + k * tpr;
+      if (j >= nvec) continue;
+      const int64_t at = static_cast<int64_t>(j) * VEC;
+      float g[VEC], b[VEC], out[VEC];
+      load_params<VEC>(g, gamma, at, 1.0f);
+      load_params<VEC>(b, beta, at, 0.0f);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) out[e] = d[k][e] * rstd * g[e] + b[e];
+      store_from_float<VEC>(yr + at, out);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- backward, row in registers
+
+// The raw (storage type) slices of dy and x of one row, and its statistics.
+template <typename T, int VEC, int NV>
+struct RowSlices {
+  GpuVec<T, VEC> dy[NV];
+  GpuVec<T, VEC> x[NV];
+  float mean;
+  float rstd;
+};
+
+template <typename T, int VEC, int NV>
+__device__ __forceinline__ void fetch_row(RowSlices<T, VEC, NV>& s, const T* __restrict__ dy,
+                                          const T* __restrict__ x, const float* __restrict__ mean,
+                                          const float* __restrict__ rstd, int64_t row, int64_t rows,
+                                          int64_t cols, int tx, int tpr, int nvec) {
+  if (row >= rows) return;
+  const int64_t base = row * cols;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = tx + k * tpr;
+    if (j < nvec) {
+      const int64_t at = base + static_cast<int64_t>(j) * VEC;
+      s.dy[k] = *reinterpret_cast<const GpuVec<T, VEC>*>(dy + at);
+      s.x[k] = *reinterpret_cast<const GpuVec<T, VEC>*>(x + at);
+    }
+  }
+  s.mean = mean[row];
+  s.rstd = rstd[row];
+}
+
+// dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), xhat = (x - mean) * rstd.
+// dy*g is rounded once, the same way in both uses (gpu_mul_rn: never fused into the
+// subtraction that follows). Then dy*g - mean(dy*g) is exactly 0 where every dy*g of
+// the row is equal, e.g. a row of one column, where x - mean is 0 as well and dx is
+// exactly 0; a fused multiply-add would leave the rounding error of dy*g times rstd
+// there (about 1e-5 with eps = 1e-5).
+//
+// With `partial` set, block b also writes the sums over its rows of dy * xhat to
+// partial[b * cols + c] and of dy to partial[(gridDim.x + b) * cols + c]. The block's
+// row groups hold the same columns, so they add their register sums through dynamic
+// shared memory (2 * blockDim.x * blockDim.y * VEC floats), in the order of threadIdx.y.
+template <typename T, int VEC, int NV>
+__global__ void __launch_bounds__(kMaxRowThreads, 1)
+    ln_backward_reg_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ gamma,
+                           const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
+                           float* __restrict__ partial, int64_t rows, int64_t cols) {
+  __shared__ float2 scratch[2][kGpuMaxWarps];
+  extern __shared__ float ln_col_scratch[];
+  const int tpr = static_cast<int>(blockDim.x);
+  const int tx = static_cast<int>(threadIdx.x);
+  const int nvec = static_cast<int>(cols / VEC);
+  const float n = static_cast<float>(cols);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y;
+
+  float dgamma[NV][VEC], dbeta[NV][VEC];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dgamma[k][e] = dbeta[k][e] = 0.0f;
+  }
+  // Loading the next row before working on the current one costs a second set of raw
+  // slices: worth it while the slices are small (the persistent grid has few warps per
+  // multiprocessor to hide latency with), not where it would spill.
+  constexpr bool kPrefetch = NV * VEC <= 16;
+  RowSlices<T, VEC, NV> next{};  // zeros until fetched: a row group past the end copies them, unused
+  if constexpr (kPrefetch) fetch_row(next, dy, x, mean, rstd, first + threadIdx.y, rows, cols, tx, tpr, nvec);
+  int parity = 0;
+  for (int64_t base = first; base < rows; base += step, parity ^= 1) {  // same trip count block-wide
+    const int64_t row = base + threadIdx.y;
+    const bool active = row < rows;
+    RowSlices<T, VEC, NV> cur;
+    if constexpr (kPrefetch) {
+      cur = next;
+      fetch_row(next, dy, x, mean, rstd, row + step, rows, cols, tx, tpr, nvec);  // in flight meanwhile
+    } else {
+      fetch_row(cur, dy, x, mean, rstd, row, rows, cols, tx, tpr, nvec);
+    }
+    const float mu = active ? cur.mean : 0.0f;
+    const float rs = active ? cur.rstd : 0.0f;
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = tx + k * tpr;
+      if (!active || j >= nvec) continue;
+      float g[VEC];
+      load_params<VEC>(g, gamma, static_cast<int64_t>(j) * VEC, 1.0f);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float d = to_float(cur.dy[k].v[e]);
+        const float xm = to_float(cur.x[k].v[e]) - mu;
+        const float dyg = gpu_mul_rn(d, g[e]);
+        acc.x += dyg;
+        acc.y += dyg * xm * rs;
+        dgamma[k][e] += d * xm * rs;
+        dbeta[k][e] += d;
+      }
+    }
+    acc = group_sum(acc, scratch[parity]);
+    const float c1 = gpu_div_rn(acc.x, n);
+    const float c2 = gpu_div_rn(acc.y, n);
+    if (!active) continue;
+    T* dxr = dx + row * cols;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = tx + k * tpr;
+      if (j >= nvec) continue;
+      // gamma again (an L1 hit) and dy*g recomputed, bit for bit the product summed
+      // above: cheaper than holding dy*g in registers through the reduction.
+      float g[VEC], out[VEC];
+      load_params<VEC>(g, gamma, static_cast<int64_t>(j) * VEC, 1.0f);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float dyg = gpu_mul_rn(to_float(cur.dy[k].v[e]), g[e]);
+        const float xm = to_float(cur.x[k].v[e]) - mu;
+        out[e] = rs * (dyg - c1 - xm * rs * c2);
+      }
+      store_from_float<VEC>(dxr + static_cast<int64_t>(j) * VEC, out);
+    }
+  }
+  if (partial == nullptr) return;
+
+  // Column partials of the block. Chunk k holds the columns of every thread's vector k:
+  // [k * tpr * VEC, (k + 1) * tpr * VEC); each row group writes its sums of the chunk to
+  // shared memory (dgamma's, then dbeta's, chunk floats each), then the block's threads
+  // add the row groups' values column by column, in row-group order. The loop over k is
+  // kept rolled (one copy of this code rather than NV): it always stores slot 0 and then
+  // shifts the register arrays down by one slot, so they are indexed by constants only.
+  const int threads = tpr * static_cast<int>(blockDim.y);
+  const int lin = static_cast<int>(threadIdx.y) * tpr + tx;
+  const int chunk = tpr * VEC;
+  const int group_floats = 2 * chunk;
+  float* const out_dgamma = partial + static_cast<int64_t>(blockIdx.x) * cols;
+  float* const out_dbeta = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * cols;
+#pragma unroll 1
+  for (int k = 0; k < NV && k * tpr < nvec; ++k) {  // the same trip count in every thread
+    float* mine = ln_col_scratch + threadIdx.y * group_floats + tx * VEC;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      mine[e] = dgamma[0][e];
+      mine[chunk + e] = dbeta[0][e];
+    }
+    __syncthreads();
+    for (int c = lin; c < group_floats; c += threads) {
+      const int which = c < chunk ? 0 : 1;
+      const int64_t col = static_cast<int64_t>(k) * chunk + (c - which * chunk);
+      if (col >= cols) continue;
+      float total = 0.0f;
+      for (int r = 0; r < static_cast<int>(blockDim.y); ++r) total += ln_col_scratch[r * group_floats + c];
+      (which == 0 ? out_dgamma : out_dbeta)[col] = total;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i + 1 < NV; ++i) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        dgamma[i][e] = dgamma[i + 1][e];
+        dbeta[i][e] = dbeta[i + 1][e];
+      }
+    }
+  }
+}
+
+// out[c] = sum over p (in order) of partial[p * cols + c], for dgamma (blockIdx.y 0, the
+// first `parts` partial rows) and dbeta (blockIdx.y 1, the next `parts`). Block
+// (32 columns, kFinalizeLanes lanes): lane l adds rows l, l + lanes, ... and the lanes'
+// sums are added in lane order, so the order is fixed for given parts.
+constexpr int kFinalizeCols = 32;
+constexpr int kFinalizeLanes = 16;
+
+template <typename T>
+__global__ void ln_params_finalize_kernel(const float* __restrict__ partial, int64_t parts, int64_t cols,
+                                          T* __restrict__ dgamma, T* __restrict__ dbeta) {
+  __shared__ float lanes[kFinalizeLanes][kFinalizeCols + 1];
+  T* out = blockIdx.y == 0 ? dgamma : dbeta;
+  if (out == nullptr) return;  // the whole block
+  const float* src = partial + static_cast<int64_t>(blockIdx.y) * parts * cols;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kFinalizeCols + threadIdx.x;
+  float total = 0.0f;
+  if (col < cols) {
+#pragma unroll 4
+    for (int64_t p = threadIdx.y; p < parts; p += kFinalizeLanes) total += src[p * cols + col];
+  }
+  lanes[threadIdx.y][threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  total = lanes[0][threadIdx.x];
+#pragma unroll
+  for (int l = 1; l < kFinalizeLanes; ++l) total += lanes[l][threadIdx.x];
+  out[col] = from_float<T>(total);
+}
+
+// ---------------------------------------------------------------- generic loop kernels
+
+// For rows longer than the register slices hold. One block per row group as in
+// gpu_row_launch; the row is read twice (statistics, then output), with the
+// statistics of d = x - x0 from one pass (sums of d and d^2).
 template <typename T, int VEC>
-__global__ void ln_forward_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
-                                  const T* __restrict__ beta, T* __restrict__ y, float* __restrict__ mean_out,
-                                  float* __restrict__ rstd_out, int64_t rows, int64_t cols, float eps) {
+__global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
+                                       const T* __restrict__ beta, T* __restrict__ y, float* __restrict__ mean_out,
+                                       float* __restrict__ rstd_out, int64_t rows, int64_t cols, float eps) {
   __shared__ float2 scratch[kGpuMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;
@@ -38,45 +388,29 @@ __global__ void ln_forward_kernel(const T* __restrict__ x, const T* __restrict__
   const float n = static_cast<float>(cols);
   const float shifted_mean = gpu_div_rn(acc.x, n);
   const float var = fmaxf(gpu_div_rn(acc.y, n) - shifted_mean * shifted_mean, 0.0f);
-  const float mean = shift + shifted_mean;
   const float rstd = rsqrtf(var + eps);
   if (threadIdx.x == 0) {
-    mean_out[row] = mean;
+    mean_out[row] = shift + shifted_mean;
     rstd_out[row] = rstd;
   }
   T* yr = y + row * cols;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < cols; i += static_cast<int64_t>(blockDim.x) * VEC) {
     float v[VEC], g[VEC], b[VEC];
     load_as_float<VEC>(v, xr + i);
-    if (gamma != nullptr) {
-      load_as_float<VEC>(g, gamma + i);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) g[k] = 1.0f;
-    }
-    if (beta != nullptr) {
-      load_as_float<VEC>(b, beta + i);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) b[k] = 0.0f;
-    }
+    load_params<VEC>(g, gamma, i, 1.0f);
+    load_params<VEC>(b, beta, i, 0.0f);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) v[k] = ((v[k] - shift) - shifted_mean) * rstd * g[k] + b[k];
     store_from_float<VEC>(yr + i, v);
   }
 }
 
-// dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), xhat = (x - mean) * rstd.
-// dy*g is rounded once, the same way in both passes (gpu_mul_rn: never fused into the
-// subtraction that follows). Then dy*g - mean(dy*g) is exactly 0 where every dy*g of
-// the row is equal, e.g. a row of one column, where x - mean is 0 as well and dx is
-// exactly 0; a fused multiply-add would leave the rounding error of dy*g times rstd
-// there (about 1e-5 with eps = 1e-5).
+// dx as ln_backward_reg_kernel (same formula and roundings), reading the row twice.
 template <typename T, int VEC>
-__global__ void ln_backward_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                      const T* __restrict__ gamma, const float* __restrict__ mean,
-                                      const float* __restrict__ rstd, T* __restrict__ dx, int64_t rows,
-                                      int64_t cols) {
+__global__ void ln_backward_dx_loop_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                           const T* __restrict__ gamma, const float* __restrict__ mean,
+                                           const float* __restrict__ rstd, T* __restrict__ dx, int64_t rows,
+                                           int64_t cols) {
   __shared__ float2 scratch[kGpuMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;
@@ -89,12 +423,7 @@ __global__ void ln_backward_dx_kernel(const T* __restrict__ dy, const T* __restr
       float d[VEC], v[VEC], g[VEC];
       load_as_float<VEC>(d, dy + base + i);
       load_as_float<VEC>(v, x + base + i);
-      if (gamma != nullptr) {
-        load_as_float<VEC>(g, gamma + i);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) g[k] = 1.0f;
-      }
+      load_params<VEC>(g, gamma, i, 1.0f);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float dyg = gpu_mul_rn(d[k], g[k]);
@@ -112,23 +441,20 @@ __global__ void ln_backward_dx_kernel(const T* __restrict__ dy, const T* __restr
     float d[VEC], v[VEC], g[VEC];
     load_as_float<VEC>(d, dy + base + i);
     load_as_float<VEC>(v, x + base + i);
-    if (gamma != nullptr) {
-      load_as_float<VEC>(g, gamma + i);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) g[k] = 1.0f;
-    }
+    load_params<VEC>(g, gamma, i, 1.0f);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) d[k] = rs * (gpu_mul_rn(d[k], g[k]) - c1 - (v[k] - mu) * rs * c2);
     store_from_float<VEC>(dx + base + i, d);
   }
 }
 
-// Partial column sums of dy * xhat (dgamma) and dy (dbeta) over a slice of rows.
+// Partial column sums of dy * xhat (dgamma) and dy (dbeta) over a slice of rows, for
+// the loop path: block (kColTileX columns, kColTileY row lanes), blockIdx.y the slice.
 template <typename T>
-__global__ void ln_backward_params_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                          const float* __restrict__ mean, const float* __restrict__ rstd,
-                                          float* __restrict__ partial, int64_t rows, int64_t cols, int64_t parts) {
+__global__ void ln_backward_params_loop_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                               const float* __restrict__ mean, const float* __restrict__ rstd,
+                                               float* __restrict__ partial, int64_t rows, int64_t cols,
+                                               int64_t parts) {
   __shared__ float tile[kColTileY][kColTileX + 1];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kColTileX + threadIdx.x;
   float dgamma = 0.0f;
@@ -149,13 +475,191 @@ __global__ void ln_backward_params_kernel(const T* __restrict__ dy, const T* __r
   }
 }
 
-template <typename T>
-bool row_vectorizable(int64_t cols, std::initializer_list<const T*> pointers) {
-  if (cols % 4 != 0) return false;
-  for (const T* p : pointers) {
-    if (p != nullptr && !gpu_is_aligned(p, 4)) return false;
+// ---------------------------------------------------------------- host side
+
+// Multiprocessors of the current device: the backward grid, and the workspace the
+// binding allocates for it, are sized by it (both ask on the same device, the binding
+// having made x's device current). The runtime answers from cached properties.
+int multiprocessor_count() {
+  int device = 0;
+  int count = 0;
+#ifdef GPU_ROCM
+  const bool ok = hipGetDevice(&device) == hipSuccess &&
+                  hipDeviceGetAttribute(&count, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
+#else
+  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+#endif
+  return ok && count > 0 ? count : 1;
+}
+
+// Most partial rows (per parameter) the backward writes: its grid for the register
+// kernel, its `parts` for the loop kernel.
+int64_t max_param_parts(int64_t rows) {
+  const int64_t blocks = static_cast<int64_t>(multiprocessor_count()) * kBackwardBlocksPerSm;
+  return std::max<int64_t>(1, std::min(rows, blocks));
+}
+
+struct RegShape {
+  int tpr = 0;  // threads per row
+  int nv = 0;   // vectors per thread; 0: the row does not fit in registers
+};
+
+// The slice sizes (vectors per thread) instantiated for one kernel, ascending. A row
+// takes the smallest row group (power of two, 32..kMaxRowThreads threads) whose
+// threads can hold it in one of the sizes, and the smallest such size: fewer threads
+// per row mean more independent loads per thread and cheaper reductions. A size
+// larger than the row needs costs registers only: slot k holds vectors tx + k * tpr,
+// so the slots past the row end are past it for all the lanes of a warp but at most
+// one, and are skipped by a branch the warp takes together. Hence one or two sizes
+// per kernel, which keeps the number of kernels, and the compile time, down.
+template <int... Sizes>
+struct SliceSizes {
+  static RegShape pick(int64_t nvec) {
+    RegShape shape;
+    for (int tpr = 32; tpr <= kMaxRowThreads; tpr *= 2) {
+      const int64_t need = gpu_ceil_div(nvec, tpr);
+      for (int size : {Sizes...}) {
+        if (need <= size) {
+          shape.tpr = tpr;
+          shape.nv = size;
+          return shape;
+        }
+      }
+    }
+    return shape;
   }
-  return true;
+  // f(IntC<nv>{}) for the picked size nv.
+  template <typename F>
+  static gpuError_t with(int nv, F&& f) {
+    gpuError_t err = gpuErrorInvalidValue;
+    (void)((nv == Sizes ? (err = f(IntC<Sizes>{}), true) : false) || ...);
+    return err;
+  }
+};
+
+// The register budget sets the sizes. The forward keeps one float per element (d),
+// within 64 registers; the backward about four (raw dy and x, the next row's raw dy
+// and x, the two column sums), within 128. Each size is the largest that compiles
+// without spills for sm_80 and sm_90 (nvcc -Xptxas -v): 16-bit types 32 elements
+// forward, 16 or 24 backward; fp32 24 forward, 16 backward; a scalar slot (VEC == 1)
+// takes a whole register even for a 16-bit element: 12 slots forward, 10 backward
+// (4097 columns in 512 threads need 9). Backward 16-bit rows take 2 vectors (16 elements, with
+// the next-row prefetch) or 3 (24, without): the smallest row group wins, so 768
+// columns take one warp with 3 vectors, 1024 two warps with 2, 12288 512 threads with 3.
+template <typename T, int VEC>
+using ForwardSlices =
+    std::conditional_t<VEC == 1, SliceSizes<12>, std::conditional_t<sizeof(T) == 2, SliceSizes<4>, SliceSizes<6>>>;
+template <typename T, int VEC>
+using BackwardSlices =
+    std::conditional_t<VEC == 1, SliceSizes<10>, std::conditional_t<sizeof(T) == 2, SliceSizes<2, 3>, SliceSizes<4>>>;
+
+template <typename T>
+constexpr int vec_width() {
+  return 16 / static_cast<int>(sizeof(T));
+}
+
+// The widest vector (16 bytes or 1 element) that cols and every pointer allow.
+template <typename T>
+int pick_vec(int64_t cols, std::initializer_list<const T*> pointers) {
+  constexpr int kVec = vec_width<T>();
+  if (cols % kVec != 0) return 1;
+  for (const T* p : pointers) {
+    if (p != nullptr && !gpu_is_aligned(p, kVec)) return 1;
+  }
+  return kVec;
+}
+
+template <typename T>
+int loop_vec(int64_t cols, std::initializer_list<const T*> pointers) {
+  if (cols % 4 != 0) return 1;
+  for (const T* p : pointers) {
+    if (p != nullptr && !gpu_is_aligned(p, 4)) return 1;
+  }
+  return 4;
+}
+
+unsigned grid_of(int64_t blocks) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, int64_t{1} << 30)));
+}
+
+template <typename T>
+gpuError_t forward_typed(const T* x, const T* gamma, const T* beta, T* y, float* mean, float* rstd, int64_t rows,
+                         int64_t cols, float eps, gpuStream_t stream) {
+  const int vec = pick_vec<T>(cols, {x, gamma, beta, y});
+  const auto launch = [&](auto vec_tag) -> gpuError_t {
+    constexpr int VEC = decltype(vec_tag)::value;
+    using Slices = ForwardSlices<T, VEC>;
+    const RegShape shape = Slices::pick(cols / VEC);
+    if (shape.nv == 0) {
+      const GpuRowLaunch loop = gpu_row_launch(rows, cols, 8);
+      if (loop_vec<T>(cols, {x, gamma, beta, y}) == 4) {
+        ln_forward_loop_kernel<T, 4><<<loop.grid, loop.block, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows,
+                                                                           cols, eps);
+      } else {
+        ln_forward_loop_kernel<T, 1><<<loop.grid, loop.block, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows,
+                                                                           cols, eps);
+      }
+      return gpuGetLastError();
+    }
+    const int per_block = std::max(1, kForwardBlockThreads / shape.tpr);
+    const dim3 block(static_cast<unsigned>(shape.tpr), static_cast<unsigned>(per_block));
+    const unsigned grid = grid_of(gpu_ceil_div(rows, per_block));
+    return Slices::with(shape.nv, [&](auto nv_tag) {
+      constexpr int NV = decltype(nv_tag)::value;
+      ln_forward_reg_kernel<T, VEC, NV><<<grid, block, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows, cols, eps);
+      return gpuGetLastError();
+    });
+  };
+  return vec == 1 ? launch(IntC<1>{}) : launch(IntC<vec_width<T>()>{});
+}
+
+template <typename T>
+gpuError_t backward_typed(const T* dy, const T* x, const T* gamma, const float* mean, const float* rstd, T* dx,
+                          T* dgamma, T* dbeta, float* workspace, int64_t rows, int64_t cols, gpuStream_t stream) {
+  const bool params = dgamma != nullptr || dbeta != nullptr;
+  if (params && workspace == nullptr) return gpuErrorInvalidValue;
+  float* partial = params ? workspace : nullptr;
+  const int vec = pick_vec<T>(cols, {dy, x, gamma, dx});
+  const auto launch = [&](auto vec_tag) -> gpuError_t {
+    constexpr int VEC = decltype(vec_tag)::value;
+    using Slices = BackwardSlices<T, VEC>;
+    const RegShape shape = Slices::pick(cols / VEC);
+    int64_t parts = 0;
+    if (shape.nv == 0) {
+      const GpuRowLaunch loop = gpu_row_launch(rows, cols, 8);
+      if (loop_vec<T>(cols, {dy, x, gamma, dx}) == 4) {
+        ln_backward_dx_loop_kernel<T, 4><<<loop.grid, loop.block, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows,
+                                                                               cols);
+      } else {
+        ln_backward_dx_loop_kernel<T, 1><<<loop.grid, loop.block, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows,
+                                                                               cols);
+      }
+      gpuError_t err = gpuGetLastError();
+      if (err != gpuSuccess || !params) return err;
+      parts = std::min(gpu_ops::col_reduce_parts(rows), max_param_parts(rows));
+      const dim3 grid(static_cast<unsigned>(gpu_ceil_div(cols, kColTileX)), static_cast<unsigned>(parts));
+      ln_backward_params_loop_kernel<T><<<grid, dim3(kColTileX, kColTileY), 0, stream>>>(dy, x, mean, rstd, partial,
+                                                                                         rows, cols, parts);
+    } else {
+      const int per_block = std::max(1, kBackwardBlockThreads / shape.tpr);
+      const dim3 block(static_cast<unsigned>(shape.tpr), static_cast<unsigned>(per_block));
+      parts = std::min(gpu_ceil_div(rows, per_block), max_param_parts(rows));
+      const size_t smem = params ? 2 * sizeof(float) * VEC * shape.tpr * per_block : 0;
+      const gpuError_t err = Slices::with(shape.nv, [&](auto nv_tag) {
+        constexpr int NV = decltype(nv_tag)::value;
+        ln_backward_reg_kernel<T, VEC, NV><<<static_cast<unsigned>(parts), block, smem, stream>>>(
+            dy, x, gamma, mean, rstd, dx, partial, rows, cols);
+        return gpuGetLastError();
+      });
+      if (err != gpuSuccess || !params) return err;
+    }
+    const dim3 grid(static_cast<unsigned>(gpu_ceil_div(cols, kFinalizeCols)), 2);
+    ln_params_finalize_kernel<T><<<grid, dim3(kFinalizeCols, kFinalizeLanes), 0, stream>>>(partial, parts, cols,
+                                                                                           dgamma, dbeta);
+    return gpuGetLastError();
+  };
+  return vec == 1 ? launch(IntC<1>{}) : launch(IntC<vec_width<T>()>{});
 }
 
 }  // namespace
@@ -168,18 +672,14 @@ gpuError_t layer_norm_forward(const void* x, const void* gamma, const void* beta
   if (rows == 0 || cols == 0) return gpuSuccess;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T* xt = static_cast<const T*>(x);
-    const T* gt = static_cast<const T*>(gamma);
-    const T* bt = static_cast<const T*>(beta);
-    T* yt = static_cast<T*>(y);
-    const GpuRowLaunch launch = gpu_row_launch(rows, cols, 8);
-    if (row_vectorizable<T>(cols, {xt, gt, bt, yt})) {
-      ln_forward_kernel<T, 4><<<launch.grid, launch.block, 0, stream>>>(xt, gt, bt, yt, mean, rstd, rows, cols, eps);
-    } else {
-      ln_forward_kernel<T, 1><<<launch.grid, launch.block, 0, stream>>>(xt, gt, bt, yt, mean, rstd, rows, cols, eps);
-    }
-    return gpuGetLastError();
+    return forward_typed<T>(static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
+                            static_cast<T*>(y), mean, rstd, rows, cols, eps, stream);
   });
+}
+
+int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 0;
+  return 2 * max_param_parts(rows) * cols;
 }
 
 gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
@@ -199,32 +699,9 @@ gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma,
   }
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T* dyt = static_cast<const T*>(dy);
-    const T* xt = static_cast<const T*>(x);
-    const T* gt = static_cast<const T*>(gamma);
-    T* dxt = static_cast<T*>(dx);
-    const GpuRowLaunch launch = gpu_row_launch(rows, cols, 8);
-    if (row_vectorizable<T>(cols, {dyt, xt, gt, dxt})) {
-      ln_backward_dx_kernel<T, 4><<<launch.grid, launch.block, 0, stream>>>(dyt, xt, gt, mean, rstd, dxt, rows, cols);
-    } else {
-      ln_backward_dx_kernel<T, 1><<<launch.grid, launch.block, 0, stream>>>(dyt, xt, gt, mean, rstd, dxt, rows, cols);
-    }
-    gpuError_t err = gpuGetLastError();
-    if (err != gpuSuccess || (dgamma == nullptr && dbeta == nullptr)) return err;
-    if (workspace == nullptr) return gpuErrorInvalidValue;
-    const int64_t parts = col_reduce_parts(rows);
-    const dim3 grid(static_cast<unsigned>(gpu_ceil_div(cols, kColTileX)), static_cast<unsigned>(parts));
-    ln_backward_params_kernel<T><<<grid, dim3(kColTileX, kColTileY), 0, stream>>>(dyt, xt, mean, rstd, workspace,
-                                                                                  rows, cols, parts);
-    const unsigned blocks = static_cast<unsigned>(gpu_ceil_div(cols, 256));
-    if (dgamma != nullptr) {
-      col_finalize_kernel<T><<<blocks, 256, 0, stream>>>(workspace, parts, cols, static_cast<T*>(dgamma));
-    }
-    if (dbeta != nullptr) {
-      col_finalize_kernel<T><<<blocks, 256, 0, stream>>>(workspace + parts * cols, parts, cols,
-                                                         static_cast<T*>(dbeta));
-    }
-    return gpuGetLastError();
+    return backward_typed<T>(static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(gamma), mean,
+                             rstd, static_cast<T*>(dx), static_cast<T*>(dgamma), static_cast<T*>(dbeta), workspace,
+                             rows, cols, stream);
   });
 }
 
