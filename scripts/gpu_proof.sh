@@ -117,14 +117,15 @@ run_sanitize() {
 }
 
 run_bench() {
+    # Extra arguments per script: GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS.
     step bench
-    local script
+    local script var rc extra
     for script in gpu_optim gpu_transformer gpu_quantizer; do
-        local extra=()
-        [[ $script == gpu_optim ]] && read -ra extra <<<"${OPTIM_BENCH_ARGS:-}"
+        var=${script^^}_ARGS
+        read -ra extra <<<"${!var:-}"
         timeout "${BENCH_TIMEOUT:-150}" "$PY" "bench/$script.py" --out "$LOG_DIR/$script.json" "${extra[@]}" 2>&1 \
             | tee "$LOG_DIR/$script.txt"
-        local rc=${PIPESTATUS[0]}
+        rc=${PIPESTATUS[0]}
         [[ $rc == 0 ]] || note_failure "bench $script" "$rc"
     done
 }

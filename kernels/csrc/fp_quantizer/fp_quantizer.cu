@@ -1,14 +1,33 @@
 // Grouped FP8 (e4m3 / e5m2) quantize and dequantize (rules in gpu_fp_quantizer.h).
 //
-// One row group of threads per quantization group: a read pass for max|x| with a
-// shuffle reduction, then a pass that writes codes. On CUDA the conversions come
-// from cuda_fp8.h (hardware cvt on sm_89+; FP8_NATIVE, set by the builder when
-// every arch is sm_89+, converts two values per instruction). ROCm 5.x has no FP8
-// header, so the HIP build uses the software conversions of gpu_fp8.h. The op is
-// built without flush-to-zero (op_builder/ops/fp_quantizer.py): denormal scales
-// (groups whose absmax is tiny) round as the PyTorch reference's do.
+// Work layout as in quantizer/quantizer.cu: a "sub-warp" of `lanes` threads (a power of
+// two, at most 32, so it never straddles a warp with wave32 or wave64) owns one group at a
+// time, each lane owning "slots" of VEC consecutive elements; on the fast path a slot is 16
+// bytes of x / y (8 fp16 / bf16, 4 fp32) read or written with one 128-bit access, and its
+// VEC code bytes with one 8- or 4-byte access. Blocks of 256 threads, one resident wave of
+// them walking the groups in a grid-stride loop.
+//
+// Quantize, groups of at most 128 slots: x is read once (the slots stay in registers from
+// the load to the store); max |x| is reduced with warp shuffles only (no shared memory, no
+// __syncthreads); a thread takes two groups per loop step when a group is at most one slot
+// per lane. Larger groups, and x / q whose alignment or group_size allows no 16-byte access,
+// take the streaming kernel: a pass for max |x|, then a pass (from L1 / L2) that writes codes.
+// Per element the work is a multiply, two fused multiply-adds and a paired conversion
+// (encode_slot: the IEEE division of the reference is needed only near rounding ties,
+// which are detected), so the kernels stay memory-bound. Codes and scales agree bit for
+// bit with the reference and with this op's earlier kernels.
+// Dequantize: same layout; the group comes from the layout (no division per element).
+//
+// On CUDA the conversions come from cuda_fp8.h, two values per call: on sm_89+ that is one
+// hardware cvt per pair, on older archs the header's software conversion of each value
+// (the same results either way). ROCm 5.x has no FP8 header, so the HIP build uses the
+// software conversions of gpu_fp8.h. The op is built without flush-to-zero
+// (op_builder/ops/fp_quantizer.py): denormal scales (groups whose absmax is tiny) round as
+// the PyTorch reference's do.
+#include <algorithm>
+
 #include "gpu_fp_quantizer.h"
-#include "gpu_reduce.h"
+#include "gpu_compat.h"
 
 #ifdef GPU_ROCM
 #include "gpu_fp8.h"
@@ -18,105 +37,457 @@
 
 namespace {
 
+constexpr int kBlock = 256;    // threads per block: a multiple of both wave sizes
+constexpr int kMaxLanes = 32;  // sub-warp width limit: within one warp on wave32 and wave64
+
+// Elements in 16 bytes of T: the fast path's slot width.
+template <typename T>
+constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
+
 template <bool E4M3>
 struct Fp8 {
   static constexpr float kMax = E4M3 ? 448.0f : 57344.0f;
 
-  __device__ static uint8_t encode(float v) {
+  // Two codes in one 16-bit value, `lo` in the low byte.
+  __device__ static uint32_t encode2(float lo, float hi) {
+#ifdef GPU_ROCM
+    return static_cast<uint32_t>(encode(lo)) | (static_cast<uint32_t>(encode(hi)) << 8);
+#else
+    return static_cast<uint32_t>(
+        __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, E4M3 ? __NV_E4M3 : __NV_E5M2));
+#endif
+  }
+
+  __device__ static uint32_t encode(float v) {
 #ifdef GPU_ROCM
     return E4M3 ? gpu_fp8::encode<4, 3>(v) : gpu_fp8::encode<5, 2>(v);
 #else
-    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, E4M3 ? __NV_E4M3 : __NV_E5M2));
+    return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, E4M3 ? __NV_E4M3 : __NV_E5M2));
 #endif
   }
 
-  // Two codes in one 16-bit value, `lo` in the low byte.
-  __device__ static uint32_t encode2(float lo, float hi) {
-#if !defined(GPU_ROCM) && defined(FP8_NATIVE)
-    return static_cast<uint32_t>(
-        __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, E4M3 ? __NV_E4M3 : __NV_E5M2));
-#else
-    return static_cast<uint32_t>(encode(lo)) | (static_cast<uint32_t>(encode(hi)) << 8);
-#endif
-  }
-
-  __device__ static float decode(uint8_t code) {
+  // The values of the two codes in the low 16 bits of `pair` (the low byte first). Exact:
+  // every FP8 value is a half (and so a float).
+  __device__ static float2 decode2(uint32_t pair) {
 #ifdef GPU_ROCM
-    return E4M3 ? gpu_fp8::decode<4, 3>(code) : gpu_fp8::decode<5, 2>(code);
+    return make_float2(decode(pair & 0xFFu), decode((pair >> 8) & 0xFFu));
 #else
-    const __half_raw raw = __nv_cvt_fp8_to_halfraw(code, E4M3 ? __NV_E4M3 : __NV_E5M2);
+    const __half2_raw raw =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), E4M3 ? __NV_E4M3 : __NV_E5M2);
+    return __half22float2(__half2(raw));
+#endif
+  }
+
+  __device__ static float decode(uint32_t code) {
+#ifdef GPU_ROCM
+    return E4M3 ? gpu_fp8::decode<4, 3>(static_cast<uint8_t>(code)) : gpu_fp8::decode<5, 2>(static_cast<uint8_t>(code));
+#else
+    const __half_raw raw = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), E4M3 ? __NV_E4M3 : __NV_E5M2);
     return __half2float(__half(raw));
 #endif
   }
 };
 
-// x / scale clamped into the format's range, as the reference computes it: 0 when the
-// group's scale is not > 0 (a group of zeros, or NaN scale from a NaN in the group), and
-// NaN kept through the clamp as torch.clamp keeps it (inf / inf, an infinite element
-// under an infinite scale), where fminf / fmaxf would turn it into -fmax.
+// x / scale clamped into the format's range, as the reference computes it for a group
+// whose scale is > 0 (a group whose scale is not, all zeros or NaN from a NaN in it, gets
+// code 0 throughout): the exact path of encode_slot below. NaN is kept through the
+// clamp as torch.clamp keeps it (inf / inf, an infinite element under an infinite scale),
+// where fminf / fmaxf would turn it into -fmax.
 __device__ __forceinline__ float scaled(float v, float scale, float fmax) {
-  if (!(scale > 0.0f)) return 0.0f;
   const float s = gpu_div_rn(v, scale);
   return isnan(s) ? s : fminf(fmaxf(s, -fmax), fmax);
 }
 
-template <typename T, int VEC, bool E4M3>
-__global__ void fp8_quantize_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
-                                    int64_t groups, int64_t group_size) {
-  using F = Fp8<E4M3>;
-  __shared__ float scratch[kGpuMaxWarps];
-  const int64_t group = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const bool active = group < groups;
-  const T* xg = x + (active ? group : 0) * group_size;
-  float absmax = 0.0f;
-  if (active) {
-    for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < group_size;
-         i += static_cast<int64_t>(blockDim.x) * VEC) {
-      float v[VEC];
-      load_as_float<VEC>(v, xg + i);
+// max |x| over a group, accumulated per lane and merged across the sub-warp with shuffles,
+// kept as the bits of |x|: for non-negative floats the unsigned order of the bits is the
+// numeric order, and every NaN's |bits| exceed +inf's, so the unsigned max is max |x|, or a
+// NaN when the group has one (as torch.amax gives it). Two integer ops per element, no NaN
+// test per element, one shuffle per merge step.
+struct AbsMax {
+  uint32_t bits = 0;
+  __device__ __forceinline__ void add(float v) {
+    const uint32_t a = __float_as_uint(v) & 0x7FFFFFFFu;
+    bits = a > bits ? a : bits;
+  }
+  __device__ __forceinline__ void merge(int offset, int lanes) {
+    const uint32_t other = __float_as_uint(gpu_shfl_xor(__uint_as_float(bits), offset, lanes));
+    bits = other > bits ? other : bits;
+  }
+  __device__ __forceinline__ float value() const { return __uint_as_float(bits); }
+};
+
+// ---- memory access helpers
+
+// BYTES (1, 2, 4 or 8) bytes at p, which is aligned to BYTES; little-endian in the result.
+template <int BYTES>
+__device__ __forceinline__ uint64_t load_bytes(const uint8_t* p) {
+  if constexpr (BYTES == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    return static_cast<uint64_t>(v.x) | (static_cast<uint64_t>(v.y) << 32);
+  } else if constexpr (BYTES == 4) {
+    return *reinterpret_cast<const uint32_t*>(p);
+  } else if constexpr (BYTES == 2) {
+    return *reinterpret_cast<const uint16_t*>(p);
+  } else {
+    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
+    return *p;
+  }
+}
+
+template <int BYTES>
+__device__ __forceinline__ void store_bytes(uint8_t* p, uint64_t v) {
+  if constexpr (BYTES == 8) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
+  } else if constexpr (BYTES == 4) {
+    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+  } else if constexpr (BYTES == 2) {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+  } else {
+    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
+    *p = static_cast<uint8_t>(v);
+  }
+}
+
+// Two floats as two 16-bit values in one word (first in the low half), each rounded to
+// nearest even as from_float<T> rounds it: one paired conversion instead of two.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+#ifndef GPU_ROCM
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+#ifdef GPU_HAS_BF16
+  if constexpr (std::is_same_v<T, gpu_bf16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+#endif
+#endif
+  GpuVec<T, 2> pair;
+  pair.v[0] = from_float<T>(a);
+  pair.v[1] = from_float<T>(b);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// VEC floats stored as T at p: one access when STORE == VEC (p aligned to it), else
+// element by element.
+template <int VEC, int STORE, typename T>
+__device__ __forceinline__ void store_as(T* p, const float (&v)[VEC]) {
+  static_assert(STORE == VEC || STORE == 1, "whole slots or single elements");
+  if constexpr (STORE == 1) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) absmax = gpu_fmax_nan(absmax, fabsf(v[k]));
+    for (int k = 0; k < VEC; ++k) p[k] = from_float<T>(v[k]);
+  } else if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+    GpuVec<uint32_t, VEC / 2> words;
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) words.v[k] = pack2<T>(v[2 * k], v[2 * k + 1]);
+    *reinterpret_cast<GpuVec<uint32_t, VEC / 2>*>(p) = words;
+  } else {
+    store_from_float<VEC>(p, v);
+  }
+}
+
+// ---- per-element division without a division
+//
+// The reference divides every element by the group's scale (IEEE, correctly rounded) and
+// rounds the quotient r to FP8. An IEEE division is about ten instructions per element,
+// enough to make the kernel compute-bound. Most elements need only r's FP8 rounding: with
+// y = RN(1 / scale) once per group and q = RN(x * y),
+//   |q - r| <= |x / scale| * (3u + u^2) + 2^-149   (u = 2^-24)
+// when scale and 1 / scale are normal floats. With m = |q| * 2^-20 = 16u|q|, lo = RN(q - m)
+// and hi = RN(q + m) then bracket r whenever q is a normal float (the slack, about 12u|q|,
+// covers the 2^-149 and the roundings of lo and hi). The conversion (round to nearest,
+// saturating: the reference's clamp to +-fmax followed by the conversion gives the same
+// codes) is monotonic, so when lo and hi convert to the same code, r does too. When q is
+// below the normal range, q, r, lo and hi all convert to a zero of x's sign (FP8's
+// smallest subnormal is 2^-16 at most), except that q = -0 gives lo = -0 and hi = +0,
+// two different codes: the unsure case. An unsure slot (lo and hi on either side of a
+// rounding boundary, rare for real data) is redone with the exact division, and so are
+// the groups whose scale is outside the normal range (tiny groups: denormal scales;
+// infinite or NaN scales).
+constexpr float kMinQuickScale = 0x1p-126f;  // FLT_MIN: 1 / scale stays normal...
+constexpr float kMaxQuickScale = 0x1p126f;   // ...and so does scale
+constexpr float kMarginScale = 0x1p-20f;
+
+// lo = RN(q - m) and hi = RN(q + m), m = |q| * 2^-20 (exact: a power-of-two scaling), each
+// one fused multiply-add.
+__device__ __forceinline__ float below(float q) { return fmaf(fabsf(q), -kMarginScale, q); }
+__device__ __forceinline__ float above(float q) { return fmaf(fabsf(q), kMarginScale, q); }
+
+// A group's parameters as encode_slot uses them.
+struct Fp8Group {
+  float scale;
+  float recip;  // RN(1 / scale), when quick
+  bool live;    // scale > 0: else every code of the group is 0
+  bool quick;   // scale (and 1 / scale) normal: the quick path applies
+};
+
+__device__ __forceinline__ Fp8Group fp8_group(float scale) {
+  Fp8Group g;
+  g.scale = scale;
+  g.live = scale > 0.0f;
+  g.quick = scale >= kMinQuickScale && scale < kMaxQuickScale;
+  g.recip = g.quick ? gpu_div_rn(1.0f, scale) : 0.0f;
+  return g;
+}
+
+// The VEC codes of a slot, the first in the low byte, as the reference computes them.
+template <int VEC, bool E4M3>
+__device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const Fp8Group& g) {
+  using F = Fp8<E4M3>;
+  if (g.quick) {
+    uint64_t packed = 0;
+    uint32_t differ = 0;  // the bits where some lo and hi codes differ
+    if constexpr (VEC % 2 == 0) {
+#pragma unroll
+      for (int k = 0; k < VEC; k += 2) {
+        const float q0 = gpu_mul_rn(v[k], g.recip);
+        const float q1 = gpu_mul_rn(v[k + 1], g.recip);
+        const uint32_t lo = F::encode2(below(q0), below(q1)) & 0xFFFFu;
+        differ |= lo ^ (F::encode2(above(q0), above(q1)) & 0xFFFFu);
+        packed |= static_cast<uint64_t>(lo) << (8 * k);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float q = gpu_mul_rn(v[k], g.recip);
+        const uint32_t lo = F::encode(below(q)) & 0xFFu;
+        differ |= lo ^ (F::encode(above(q)) & 0xFFu);
+        packed |= static_cast<uint64_t>(lo) << (8 * k);
+      }
+    }
+    if (differ == 0) return packed;
+  }
+  if (!g.live) return 0;
+  uint64_t packed = 0;
+  if constexpr (VEC % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 2) {
+      const uint64_t pair = F::encode2(scaled(v[k], g.scale, F::kMax), scaled(v[k + 1], g.scale, F::kMax));
+      packed |= (pair & 0xFFFFu) << (8 * k);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      packed |= static_cast<uint64_t>(F::encode(scaled(v[k], g.scale, F::kMax)) & 0xFFu) << (8 * k);
     }
   }
-  // NaN anywhere in the group makes absmax and so the scale NaN, as torch.amax does.
-  absmax = row_reduce(absmax, GpuMaxNanOp(), scratch);
-  if (!active) return;
-  const float scale = gpu_div_rn(absmax, F::kMax);
-  if (threadIdx.x == 0) scale_out[group] = scale;
-  uint8_t* qg = q + group * group_size;
-  for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < group_size;
-       i += static_cast<int64_t>(blockDim.x) * VEC) {
-    float v[VEC];
-    load_as_float<VEC>(v, xg + i);
-    if constexpr (VEC == 4) {
-      const uint32_t lo = F::encode2(scaled(v[0], scale, F::kMax), scaled(v[1], scale, F::kMax));
-      const uint32_t hi = F::encode2(scaled(v[2], scale, F::kMax), scaled(v[3], scale, F::kMax));
-      *reinterpret_cast<uint32_t*>(qg + i) = lo | (hi << 16);
-    } else {
-      static_assert(VEC == 1, "steps are 1 or 4 elements");
-      qg[i] = F::encode(scaled(v[0], scale, F::kMax));
+  return packed;
+}
+
+// Loads in flight per thread in the streaming kernel's two passes.
+constexpr int kStatBatch = 4;
+constexpr int kCodeBatch = 2;
+
+// ---- quantize
+
+// Cached kernel, fast path only (16-byte slots): each sub-warp owns U groups per loop
+// step, each group at most R slots per lane (slots <= lanes * R). The slots stay in
+// registers (as loaded, 16 bytes each) from the load to the encoding: x is read once.
+template <typename T, int VEC, int U, int R, bool E4M3>
+__global__ void __launch_bounds__(kBlock)
+    fp8_quantize_cached_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
+                               int64_t groups, int64_t group_size, int lanes) {
+  using F = Fp8<E4M3>;
+  using Slot = GpuVec<T, VEC>;
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int lane_bits = __ffs(lanes) - 1;  // lanes is a power of two: shifts, no division
+  const int per_block = kBlock >> lane_bits;  // sub-warps in the block
+  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const int slots = static_cast<int>(group_size / VEC);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
+  // `first` is the same in the whole block, so the loop (and with it every shuffle) is
+  // taken by all threads together; groups past the end only skip their loads and stores.
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
+    // Every load of the step is issued before any of them is used: U * R 16-byte loads in
+    // flight per thread (a use between them would wait for the first before issuing the next).
+    Slot raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int slot = lane + r * lanes;
+        if (group < groups && slot < slots) {
+          raw[u][r] = *reinterpret_cast<const Slot*>(x + group * group_size + static_cast<int64_t>(slot) * VEC);
+        }
+      }
+    }
+    AbsMax stat[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (group < groups && lane + r * lanes < slots) {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) stat[u].add(to_float(raw[u][r].v[k]));
+        }
+      }
+    }
+    // The U groups' merges interleaved: independent shuffles back to back. At least one
+    // step: with lanes == 1 it is offset 0, a lane merged with itself (a no-op), which
+    // keeps the compiler from compiling the whole loop twice, with and without shuffles.
+    int offset = lanes >> 1;
+    do {
+#pragma unroll
+      for (int u = 0; u < U; ++u) stat[u].merge(offset, lanes);
+      offset >>= 1;
+    } while (offset > 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+      if (group >= groups) continue;
+      const float scale = gpu_div_rn(stat[u].value(), F::kMax);
+      if (lane == 0) scale_out[group] = scale;
+      const Fp8Group g = fp8_group(scale);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int slot = lane + r * lanes;
+        if (slot >= slots) continue;
+        float v[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[u][r].v[k]);
+        const uint64_t packed = encode_slot<VEC, E4M3>(v, g);
+        store_bytes<VEC>(q + group * group_size + static_cast<int64_t>(slot) * VEC, packed);
+      }
     }
   }
 }
 
+// Streaming kernel, any group_size and alignment: one group per sub-warp per loop step, a
+// pass for max |x|, then a pass that reads the group again (from L1 / L2) and writes codes.
+// Each pass takes its slots in batches whose loads are all issued before any is used
+// (kStatBatch, kCodeBatch loads in flight per thread).
 template <typename T, int VEC, bool E4M3>
-__global__ void fp8_dequantize_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale,
-                                      T* __restrict__ y, int64_t n, int64_t group_size) {
+__global__ void __launch_bounds__(kBlock)
+    fp8_quantize_streaming_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
+                                  int64_t groups, int64_t group_size, int lanes) {
   using F = Fp8<E4M3>;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * VEC;
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC; i < n; i += stride) {
-    const float s = scale[i / group_size];
-    float out[VEC];
-    if constexpr (VEC == 4) {
-      const uint32_t packed = *reinterpret_cast<const uint32_t*>(q + i);
+  using Slot = GpuVec<T, VEC>;
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int lane_bits = __ffs(lanes) - 1;
+  const int per_block = kBlock >> lane_bits;
+  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const int64_t slots = group_size / VEC;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block; first < groups; first += step) {
+    const int64_t group = first + sub;
+    const bool active = group < groups;
+    const T* xg = x + (active ? group : 0) * group_size;
+    AbsMax stat;
+    if (active) {
+#pragma unroll 1
+      for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kStatBatch) * lanes) {
+        Slot raw[kStatBatch];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) out[k] = F::decode(static_cast<uint8_t>(packed >> (8 * k))) * s;
-    } else {
-      out[0] = F::decode(q[i]) * s;
+        for (int b = 0; b < kStatBatch; ++b) {
+          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
+          if (slot < slots) raw[b] = *reinterpret_cast<const Slot*>(xg + slot * VEC);
+        }
+#pragma unroll
+        for (int b = 0; b < kStatBatch; ++b) {
+          if (base + static_cast<int64_t>(b) * lanes < slots) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) stat.add(to_float(raw[b].v[k]));
+          }
+        }
+      }
     }
-    store_from_float<VEC>(y + i, out);
+    int offset = lanes >> 1;  // at least one step, as in the cached kernel
+    do {
+      stat.merge(offset, lanes);
+      offset >>= 1;
+    } while (offset > 0);
+    // Only the last loop step has inactive groups (the next `first` is past the end for
+    // every thread): leaving early skips no shuffle of anyone.
+    if (!active) continue;
+    const float scale = gpu_div_rn(stat.value(), F::kMax);
+    if (lane == 0) scale_out[group] = scale;
+    const Fp8Group g = fp8_group(scale);
+    const bool live = g.live;  // else every code of the group is 0: no need to read it again
+    uint8_t* qg = q + group * group_size;
+#pragma unroll 1
+    for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kCodeBatch) * lanes) {
+      Slot raw[kCodeBatch];
+      if (live) {
+#pragma unroll
+        for (int b = 0; b < kCodeBatch; ++b) {
+          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
+          if (slot < slots) raw[b] = *reinterpret_cast<const Slot*>(xg + slot * VEC);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kCodeBatch; ++b) {
+        const int64_t slot = base + static_cast<int64_t>(b) * lanes;
+        if (slot >= slots) continue;
+        uint64_t packed = 0;
+        if (live) {
+          float v[VEC];
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[b].v[k]);
+          packed = encode_slot<VEC, E4M3>(v, g);
+        }
+        store_bytes<VEC>(qg + slot * VEC, packed);
+      }
+    }
   }
 }
+
+// ---- dequantize
+
+// U groups per sub-warp per loop step; each lane walks its slots of each group (one slot
+// when slots <= lanes, the case the fast path is shaped for). All loads of a step are
+// issued before its stores. STORE: elements per store of y (VEC, or 1).
+template <typename T, int VEC, int STORE, int U, bool E4M3>
+__global__ void __launch_bounds__(kBlock)
+    fp8_dequantize_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, T* __restrict__ y,
+                          int64_t groups, int64_t group_size, int lanes) {
+  using F = Fp8<E4M3>;
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int lane_bits = __ffs(lanes) - 1;
+  const int per_block = kBlock >> lane_bits;
+  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const int64_t slots = group_size / VEC;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
+    for (int64_t slot0 = 0; slot0 < slots; slot0 += lanes) {
+      const int64_t slot = slot0 + lane;
+      uint64_t codes[U];
+      float s[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+        if (group < groups && slot < slots) {
+          codes[u] = load_bytes<VEC>(q + group * group_size + slot * VEC);
+          s[u] = scale[group];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+        if (group < groups && slot < slots) {
+          float out[VEC];
+          if constexpr (VEC % 2 == 0) {
+#pragma unroll
+            for (int k = 0; k < VEC; k += 2) {
+              const float2 pair = F::decode2(static_cast<uint32_t>(codes[u] >> (8 * k)));
+              out[k] = pair.x * s[u];
+              out[k + 1] = pair.y * s[u];
+            }
+          } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) out[k] = F::decode(static_cast<uint32_t>(codes[u] >> (8 * k)) & 0xFFu) * s[u];
+          }
+          store_as<VEC, STORE>(y + group * group_size + slot * VEC, out);
+        }
+      }
+    }
+  }
+}
+
+// ---- launch helpers (host)
 
 template <typename F>
 gpuError_t with_fp8_format(gpu_ops::Fp8Format format, F&& f) {
@@ -129,6 +500,95 @@ gpuError_t with_fp8_format(gpu_ops::Fp8Format format, F&& f) {
   return gpuErrorInvalidValue;
 }
 
+// Sub-warp width for a group of `slots` slots: the smallest power of two holding them all,
+// at most kMaxLanes.
+int lanes_for(int64_t slots) {
+  int lanes = 1;
+  while (lanes < slots && lanes < kMaxLanes) lanes *= 2;
+  return lanes;
+}
+
+bool bytes_aligned(const void* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+// Blocks of `kernel` that fit on one SM at once; 0 when the runtime cannot tell.
+template <typename Kernel>
+int resident_blocks_per_sm(Kernel kernel) {
+  int blocks = 0;
+#ifdef GPU_ROCM
+  const gpuError_t err = hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
+#else
+  const gpuError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
+#endif
+  if (err != gpuSuccess) {
+    (void)gpuGetLastError();  // a failed query must not surface as a launch error
+    return 0;
+  }
+  return blocks;
+}
+
+int sm_count() {
+  int device = 0;
+  int sms = 0;
+#ifdef GPU_ROCM
+  const bool ok = hipGetDevice(&device) == hipSuccess &&
+                  hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
+#else
+  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+#endif
+  if (!ok) {
+    (void)gpuGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
+// Grid of a grid-stride kernel: one resident wave (every block runs from the start, each
+// with the same share of loop steps, give or take one), fewer when there is less work.
+// `per_sm` is the kernel's occupancy; if the runtime could not say, a plain cap.
+unsigned persistent_grid(int64_t blocks_wanted, int per_sm) {
+  const int sms = sm_count();
+  const int64_t wave = sms > 0 && per_sm > 0 ? static_cast<int64_t>(sms) * per_sm : int64_t{1} << 16;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks_wanted, wave)));
+}
+
+// The launchers: one instantiation per kernel, so the occupancy query (static) runs once
+// per kernel and process. Only the grid depends on it, never a result.
+template <typename T, int VEC, int U, int R, bool E4M3>
+void launch_quantize_cached(const T* x, uint8_t* q, float* scale, int64_t groups, int64_t group_size, int lanes,
+                            gpuStream_t stream) {
+  static const int per_sm = resident_blocks_per_sm(fp8_quantize_cached_kernel<T, VEC, U, R, E4M3>);
+  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
+  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
+  fp8_quantize_cached_kernel<T, VEC, U, R, E4M3><<<grid, kBlock, 0, stream>>>(x, q, scale, groups, group_size, lanes);
+}
+
+template <typename T, int VEC, bool E4M3>
+void launch_quantize_streaming(const T* x, uint8_t* q, float* scale, int64_t groups, int64_t group_size,
+                               gpuStream_t stream) {
+  static const int per_sm = resident_blocks_per_sm(fp8_quantize_streaming_kernel<T, VEC, E4M3>);
+  const int lanes = lanes_for(group_size / VEC);
+  const unsigned grid = persistent_grid(gpu_ceil_div(groups, kBlock / lanes), per_sm);
+  fp8_quantize_streaming_kernel<T, VEC, E4M3><<<grid, kBlock, 0, stream>>>(x, q, scale, groups, group_size, lanes);
+}
+
+template <typename T, int VEC, int STORE, int U, bool E4M3>
+void launch_dequantize(const uint8_t* q, const float* scale, T* y, int64_t groups, int64_t group_size,
+                       gpuStream_t stream) {
+  static const int per_sm = resident_blocks_per_sm(fp8_dequantize_kernel<T, VEC, STORE, U, E4M3>);
+  const int lanes = lanes_for(group_size / VEC);
+  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
+  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
+  fp8_dequantize_kernel<T, VEC, STORE, U, E4M3><<<grid, kBlock, 0, stream>>>(q, scale, y, groups, group_size, lanes);
+}
+
+// Loop steps of the fast paths: groups per sub-warp per step (U), i.e. 16-byte loads in
+// flight per thread while the step's reductions wait on them.
+constexpr int kQuantizeGroupsPerStep = 2;
+constexpr int kDequantizeGroupsPerStep = 4;
+// The cached quantize kernel's register budget: up to 4 slots per lane (VEC * 4 floats).
+constexpr int kCachedSlotsPerLane = 4;
+
 }  // namespace
 
 namespace gpu_ops {
@@ -138,15 +598,28 @@ gpuError_t fp8_quantize(const void* x, uint8_t* q, float* scale, int64_t groups,
   if (groups == 0 || group_size == 0) return gpuSuccess;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr int kVec = kVecOf<T>;
     const T* xt = static_cast<const T*>(x);
-    const bool vec = group_size % 4 == 0 && gpu_is_aligned(xt, 4) && gpu_is_aligned(q, 4);
-    const GpuRowLaunch launch = gpu_row_launch(groups, group_size, 8);
+    // Fast path: 16-byte slots, which needs group_size a multiple of the slot and x and q
+    // aligned to a slot's bytes (then every group starts aligned too). A view such as x[1:]
+    // of a fresh tensor is only element-aligned: the element-wise streaming kernel.
+    const bool fast = group_size % kVec == 0 && gpu_is_aligned(xt, kVec) && bytes_aligned(q, kVec);
     return with_fp8_format(format, [&](auto format_tag) {
       constexpr bool kE4M3 = decltype(format_tag)::value;
-      if (vec) {
-        fp8_quantize_kernel<T, 4, kE4M3><<<launch.grid, launch.block, 0, stream>>>(xt, q, scale, groups, group_size);
+      if (fast) {
+        const int64_t slots = group_size / kVec;
+        const int lanes = lanes_for(slots);
+        if (slots <= lanes) {
+          launch_quantize_cached<T, kVec, kQuantizeGroupsPerStep, 1, kE4M3>(xt, q, scale, groups, group_size, lanes,
+                                                                           stream);
+        } else if (slots <= static_cast<int64_t>(lanes) * kCachedSlotsPerLane) {
+          launch_quantize_cached<T, kVec, 1, kCachedSlotsPerLane, kE4M3>(xt, q, scale, groups, group_size, lanes,
+                                                                         stream);
+        } else {
+          launch_quantize_streaming<T, kVec, kE4M3>(xt, q, scale, groups, group_size, stream);
+        }
       } else {
-        fp8_quantize_kernel<T, 1, kE4M3><<<launch.grid, launch.block, 0, stream>>>(xt, q, scale, groups, group_size);
+        launch_quantize_streaming<T, 1, kE4M3>(xt, q, scale, groups, group_size, stream);
       }
       return gpuGetLastError();
     });
@@ -159,18 +632,15 @@ gpuError_t fp8_dequantize(const uint8_t* q, const float* scale, void* y, int64_t
   if (n == 0) return gpuSuccess;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr int kVec = kVecOf<T>;
     T* yt = static_cast<T*>(y);
-    const bool vec = group_size % 4 == 0 && gpu_is_aligned(yt, 4) && gpu_is_aligned(q, 4);
-    constexpr int kThreads = 256;
-    const int64_t per_block = static_cast<int64_t>(kThreads) * (vec ? 4 : 1);
-    const int64_t wanted = gpu_ceil_div(n, per_block);
-    const unsigned blocks = static_cast<unsigned>(wanted < (1 << 20) ? wanted : (1 << 20));
+    const bool fast = group_size % kVec == 0 && gpu_is_aligned(yt, kVec) && bytes_aligned(q, kVec);
     return with_fp8_format(format, [&](auto format_tag) {
       constexpr bool kE4M3 = decltype(format_tag)::value;
-      if (vec) {
-        fp8_dequantize_kernel<T, 4, kE4M3><<<blocks, kThreads, 0, stream>>>(q, scale, yt, n, group_size);
+      if (fast) {
+        launch_dequantize<T, kVec, kVec, kDequantizeGroupsPerStep, kE4M3>(q, scale, yt, groups, group_size, stream);
       } else {
-        fp8_dequantize_kernel<T, 1, kE4M3><<<blocks, kThreads, 0, stream>>>(q, scale, yt, n, group_size);
+        launch_dequantize<T, 1, 1, 1, kE4M3>(q, scale, yt, groups, group_size, stream);
       }
       return gpuGetLastError();
     });

@@ -1,11 +1,32 @@
 // Grouped int8 / int4 quantize and dequantize (see gpu_quantizer.h for the rules).
 //
-// Quantize: one row group of threads per quantization group; one read pass for
-// (min, max) with a shuffle reduction, one pass that writes codes. Division is
-// IEEE (not fast-math) and the op is built without flush-to-zero (see
-// op_builder/ops/quantizer.py), so codes agree bit for bit with the PyTorch
-// reference, tiny groups (denormal scales), NaN and infinities included.
-// Dequantize: a vectorized elementwise pass.
+// Work layout, both directions: a "sub-warp" of `lanes` threads (a power of two, at most
+// 32, so it never straddles a warp with wave32 or wave64) owns one group at a time, and
+// each of its lanes owns "slots" of VEC consecutive elements. On the fast path VEC
+// elements are 16 bytes of x / y (8 fp16 / bf16, 4 fp32): one 128-bit load or store per
+// slot, VEC (int8) or VEC / 2 (int4) bytes of codes per slot in one store or load. A block
+// of 256 threads holds 256 / lanes sub-warps, and the grid is one resident wave of blocks
+// walking the groups in a grid-stride loop, so every SM stays busy to the end and no block
+// is launched just to do a few hundred bytes of work.
+//
+// Quantize, groups of at most 128 slots (e.g. group_size 128 with 16-bit x: 16 lanes of one
+// slot): the slots stay in registers from the load to the store, so x is read once; the
+// group's max |x| or (min, max) is reduced with warp shuffles only (no shared memory, no
+// __syncthreads); each thread handles two groups per loop step (two 16-byte loads in
+// flight) when a group is at most one slot per lane. Larger groups, and x / q whose
+// alignment or group_size allows no 16-byte access, take the streaming kernel: the same
+// shuffle reduction over a first pass, then a second pass (from L1 / L2) that writes codes.
+// Per element the work is a multiply and a few adds (encode_slot: the IEEE division of
+// the reference is needed only near rounding ties, which are detected), so the kernels
+// stay memory-bound.
+// Dequantize: same layout, no reduction; the group index comes from the layout, with no
+// 64-bit division per element.
+//
+// Exactness: codes, scales and offsets agree bit for bit with the PyTorch reference (and
+// with this op's earlier kernels), tiny groups (denormal scales), NaN and infinities
+// included: the divisions that decide a result are IEEE (gpu_div_rn; the op is built with
+// -ftz=false -prec-div=true, see op_builder/ops/quantizer.py). The reference rules are
+// spelled out in IntCode and encode_slot below.
 #include <algorithm>
 
 #include "gpu_quantizer.h"
@@ -13,150 +34,520 @@
 
 namespace {
 
+constexpr int kBlock = 256;    // threads per block: a multiple of both wave sizes
+constexpr int kMaxLanes = 32;  // sub-warp width limit: within one warp on wave32 and wave64
+
+// Elements in 16 bytes of T: the fast path's slot width.
+template <typename T>
+constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
+
+// ---- numerics (the reference rules of kernels/quantization.py)
+
+// 1.5 * 2^23: for |r| <= 2^22, r + kRoundMagic lies in [2^23, 2^24), where the float
+// spacing is 1, so the (round-to-nearest-even) add rounds r to the nearest integer, ties
+// to even, exactly as __float2int_rn / torch.round; the integer n is then the low bits:
+// bits(r + kRoundMagic) = 0x4B400000 + n. The low byte of those bits is n's two's
+// complement byte, since 0x4B400000 ends in a zero byte. This keeps the per-element
+// rounding on the FP32 pipe instead of the quarter-rate F2I conversion. (Checked
+// exhaustively on the host against clamp(rint(r)) for every fp32 value r and each of the
+// four code ranges below.)
+constexpr float kRoundMagic = 12582912.0f;
+
 template <int BITS, bool SYM>
 struct IntCode {
   // Asymmetric codes are 0..levels(); symmetric ones -qmax()..qmax().
   __host__ __device__ static constexpr int levels() { return (1 << BITS) - 1; }
   __host__ __device__ static constexpr int qmax() { return (1 << (BITS - 1)) - 1; }
+  __host__ __device__ static constexpr float lowest() { return SYM ? -static_cast<float>(qmax()) : 0.0f; }
+  __host__ __device__ static constexpr float highest() {
+    return SYM ? static_cast<float>(qmax()) : static_cast<float>(levels());
+  }
 
-  __device__ static int encode(float v, float scale, float offset) {
-    // As the reference: a scale that is not > 0 (0, or NaN from a NaN in the group)
-    // gives code 0 for the whole group.
-    if (!(scale > 0.0f)) return 0;
+  // The code of v as the low bits of the result (the byte is the code's two's complement),
+  // with the exact division. Only for scale > 0: a scale that is not (0, or NaN from a NaN
+  // in the group) gives code 0 for the whole group, which the callers write without
+  // calling this. (encode_slot below has the usual, quicker way to the same codes.)
+  __device__ static uint32_t encode(float v, float scale, float offset) {
     const float r = SYM ? gpu_div_rn(v, scale) : gpu_div_rn(v - offset, scale);
     // inf / inf (an infinite element, so an infinite scale) is NaN: the reference's code
     // for it is 0 (its NaN -> int conversion leaves 0 in the stored bits on every torch
-    // backend). Said here rather than left to __float2int_rn(NaN), which is 0 on CUDA only.
-    if (isnan(r)) return 0;
-    const int q = __float2int_rn(r);  // saturates; the clamp below then matches the reference's
-    if constexpr (SYM) {
-      return q < -qmax() ? -qmax() : (q > qmax() ? qmax() : q);
+    // backend). Said explicitly: the clamp below would turn NaN into a bound.
+    if (isnan(r)) return 0u;
+    // round(clamp(r)) == clamp(round(r)) for integer bounds (rounding is monotonic and
+    // leaves integers alone), and the clamped value is small enough for kRoundMagic.
+    const float c = fminf(fmaxf(r, lowest()), highest());
+    return __float_as_uint(c + kRoundMagic);
+  }
+
+  // 2^23 + b is exact for a byte b, and so is subtracting 2^23 (+ the bias that turns a
+  // two's complement code into an unsigned one): float(code) without the quarter-rate I2F.
+  __device__ static float code_value(uint32_t bits) {
+    if constexpr (BITS == 8) {
+      return SYM ? __uint_as_float(0x4B000000u | ((bits & 0xFFu) ^ 0x80u)) - 8388736.0f
+                 : __uint_as_float(0x4B000000u | (bits & 0xFFu)) - 8388608.0f;
     } else {
-      return q < 0 ? 0 : (q > levels() ? levels() : q);
+      return SYM ? __uint_as_float(0x4B000000u | ((bits & 0xFu) ^ 0x8u)) - 8388616.0f
+                 : __uint_as_float(0x4B000000u | (bits & 0xFu)) - 8388608.0f;
     }
   }
-  __device__ static float decode(int code, float scale, float offset) {
-    // Separate multiply and add: a fused multiply-add would round differently
-    // from the reference's q * scale + offset.
-    const float product = gpu_mul_rn(static_cast<float>(code), scale);
+
+  __device__ static float decode(uint32_t bits, float scale, float offset) {
+    // Separate multiply and add: a fused multiply-add would round differently from the
+    // reference's q * scale + offset.
+    const float product = gpu_mul_rn(code_value(bits), scale);
     return SYM ? product : product + offset;
   }
 };
 
-// VEC elements per thread step, read LOAD at a time (LOAD divides VEC): the host
-// picks both from the sizes and the actual addresses, since a vector access needs
-// its address aligned to its whole width. For int4 VEC is even so the two codes of
-// a byte come from one thread. Codes are stored VEC at a time (one 8/16/32-bit store).
-template <typename T, int VEC, int LOAD, int BITS, bool SYM>
-__global__ void quantize_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
-                                float* __restrict__ offset_out, int64_t groups, int64_t group_size) {
-  using Code = IntCode<BITS, SYM>;
-  __shared__ float2 scratch[kGpuMaxWarps];
-  const int64_t group = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const bool active = group < groups;
-  const T* xg = x + (active ? group : 0) * group_size;
-  float2 range = make_float2(INFINITY, -INFINITY);  // (min, max)
-  if (active) {
-    for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < group_size;
-         i += static_cast<int64_t>(blockDim.x) * VEC) {
-      float v[VEC];
-      load_as_float_by<VEC, LOAD>(v, xg + i);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        range.x = gpu_fmin_nan(range.x, v[k]);
-        range.y = gpu_fmax_nan(range.y, v[k]);
-      }
-    }
-  }
-  // A NaN anywhere in the group makes (min, max) and so the scale NaN, as torch.amin / amax.
-  range = row_reduce(range, GpuMinMaxNanOp(), scratch);
-  if (!active) return;
+// ---- per-element division without a division
+//
+// The reference divides every element by the group's scale (IEEE, correctly rounded) and
+// rounds the quotient r to an integer. An IEEE division is about ten instructions per
+// element (reciprocal, refinements, range check, slow-path branch), enough to make the
+// kernel compute-bound. Most elements do not need the exact quotient, only its rounding:
+// with y = RN(1 / scale) computed once per group and q = RN(d * y) (d the dividend),
+//   |q - r| <= |d / scale| * (3u + u^2) + 2^-149   (u = 2^-24, the subnormal term for d * y)
+// when scale and 1 / scale are normal floats. In a live group |d / scale| < 256 (symmetric:
+// |x| <= absmax and scale = RN(absmax / qmax) >= absmax / qmax * (1 - u); asymmetric:
+// 0 <= RN(x - min) <= RN(max - min) and the same for levels), so |q - r| < 2^-14. Then if
+// q is within 0.5 - 2^-14 of an integer n, r is within 0.5 of n (no tie either), and
+// round(r) = n. The clamp of the reference does nothing here: |d / scale| <= qmax / (1 - u)
+// (symmetric) or levels / (1 - u) with d >= 0 (asymmetric), so n is within the code range
+// already. Otherwise (q close to a half-integer, about one element in 8000 for random
+// data) the slot is redone with the exact division. Groups whose scale is outside the
+// normal range (tiny groups: denormal scales; infinite or NaN ones) always take the exact
+// division.
+constexpr float kMinQuickScale = 0x1p-126f;  // FLT_MIN: 1 / scale stays normal...
+constexpr float kMaxQuickScale = 0x1p126f;   // ...and so does scale
+constexpr float kTieMargin = 0.5f - 0x1p-14f;
+
+// a + b correctly rounded and never fused or reassociated (the magic-number rounding
+// below relies on the exact steps it is written with).
+__device__ __forceinline__ float add_rn(float a, float b) {
+#ifdef GPU_ROCM
+#pragma clang fp contract(off)
+  return a + b;  // hipcc builds without fast math: no reassociation
+#else
+  return __fadd_rn(a, b);
+#endif
+}
+
+// A group's parameters as the encoders use them.
+struct GroupCode {
   float scale;
-  float offset = 0.0f;
-  if constexpr (SYM) {
-    scale = gpu_div_rn(gpu_fmax_nan(-range.x, range.y), static_cast<float>(Code::qmax()));
-  } else {
-    scale = gpu_div_rn(range.y - range.x, static_cast<float>(Code::levels()));
-    offset = range.x;
-  }
-  if (threadIdx.x == 0) {
-    scale_out[group] = scale;
-    if constexpr (!SYM) offset_out[group] = offset;
-  }
-  for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < group_size;
-       i += static_cast<int64_t>(blockDim.x) * VEC) {
-    float v[VEC];
-    load_as_float_by<VEC, LOAD>(v, xg + i);
-    const int64_t element = group * group_size + i;
-    if constexpr (BITS == 8) {
-      uint32_t packed = 0;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const uint32_t byte = static_cast<uint8_t>(static_cast<int8_t>(Code::encode(v[k], scale, offset)));
-        packed |= byte << (8 * k);
-      }
-      if constexpr (VEC == 4) {
-        *reinterpret_cast<uint32_t*>(q + element) = packed;
-      } else if constexpr (VEC == 2) {
-        *reinterpret_cast<uint16_t*>(q + element) = static_cast<uint16_t>(packed);
-      } else {
-        static_assert(VEC == 1, "int8 steps are 1, 2 or 4 elements");
-        q[element] = static_cast<uint8_t>(packed);
-      }
-    } else {
-      uint32_t packed = 0;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const uint32_t nibble = static_cast<uint32_t>(Code::encode(v[k], scale, offset)) & 0xFu;
-        packed |= nibble << (4 * k);
-      }
-      if constexpr (VEC == 2) {
-        q[element / 2] = static_cast<uint8_t>(packed);
-      } else {
-        static_assert(VEC == 4, "int4 steps are 2 or 4 elements");
-        *reinterpret_cast<uint16_t*>(q + element / 2) = static_cast<uint16_t>(packed);
-      }
-    }
-  }
+  float offset;
+  float recip;  // RN(1 / scale), when quick
+  bool live;    // scale > 0: else every code of the group is 0
+  bool quick;   // scale (and 1 / scale) normal: the quick path applies
+};
+
+__device__ __forceinline__ GroupCode group_code(float2 params) {
+  GroupCode g;
+  g.scale = params.x;
+  g.offset = params.y;
+  g.live = params.x > 0.0f;
+  g.quick = params.x >= kMinQuickScale && params.x < kMaxQuickScale;
+  g.recip = g.quick ? gpu_div_rn(1.0f, params.x) : 0.0f;
+  return g;
 }
 
-template <int BITS, bool SYM>
-__device__ __forceinline__ int code_at(const uint8_t* q, int64_t element) {
-  if constexpr (BITS == 8) {
-    return SYM ? static_cast<int>(static_cast<int8_t>(q[element])) : static_cast<int>(q[element]);
-  } else {
-    const int nibble = (q[element / 2] >> (4 * (element & 1))) & 0xF;
-    return SYM ? ((nibble ^ 8) - 8) : nibble;  // sign-extend 4-bit two's complement
-  }
-}
-
-// VEC > 1 only when group_size % VEC == 0: a vector stays inside one group.
-template <typename T, int VEC, int BITS, bool SYM>
-__global__ void dequantize_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale,
-                                  const float* __restrict__ offset, T* __restrict__ y, int64_t n,
-                                  int64_t group_size) {
+// The VEC codes of a slot, packed (int8: a byte each; int4: a nibble each, the first
+// element lowest), as the reference computes them.
+template <int BITS, bool SYM, int VEC>
+__device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const GroupCode& g) {
   using Code = IntCode<BITS, SYM>;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * VEC;
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC; i < n; i += stride) {
-    const int64_t group = i / group_size;
-    const float s = scale[group];
-    const float o = SYM ? 0.0f : offset[group];
-    float out[VEC];
-    if constexpr (BITS == 8 && VEC == 4) {
-      const uint32_t packed = *reinterpret_cast<const uint32_t*>(q + i);
+  constexpr uint64_t kMask = BITS == 8 ? 0xFFu : 0xFu;
+  if (g.quick) {
+    uint64_t packed = 0;
+    bool unsure = false;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint32_t byte = (packed >> (8 * k)) & 0xFFu;
-        const int code = SYM ? static_cast<int>(static_cast<int8_t>(byte)) : static_cast<int>(byte);
-        out[k] = Code::decode(code, s, o);
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = Code::decode(code_at<BITS, SYM>(q, i + k), s, o);
+    for (int k = 0; k < VEC; ++k) {
+      const float d = SYM ? v[k] : v[k] - g.offset;  // the reference's dividend, bit for bit
+      const float c = gpu_mul_rn(d, g.recip);        // q
+      const float t = add_rn(c, kRoundMagic);        // rounds q to the nearest integer n, ties to even
+      // q - n is exact (n is a multiple of q's ulp and |q - n| <= 0.5), so is t - kRoundMagic.
+      unsure |= !(fabsf(add_rn(c, -add_rn(t, -kRoundMagic))) <= kTieMargin);
+      packed |= (static_cast<uint64_t>(__float_as_uint(t)) & kMask) << (BITS * k);
     }
-    store_from_float<VEC>(y + i, out);
+    if (!unsure) return packed;
+  }
+  if (!g.live) return 0;
+  uint64_t packed = 0;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    packed |= (static_cast<uint64_t>(Code::encode(v[k], g.scale, g.offset)) & kMask) << (BITS * k);
+  }
+  return packed;
+}
+
+// The statistic a group's scale comes from, accumulated per lane and then merged across
+// the sub-warp with shuffles. NaN propagates as torch.amin / amax propagate it (a NaN
+// anywhere makes the group's scale NaN), without a NaN test in every min / max.
+template <bool SYM>
+struct GroupStat;
+
+// Symmetric: max |x|, kept as the bits of |x|. For non-negative floats the unsigned order
+// of the bits is the numeric order, and every NaN's |bits| exceeds +inf's: the unsigned
+// max is max |x|, or a NaN when the group has one. Two integer ops per element, one
+// shuffle per merge step. (The reference's max(-min, max) is the same value; only the
+// sign of an all-zero group's zero scale may differ, and zero scales give code 0 anyway.)
+template <>
+struct GroupStat<true> {
+  uint32_t bits = 0;
+  __device__ __forceinline__ void add(float v) {
+    const uint32_t a = __float_as_uint(v) & 0x7FFFFFFFu;
+    bits = a > bits ? a : bits;
+  }
+  __device__ __forceinline__ void merge(int offset, int lanes) {
+    const uint32_t other = __float_as_uint(gpu_shfl_xor(__uint_as_float(bits), offset, lanes));
+    bits = other > bits ? other : bits;
+  }
+  __device__ __forceinline__ void seal() {}
+  template <int BITS>
+  __device__ __forceinline__ float2 params() const {  // (scale, offset)
+    return make_float2(gpu_div_rn(__uint_as_float(bits), static_cast<float>(IntCode<BITS, true>::qmax())), 0.0f);
+  }
+};
+
+// Asymmetric: (min, max). Per element plain fminf / fmaxf (which skip NaN) and a NaN flag;
+// seal() turns a lane that saw a NaN into (NaN, NaN) before the merge, whose min / max
+// keep NaN (GpuMinMaxNanOp), so the group's min and max both come out NaN, as the
+// reference's amin and amax.
+template <>
+struct GroupStat<false> {
+  float lo = INFINITY;
+  float hi = -INFINITY;
+  bool nan = false;
+  __device__ __forceinline__ void add(float v) {
+    lo = fminf(lo, v);
+    hi = fmaxf(hi, v);
+    nan |= isnan(v);  // bitwise: one predicate op per element, no branch
+  }
+  __device__ __forceinline__ void seal() {
+    if (nan) lo = hi = __uint_as_float(0x7FC00000u);
+  }
+  __device__ __forceinline__ void merge(int offset, int lanes) {
+    const float2 r = GpuMinMaxNanOp()(make_float2(lo, hi), gpu_shfl_xor(make_float2(lo, hi), offset, lanes));
+    lo = r.x;
+    hi = r.y;
+  }
+  template <int BITS>
+  __device__ __forceinline__ float2 params() const {  // (scale, offset = min)
+    return make_float2(gpu_div_rn(hi - lo, static_cast<float>(IntCode<BITS, false>::levels())), lo);
+  }
+};
+
+// ---- memory access helpers
+
+// Code bytes of one slot of VEC elements.
+template <int BITS, int VEC>
+constexpr int kCodeBytes = BITS == 8 ? VEC : VEC / 2;
+
+// BYTES (1, 2, 4 or 8) bytes at p, which is aligned to BYTES; little-endian in the result.
+template <int BYTES>
+__device__ __forceinline__ uint64_t load_bytes(const uint8_t* p) {
+  if constexpr (BYTES == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    return static_cast<uint64_t>(v.x) | (static_cast<uint64_t>(v.y) << 32);
+  } else if constexpr (BYTES == 4) {
+    return *reinterpret_cast<const uint32_t*>(p);
+  } else if constexpr (BYTES == 2) {
+    return *reinterpret_cast<const uint16_t*>(p);
+  } else {
+    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
+    return *p;
   }
 }
+
+template <int BYTES>
+__device__ __forceinline__ void store_bytes(uint8_t* p, uint64_t v) {
+  if constexpr (BYTES == 8) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
+  } else if constexpr (BYTES == 4) {
+    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+  } else if constexpr (BYTES == 2) {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+  } else {
+    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
+    *p = static_cast<uint8_t>(v);
+  }
+}
+
+// Two floats as two 16-bit values in one word (first in the low half), each rounded to
+// nearest even as from_float<T> rounds it: one paired conversion instead of two.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+#ifndef GPU_ROCM
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+#ifdef GPU_HAS_BF16
+  if constexpr (std::is_same_v<T, gpu_bf16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+#endif
+#endif
+  GpuVec<T, 2> pair;
+  pair.v[0] = from_float<T>(a);
+  pair.v[1] = from_float<T>(b);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// VEC floats stored as T at p: one access when STORE == VEC (p aligned to it), else
+// element by element.
+template <int VEC, int STORE, typename T>
+__device__ __forceinline__ void store_as(T* p, const float (&v)[VEC]) {
+  static_assert(STORE == VEC || STORE == 1, "whole slots or single elements");
+  if constexpr (STORE == 1) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) p[k] = from_float<T>(v[k]);
+  } else if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+    GpuVec<uint32_t, VEC / 2> words;
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) words.v[k] = pack2<T>(v[2 * k], v[2 * k + 1]);
+    *reinterpret_cast<GpuVec<uint32_t, VEC / 2>*>(p) = words;
+  } else {
+    store_from_float<VEC>(p, v);
+  }
+}
+
+// The VEC elements of a slot at p (aligned to LOAD elements), LOAD at a time.
+template <int VEC, int LOAD, typename T>
+__device__ __forceinline__ GpuVec<T, VEC> load_slot(const T* p) {
+  static_assert(VEC % LOAD == 0, "the load width must divide the slot");
+  GpuVec<T, VEC> slot;
+#pragma unroll
+  for (int j = 0; j < VEC; j += LOAD) {
+    const GpuVec<T, LOAD> part = *reinterpret_cast<const GpuVec<T, LOAD>*>(p + j);
+#pragma unroll
+    for (int k = 0; k < LOAD; ++k) slot.v[j + k] = part.v[k];
+  }
+  return slot;
+}
+
+// Loads in flight per thread in the streaming kernels' two passes.
+constexpr int kStatBatch = 4;
+constexpr int kCodeBatch = 2;
+
+// ---- quantize
+
+// Cached kernel, fast path only (16-byte slots): each sub-warp owns U groups per loop
+// step, each group at most R slots per lane (slots <= lanes * R). The slots stay in
+// registers (as loaded, 16 bytes each) from the load to the encoding: x is read once.
+template <typename T, int VEC, int U, int R, int BITS, bool SYM>
+__global__ void __launch_bounds__(kBlock)
+    quantize_cached_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
+                           float* __restrict__ offset_out, int64_t groups, int64_t group_size, int lanes) {
+  using Slot = GpuVec<T, VEC>;
+  constexpr int kBytes = kCodeBytes<BITS, VEC>;
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int lane_bits = __ffs(lanes) - 1;  // lanes is a power of two: shifts, no division
+  const int per_block = kBlock >> lane_bits;  // sub-warps in the block
+  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const int slots = static_cast<int>(group_size / VEC);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
+  // `first` is the same in the whole block, so the loop (and with it every shuffle) is
+  // taken by all threads together; groups past the end only skip their loads and stores.
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
+    // Every load of the step is issued before any of them is used: U * R 16-byte loads in
+    // flight per thread (a use between them would wait for the first before issuing the next).
+    Slot raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int slot = lane + r * lanes;
+        if (group < groups && slot < slots) {
+          raw[u][r] = *reinterpret_cast<const Slot*>(x + group * group_size + static_cast<int64_t>(slot) * VEC);
+        }
+      }
+    }
+    GroupStat<SYM> stat[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (group < groups && lane + r * lanes < slots) {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) stat[u].add(to_float(raw[u][r].v[k]));
+        }
+      }
+      stat[u].seal();
+    }
+    // The U groups' merges interleaved: independent shuffles back to back. At least one
+    // step: with lanes == 1 it is offset 0, a lane merged with itself (a no-op), which
+    // keeps the compiler from compiling the whole loop twice, with and without shuffles.
+    int offset = lanes >> 1;
+    do {
+#pragma unroll
+      for (int u = 0; u < U; ++u) stat[u].merge(offset, lanes);
+      offset >>= 1;
+    } while (offset > 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+      if (group >= groups) continue;
+      const float2 p = stat[u].template params<BITS>();
+      if (lane == 0) {
+        scale_out[group] = p.x;
+        if constexpr (!SYM) offset_out[group] = p.y;
+      }
+      const GroupCode g = group_code(p);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int slot = lane + r * lanes;
+        if (slot >= slots) continue;
+        float v[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[u][r].v[k]);
+        const uint64_t packed = encode_slot<BITS, SYM>(v, g);
+        const int64_t element = group * group_size + static_cast<int64_t>(slot) * VEC;
+        store_bytes<kBytes>(q + (BITS == 8 ? element : element / 2), packed);
+      }
+    }
+  }
+}
+
+// Streaming kernel, any group_size (int4: even): one group per sub-warp per loop step, a
+// pass for (min, max), then a pass that reads the group again (from L1 / L2) and writes
+// codes. Each pass takes its slots in batches whose loads are all issued before any is
+// used (kStatBatch, kCodeBatch loads in flight per thread).
+template <typename T, int VEC, int LOAD, int BITS, bool SYM>
+__global__ void __launch_bounds__(kBlock)
+    quantize_streaming_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
+                              float* __restrict__ offset_out, int64_t groups, int64_t group_size, int lanes) {
+  using Slot = GpuVec<T, VEC>;
+  constexpr int kBytes = kCodeBytes<BITS, VEC>;
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int lane_bits = __ffs(lanes) - 1;
+  const int per_block = kBlock >> lane_bits;
+  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const int64_t slots = group_size / VEC;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block; first < groups; first += step) {
+    const int64_t group = first + sub;
+    const bool active = group < groups;
+    const T* xg = x + (active ? group : 0) * group_size;
+    GroupStat<SYM> stat;
+    if (active) {
+#pragma unroll 1
+      for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kStatBatch) * lanes) {
+        Slot raw[kStatBatch];
+#pragma unroll
+        for (int b = 0; b < kStatBatch; ++b) {
+          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
+          if (slot < slots) raw[b] = load_slot<VEC, LOAD>(xg + slot * VEC);
+        }
+#pragma unroll
+        for (int b = 0; b < kStatBatch; ++b) {
+          if (base + static_cast<int64_t>(b) * lanes < slots) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) stat.add(to_float(raw[b].v[k]));
+          }
+        }
+      }
+    }
+    stat.seal();
+    int offset = lanes >> 1;  // at least one step, as in the cached kernel
+    do {
+      stat.merge(offset, lanes);
+      offset >>= 1;
+    } while (offset > 0);
+    // Only the last loop step has inactive groups (the next `first` is past the end for
+    // every thread): leaving early skips no shuffle of anyone.
+    if (!active) continue;
+    const float2 p = stat.template params<BITS>();
+    if (lane == 0) {
+      scale_out[group] = p.x;
+      if constexpr (!SYM) offset_out[group] = p.y;
+    }
+    const GroupCode g = group_code(p);
+    const bool live = g.live;  // else every code of the group is 0: no need to read it again
+#pragma unroll 1
+    for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kCodeBatch) * lanes) {
+      Slot raw[kCodeBatch];
+      if (live) {
+#pragma unroll
+        for (int b = 0; b < kCodeBatch; ++b) {
+          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
+          if (slot < slots) raw[b] = load_slot<VEC, LOAD>(xg + slot * VEC);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kCodeBatch; ++b) {
+        const int64_t slot = base + static_cast<int64_t>(b) * lanes;
+        if (slot >= slots) continue;
+        uint64_t packed = 0;
+        if (live) {
+          float v[VEC];
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[b].v[k]);
+          packed = encode_slot<BITS, SYM>(v, g);
+        }
+        const int64_t element = group * group_size + slot * VEC;
+        store_bytes<kBytes>(q + (BITS == 8 ? element : element / 2), packed);
+      }
+    }
+  }
+}
+
+// ---- dequantize
+
+// Dequantize: U groups per sub-warp per loop step; each lane walks its slots of each group
+// (one slot when slots <= lanes, the case the fast path is shaped for). All loads of a step
+// are issued before its stores. STORE: elements per store of y (VEC, or 1 for an element-
+// aligned y).
+template <typename T, int VEC, int STORE, int U, int BITS, bool SYM>
+__global__ void __launch_bounds__(kBlock)
+    dequantize_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale,
+                      const float* __restrict__ offset, T* __restrict__ y, int64_t groups, int64_t group_size,
+                      int lanes) {
+  using Code = IntCode<BITS, SYM>;
+  constexpr int kBytes = kCodeBytes<BITS, VEC>;
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int lane_bits = __ffs(lanes) - 1;
+  const int per_block = kBlock >> lane_bits;
+  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const int64_t slots = group_size / VEC;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
+    for (int64_t slot0 = 0; slot0 < slots; slot0 += lanes) {
+      const int64_t slot = slot0 + lane;
+      uint64_t codes[U];
+      float s[U];
+      float o[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+        if (group < groups && slot < slots) {
+          const int64_t element = group * group_size + slot * VEC;
+          codes[u] = load_bytes<kBytes>(q + (BITS == 8 ? element : element / 2));
+          s[u] = scale[group];
+          o[u] = SYM ? 0.0f : offset[group];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
+        if (group < groups && slot < slots) {
+          float out[VEC];
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            const uint32_t bits = static_cast<uint32_t>(codes[u] >> (BITS * k));
+            out[k] = Code::decode(bits, s[u], o[u]);
+          }
+          store_as<VEC, STORE>(y + group * group_size + slot * VEC, out);
+        }
+      }
+    }
+  }
+}
+
+// ---- launch helpers (host)
 
 template <typename F>
 gpuError_t with_format(int bits, bool symmetric, F&& f) {
@@ -171,21 +562,97 @@ gpuError_t with_format(int bits, bool symmetric, F&& f) {
   return gpuErrorInvalidValue;
 }
 
-unsigned elementwise_blocks(int64_t n, int threads, int vec) {
-  const int64_t blocks = gpu_ceil_div(n, static_cast<int64_t>(threads) * vec);
-  return static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20));
+// Sub-warp width for a group of `slots` slots: the smallest power of two holding them all,
+// at most kMaxLanes.
+int lanes_for(int64_t slots) {
+  int lanes = 1;
+  while (lanes < slots && lanes < kMaxLanes) lanes *= 2;
+  return lanes;
 }
 
-// The widest of 4, 2, 1 elements that divides group_size and to which `p` is aligned:
-// every group then starts aligned too. A view such as x[1:] of a fresh tensor is only
-// sizeof(T)-aligned, so width 1.
-template <typename T>
-int widest_access(const T* p, int64_t group_size) {
-  for (int width = 4; width > 1; width /= 2) {
-    if (group_size % width == 0 && gpu_is_aligned(p, width)) return width;
+bool bytes_aligned(const void* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+// Blocks of `kernel` that fit on one SM at once; 0 when the runtime cannot tell.
+template <typename Kernel>
+int resident_blocks_per_sm(Kernel kernel) {
+  int blocks = 0;
+#ifdef GPU_ROCM
+  const gpuError_t err = hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
+#else
+  const gpuError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
+#endif
+  if (err != gpuSuccess) {
+    (void)gpuGetLastError();  // a failed query must not surface as a launch error
+    return 0;
   }
-  return 1;
+  return blocks;
 }
+
+int sm_count() {
+  int device = 0;
+  int sms = 0;
+#ifdef GPU_ROCM
+  const bool ok = hipGetDevice(&device) == hipSuccess &&
+                  hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
+#else
+  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+#endif
+  if (!ok) {
+    (void)gpuGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
+// Grid of a grid-stride kernel: one resident wave (every block runs from the start, each
+// with the same share of loop steps, give or take one), fewer when there is less work.
+// `per_sm` is the kernel's occupancy; if the runtime could not say, a plain cap.
+unsigned persistent_grid(int64_t blocks_wanted, int per_sm) {
+  const int sms = sm_count();
+  const int64_t wave = sms > 0 && per_sm > 0 ? static_cast<int64_t>(sms) * per_sm : int64_t{1} << 16;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks_wanted, wave)));
+}
+
+// The launchers: one instantiation per kernel, so the occupancy query (static) runs once
+// per kernel and process. Only the grid depends on it, never a result.
+template <typename T, int VEC, int U, int R, int BITS, bool SYM>
+void launch_quantize_cached(const T* x, uint8_t* q, float* scale, float* offset, int64_t groups,
+                            int64_t group_size, int lanes, gpuStream_t stream) {
+  static const int per_sm = resident_blocks_per_sm(quantize_cached_kernel<T, VEC, U, R, BITS, SYM>);
+  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
+  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
+  quantize_cached_kernel<T, VEC, U, R, BITS, SYM>
+      <<<grid, kBlock, 0, stream>>>(x, q, scale, offset, groups, group_size, lanes);
+}
+
+template <typename T, int VEC, int LOAD, int BITS, bool SYM>
+void launch_quantize_streaming(const T* x, uint8_t* q, float* scale, float* offset, int64_t groups,
+                               int64_t group_size, gpuStream_t stream) {
+  static const int per_sm = resident_blocks_per_sm(quantize_streaming_kernel<T, VEC, LOAD, BITS, SYM>);
+  const int lanes = lanes_for(group_size / VEC);
+  const unsigned grid = persistent_grid(gpu_ceil_div(groups, kBlock / lanes), per_sm);
+  quantize_streaming_kernel<T, VEC, LOAD, BITS, SYM>
+      <<<grid, kBlock, 0, stream>>>(x, q, scale, offset, groups, group_size, lanes);
+}
+
+template <typename T, int VEC, int STORE, int U, int BITS, bool SYM>
+void launch_dequantize(const uint8_t* q, const float* scale, const float* offset, T* y, int64_t groups,
+                       int64_t group_size, gpuStream_t stream) {
+  static const int per_sm = resident_blocks_per_sm(dequantize_kernel<T, VEC, STORE, U, BITS, SYM>);
+  const int lanes = lanes_for(group_size / VEC);
+  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
+  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
+  dequantize_kernel<T, VEC, STORE, U, BITS, SYM>
+      <<<grid, kBlock, 0, stream>>>(q, scale, offset, y, groups, group_size, lanes);
+}
+
+// Loop steps of the fast paths: groups per sub-warp per step (U), i.e. 16-byte loads in
+// flight per thread while the step's reductions wait on them.
+constexpr int kQuantizeGroupsPerStep = 2;
+constexpr int kDequantizeGroupsPerStep = 4;
+// The cached quantize kernel's register budget: up to 4 slots per lane (VEC * 4 floats).
+constexpr int kCachedSlotsPerLane = 4;
 
 }  // namespace
 
@@ -197,31 +664,33 @@ gpuError_t quantize_int(const void* x, uint8_t* q, float* scale, float* offset, 
   if (bits == 4 && group_size % 2 != 0) return gpuErrorInvalidValue;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr int kVec = kVecOf<T>;
     const T* xt = static_cast<const T*>(x);
-    const int load = widest_access(xt, group_size);
-    // Codes go out `step` at a time: step (int8) or step / 2 (int4) bytes per store, at
-    // offsets that are multiples of that from q, which must be aligned to it as well.
-    const int step = bits == 8 ? std::min(load, widest_access(q, group_size))
-                               : (load == 4 && gpu_is_aligned(q, 2) ? 4 : 2);  // int4: pairs share a byte
-    const GpuRowLaunch launch = gpu_row_launch(groups, group_size, 8);
     return with_format(bits, symmetric, [&](auto bits_tag, auto sym_tag) {
       constexpr int kBits = decltype(bits_tag)::value;
       constexpr bool kSym = decltype(sym_tag)::value;
-      auto run = [&](auto step_tag, auto load_tag) {
-        quantize_kernel<T, decltype(step_tag)::value, decltype(load_tag)::value, kBits, kSym>
-            <<<launch.grid, launch.block, 0, stream>>>(xt, q, scale, offset, groups, group_size);
-      };
-      using I1 = std::integral_constant<int, 1>;
-      using I2 = std::integral_constant<int, 2>;
-      using I4 = std::integral_constant<int, 4>;
-      if (step == 4) {
-        run(I4{}, I4{});
-      } else if (step == 2 && load >= 2) {
-        run(I2{}, I2{});
-      } else if constexpr (kBits == 4) {
-        run(I2{}, I1{});  // int4 steps by pairs even when x is only element-aligned
+      // Fast path: 16-byte slots, which needs group_size a multiple of the slot and x and
+      // q aligned to a slot's bytes (then every group starts aligned too). A view such as
+      // x[1:] of a fresh tensor is only element-aligned: the element-wise kernels below.
+      const bool fast = group_size % kVec == 0 && gpu_is_aligned(xt, kVec) &&
+                        bytes_aligned(q, kCodeBytes<kBits, kVec>);
+      if (fast) {
+        const int64_t slots = group_size / kVec;
+        const int lanes = lanes_for(slots);
+        if (slots <= lanes) {
+          launch_quantize_cached<T, kVec, kQuantizeGroupsPerStep, 1, kBits, kSym>(
+              xt, q, scale, offset, groups, group_size, lanes, stream);
+        } else if (slots <= static_cast<int64_t>(lanes) * kCachedSlotsPerLane) {
+          launch_quantize_cached<T, kVec, 1, kCachedSlotsPerLane, kBits, kSym>(
+              xt, q, scale, offset, groups, group_size, lanes, stream);
+        } else {
+          launch_quantize_streaming<T, kVec, kVec, kBits, kSym>(xt, q, scale, offset, groups, group_size, stream);
+        }
+      } else if constexpr (kBits == 8) {
+        launch_quantize_streaming<T, 1, 1, kBits, kSym>(xt, q, scale, offset, groups, group_size, stream);
       } else {
-        run(I1{}, I1{});
+        // int4: the two codes of a byte come from one thread (slots of 2, loaded one by one).
+        launch_quantize_streaming<T, 2, 1, kBits, kSym>(xt, q, scale, offset, groups, group_size, stream);
       }
       return gpuGetLastError();
     });
@@ -235,18 +704,20 @@ gpuError_t dequantize_int(const uint8_t* q, const float* scale, const float* off
   if (bits == 4 && group_size % 2 != 0) return gpuErrorInvalidValue;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr int kVec = kVecOf<T>;
     T* yt = static_cast<T*>(y);
-    const bool vec = group_size % 4 == 0 && gpu_is_aligned(yt, 4) && gpu_is_aligned(q, 4);
-    constexpr int kThreads = 256;
     return with_format(bits, symmetric, [&](auto bits_tag, auto sym_tag) {
       constexpr int kBits = decltype(bits_tag)::value;
       constexpr bool kSym = decltype(sym_tag)::value;
-      if (vec) {
-        dequantize_kernel<T, 4, kBits, kSym>
-            <<<elementwise_blocks(n, kThreads, 4), kThreads, 0, stream>>>(q, scale, offset, yt, n, group_size);
+      const bool fast = group_size % kVec == 0 && gpu_is_aligned(yt, kVec) &&
+                        bytes_aligned(q, kCodeBytes<kBits, kVec>);
+      if (fast) {
+        launch_dequantize<T, kVec, kVec, kDequantizeGroupsPerStep, kBits, kSym>(q, scale, offset, yt, groups,
+                                                                                group_size, stream);
+      } else if constexpr (kBits == 8) {
+        launch_dequantize<T, 1, 1, 1, kBits, kSym>(q, scale, offset, yt, groups, group_size, stream);
       } else {
-        dequantize_kernel<T, 1, kBits, kSym>
-            <<<elementwise_blocks(n, kThreads, 1), kThreads, 0, stream>>>(q, scale, offset, yt, n, group_size);
+        launch_dequantize<T, 2, 1, 1, kBits, kSym>(q, scale, offset, yt, groups, group_size, stream);
       }
       return gpuGetLastError();
     });
