@@ -5,6 +5,11 @@
 #
 #   bash scripts/gpu_proof.sh [STEP...]      steps: env build test selftest cpu sanitize bench
 #
+# Knobs (environment): TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, MEMCHECK_TIMEOUT and
+# RACECHECK_TIMEOUT (seconds per step); MEMCHECK_K / RACECHECK_K (pytest -k expressions of
+# the tests run under each tool); GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS;
+# SANITIZE_WORKERS (pytest-xdist workers under the sanitizer, default 8).
+#
 # With no step named, all run in that order. EXT_CACHE (a tar of built .so files from an
 # earlier run on the same paths) is unpacked before building and refreshed after, so a rerun
 # recompiles only the ops whose sources changed.
@@ -103,15 +108,15 @@ run_sanitize() {
     step "compute-sanitizer memcheck"
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck \
         --target-processes all --error-exitcode 86 --print-limit 20 \
-        "$PY" -m pytest tests/gpu -q -p no:cacheprovider "${parallel[@]}" -k "not beyond_2_31" \
-        ${MEMCHECK_ARGS:-} 2>&1 | tee "$LOG_DIR/memcheck.txt" | tail -25
+        "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark "${parallel[@]}" -k "${MEMCHECK_K:-not beyond_2_31}" \
+        2>&1 | tee "$LOG_DIR/memcheck.txt" | tail -25
     rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || note_failure memcheck "$rc"
     step "compute-sanitizer racecheck (the kernels that share memory)"
     timeout "${RACECHECK_TIMEOUT:-200}" compute-sanitizer --tool racecheck --target-processes all \
         --error-exitcode 86 --print-limit 20 \
         "$PY" -m pytest tests/gpu -q -p no:cacheprovider \
-        "${parallel[@]}" -k "not beyond_2_31" ${RACECHECK_ARGS:-} 2>&1 | tee "$LOG_DIR/racecheck.txt" | tail -25
+        "${parallel[@]}" -k "${RACECHECK_K:-not beyond_2_31}" 2>&1 | tee "$LOG_DIR/racecheck.txt" | tail -25
     rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || note_failure racecheck "$rc"
 }
