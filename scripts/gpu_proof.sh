@@ -108,14 +108,14 @@ run_sanitize() {
     step "compute-sanitizer memcheck"
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck \
         --target-processes all --error-exitcode 86 --print-limit 20 \
-        "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark "${parallel[@]}" -k "${MEMCHECK_K:-not beyond_2_31}" \
-        2>&1 | tee "$LOG_DIR/memcheck.txt" | tail -25
+        "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark "${parallel[@]}" \
+        -k "${MEMCHECK_K:-not beyond_2_31}" 2>&1 | tee "$LOG_DIR/memcheck.txt" | tail -25
     rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || note_failure memcheck "$rc"
     step "compute-sanitizer racecheck (the kernels that share memory)"
     timeout "${RACECHECK_TIMEOUT:-200}" compute-sanitizer --tool racecheck --target-processes all \
         --error-exitcode 86 --print-limit 20 \
-        "$PY" -m pytest tests/gpu -q -p no:cacheprovider \
+        "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark \
         "${parallel[@]}" -k "${RACECHECK_K:-not beyond_2_31}" 2>&1 | tee "$LOG_DIR/racecheck.txt" | tail -25
     rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || note_failure racecheck "$rc"
