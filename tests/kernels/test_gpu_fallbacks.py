@@ -629,7 +629,8 @@ int main() {
     std::printf("launch %d %d\n", blocks, meta.count);
     for (int b = 0; b < blocks; ++b) {
       const int slot = mt_block_slot(meta, b);
-      std::printf("%d %d %lld %lld", slot, meta.tensor_index[slot], static_cast<long long>(mt_block_chunk(meta, b)),
+      const long long chunk = static_cast<long long>(mt_block_chunk(meta, b));
+      std::printf("%d %d %lld %lld", slot, meta.tensor_index[slot], chunk,
                   static_cast<long long>(meta.sizes[slot]));
       for (int d = 0; d < 4; ++d) std::printf(" %lld", reinterpret_cast<long long>(meta.addresses[d][slot]));
       std::printf("\n");

@@ -1,11 +1,12 @@
 // Grouped FP8 (e4m3 / e5m2) quantize and dequantize (rules in gpu_fp_quantizer.h).
 //
-// Work layout as in quantizer/quantizer.cu: a "sub-warp" of `lanes` threads (a power of
-// two, at most 32, so it never straddles a warp with wave32 or wave64) owns one group at a
-// time, each lane owning "slots" of VEC consecutive elements; on the fast path a slot is 16
-// bytes of x / y (8 fp16 / bf16, 4 fp32) read or written with one 128-bit access, and its
-// VEC code bytes with one 8- or 4-byte access. Blocks of 256 threads, one resident wave of
-// them walking the groups in a grid-stride loop.
+// Work layout as in quantizer/quantizer.cu (the two share it, and their helpers, through
+// gpu_quant_common.h): a "sub-warp" of `lanes` threads (a power of two, at most 32, so it
+// never straddles a warp with wave32 or wave64) owns one group at a time, each lane owning
+// "slots" of VEC consecutive elements; on the fast path a slot is 16 bytes of x / y (8
+// fp16 / bf16, 4 fp32) read or written with one 128-bit access, and its VEC code bytes
+// with one 8- or 4-byte access. Blocks of 256 threads, one resident wave of them walking
+// the groups in a grid-stride loop.
 //
 // Quantize, groups of at most 128 slots: x is read once (the slots stay in registers from
 // the load to the store); max |x| is reduced with warp shuffles only (no shared memory, no
@@ -24,10 +25,9 @@
 // software conversions of gpu_fp8.h. The op is built without flush-to-zero
 // (op_builder/ops/fp_quantizer.py): denormal scales (groups whose absmax is tiny) round as
 // the PyTorch reference's do.
-#include <algorithm>
-
 #include "gpu_fp_quantizer.h"
 #include "gpu_compat.h"
+#include "gpu_quant_common.h"
 
 #ifdef GPU_ROCM
 #include "gpu_fp8.h"
@@ -36,13 +36,6 @@
 #endif
 
 namespace {
-
-constexpr int kBlock = 256;    // threads per block: a multiple of both wave sizes
-constexpr int kMaxLanes = 32;  // sub-warp width limit: within one warp on wave32 and wave64
-
-// Elements in 16 bytes of T: the fast path's slot width.
-template <typename T>
-constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
 
 template <bool E4M3>
 struct Fp8 {
@@ -98,96 +91,6 @@ __device__ __forceinline__ float scaled(float v, float scale, float fmax) {
   return isnan(s) ? s : fminf(fmaxf(s, -fmax), fmax);
 }
 
-// max |x| over a group, accumulated per lane and merged across the sub-warp with shuffles,
-// kept as the bits of |x|: for non-negative floats the unsigned order of the bits is the
-// numeric order, and every NaN's |bits| exceed +inf's, so the unsigned max is max |x|, or a
-// NaN when the group has one (as torch.amax gives it). Two integer ops per element, no NaN
-// test per element, one shuffle per merge step.
-struct AbsMax {
-  uint32_t bits = 0;
-  __device__ __forceinline__ void add(float v) {
-    const uint32_t a = __float_as_uint(v) & 0x7FFFFFFFu;
-    bits = a > bits ? a : bits;
-  }
-  __device__ __forceinline__ void merge(int offset, int lanes) {
-    const uint32_t other = __float_as_uint(gpu_shfl_xor(__uint_as_float(bits), offset, lanes));
-    bits = other > bits ? other : bits;
-  }
-  __device__ __forceinline__ float value() const { return __uint_as_float(bits); }
-};
-
-// ---- memory access helpers
-
-// BYTES (1, 2, 4 or 8) bytes at p, which is aligned to BYTES; little-endian in the result.
-template <int BYTES>
-__device__ __forceinline__ uint64_t load_bytes(const uint8_t* p) {
-  if constexpr (BYTES == 8) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    return static_cast<uint64_t>(v.x) | (static_cast<uint64_t>(v.y) << 32);
-  } else if constexpr (BYTES == 4) {
-    return *reinterpret_cast<const uint32_t*>(p);
-  } else if constexpr (BYTES == 2) {
-    return *reinterpret_cast<const uint16_t*>(p);
-  } else {
-    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
-    return *p;
-  }
-}
-
-template <int BYTES>
-__device__ __forceinline__ void store_bytes(uint8_t* p, uint64_t v) {
-  if constexpr (BYTES == 8) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
-  } else if constexpr (BYTES == 4) {
-    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
-  } else if constexpr (BYTES == 2) {
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
-  } else {
-    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
-    *p = static_cast<uint8_t>(v);
-  }
-}
-
-// Two floats as two 16-bit values in one word (first in the low half), each rounded to
-// nearest even as from_float<T> rounds it: one paired conversion instead of two.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-#ifndef GPU_ROCM
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-#ifdef GPU_HAS_BF16
-  if constexpr (std::is_same_v<T, gpu_bf16>) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-#endif
-#endif
-  GpuVec<T, 2> pair;
-  pair.v[0] = from_float<T>(a);
-  pair.v[1] = from_float<T>(b);
-  return *reinterpret_cast<const uint32_t*>(&pair);
-}
-
-// VEC floats stored as T at p: one access when STORE == VEC (p aligned to it), else
-// element by element.
-template <int VEC, int STORE, typename T>
-__device__ __forceinline__ void store_as(T* p, const float (&v)[VEC]) {
-  static_assert(STORE == VEC || STORE == 1, "whole slots or single elements");
-  if constexpr (STORE == 1) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) p[k] = from_float<T>(v[k]);
-  } else if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
-    GpuVec<uint32_t, VEC / 2> words;
-#pragma unroll
-    for (int k = 0; k < VEC / 2; ++k) words.v[k] = pack2<T>(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<GpuVec<uint32_t, VEC / 2>*>(p) = words;
-  } else {
-    store_from_float<VEC>(p, v);
-  }
-}
-
 // ---- per-element division without a division
 //
 // The reference divides every element by the group's scale (IEEE, correctly rounded) and
@@ -206,8 +109,6 @@ __device__ __forceinline__ void store_as(T* p, const float (&v)[VEC]) {
 // rounding boundary, rare for real data) is redone with the exact division, and so are
 // the groups whose scale is outside the normal range (tiny groups: denormal scales;
 // infinite or NaN scales).
-constexpr float kMinQuickScale = 0x1p-126f;  // FLT_MIN: 1 / scale stays normal...
-constexpr float kMaxQuickScale = 0x1p126f;   // ...and so does scale
 constexpr float kMarginScale = 0x1p-20f;
 
 // lo = RN(q - m) and hi = RN(q + m), m = |q| * 2^-20 (exact: a power-of-two scaling), each
@@ -291,10 +192,7 @@ __global__ void __launch_bounds__(kBlock)
                                int64_t groups, int64_t group_size, int lanes) {
   using F = Fp8<E4M3>;
   using Slot = GpuVec<T, VEC>;
-  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
-  const int lane_bits = __ffs(lanes) - 1;  // lanes is a power of two: shifts, no division
-  const int per_block = kBlock >> lane_bits;  // sub-warps in the block
-  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const auto [lane, per_block, sub] = sub_warp(lanes);
   const int slots = static_cast<int>(group_size / VEC);
   const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
   // `first` is the same in the whole block, so the loop (and with it every shuffle) is
@@ -314,7 +212,7 @@ __global__ void __launch_bounds__(kBlock)
         }
       }
     }
-    AbsMax stat[U];
+    GroupAbsMax stat[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
@@ -326,9 +224,8 @@ __global__ void __launch_bounds__(kBlock)
         }
       }
     }
-    // The U groups' merges interleaved: independent shuffles back to back. At least one
-    // step: with lanes == 1 it is offset 0, a lane merged with itself (a no-op), which
-    // keeps the compiler from compiling the whole loop twice, with and without shuffles.
+    // merge_stat for the U groups, their merges interleaved: independent shuffles back to
+    // back. (Written out here: as a helper it compiled differently with hipcc.)
     int offset = lanes >> 1;
     do {
 #pragma unroll
@@ -359,24 +256,22 @@ __global__ void __launch_bounds__(kBlock)
 // Streaming kernel, any group_size and alignment: one group per sub-warp per loop step, a
 // pass for max |x|, then a pass that reads the group again (from L1 / L2) and writes codes.
 // Each pass takes its slots in batches whose loads are all issued before any is used
-// (kStatBatch, kCodeBatch loads in flight per thread).
+// (kStatBatch, kCodeBatch loads in flight per thread). The two passes' batch loads are
+// written out: a helper shared by them compiled differently with hipcc.
 template <typename T, int VEC, bool E4M3>
 __global__ void __launch_bounds__(kBlock)
     fp8_quantize_streaming_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
                                   int64_t groups, int64_t group_size, int lanes) {
   using F = Fp8<E4M3>;
   using Slot = GpuVec<T, VEC>;
-  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
-  const int lane_bits = __ffs(lanes) - 1;
-  const int per_block = kBlock >> lane_bits;
-  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const auto [lane, per_block, sub] = sub_warp(lanes);
   const int64_t slots = group_size / VEC;
   const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block; first < groups; first += step) {
     const int64_t group = first + sub;
     const bool active = group < groups;
     const T* xg = x + (active ? group : 0) * group_size;
-    AbsMax stat;
+    GroupAbsMax stat;
     if (active) {
 #pragma unroll 1
       for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kStatBatch) * lanes) {
@@ -395,11 +290,7 @@ __global__ void __launch_bounds__(kBlock)
         }
       }
     }
-    int offset = lanes >> 1;  // at least one step, as in the cached kernel
-    do {
-      stat.merge(offset, lanes);
-      offset >>= 1;
-    } while (offset > 0);
+    merge_stat(stat, lanes);
     // Only the last loop step has inactive groups (the next `first` is past the end for
     // every thread): leaving early skips no shuffle of anyone.
     if (!active) continue;
@@ -445,10 +336,7 @@ __global__ void __launch_bounds__(kBlock)
     fp8_dequantize_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, T* __restrict__ y,
                           int64_t groups, int64_t group_size, int lanes) {
   using F = Fp8<E4M3>;
-  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
-  const int lane_bits = __ffs(lanes) - 1;
-  const int per_block = kBlock >> lane_bits;
-  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const auto [lane, per_block, sub] = sub_warp(lanes);
   const int64_t slots = group_size / VEC;
   const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
@@ -498,58 +386,6 @@ gpuError_t with_fp8_format(gpu_ops::Fp8Format format, F&& f) {
       return f(std::false_type{});
   }
   return gpuErrorInvalidValue;
-}
-
-// Sub-warp width for a group of `slots` slots: the smallest power of two holding them all,
-// at most kMaxLanes.
-int lanes_for(int64_t slots) {
-  int lanes = 1;
-  while (lanes < slots && lanes < kMaxLanes) lanes *= 2;
-  return lanes;
-}
-
-bool bytes_aligned(const void* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
-
-// Blocks of `kernel` that fit on one SM at once; 0 when the runtime cannot tell.
-template <typename Kernel>
-int resident_blocks_per_sm(Kernel kernel) {
-  int blocks = 0;
-#ifdef GPU_ROCM
-  const gpuError_t err = hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
-#else
-  const gpuError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
-#endif
-  if (err != gpuSuccess) {
-    (void)gpuGetLastError();  // a failed query must not surface as a launch error
-    return 0;
-  }
-  return blocks;
-}
-
-int sm_count() {
-  int device = 0;
-  int sms = 0;
-#ifdef GPU_ROCM
-  const bool ok = hipGetDevice(&device) == hipSuccess &&
-                  hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
-#else
-  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
-#endif
-  if (!ok) {
-    (void)gpuGetLastError();
-    return 0;
-  }
-  return sms;
-}
-
-// Grid of a grid-stride kernel: one resident wave (every block runs from the start, each
-// with the same share of loop steps, give or take one), fewer when there is less work.
-// `per_sm` is the kernel's occupancy; if the runtime could not say, a plain cap.
-unsigned persistent_grid(int64_t blocks_wanted, int per_sm) {
-  const int sms = sm_count();
-  const int64_t wave = sms > 0 && per_sm > 0 ? static_cast<int64_t>(sms) * per_sm : int64_t{1} << 16;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks_wanted, wave)));
 }
 
 // The launchers: one instantiation per kernel, so the occupancy query (static) runs once

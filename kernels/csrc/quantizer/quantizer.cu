@@ -27,19 +27,11 @@
 // included: the divisions that decide a result are IEEE (gpu_div_rn; the op is built with
 // -ftz=false -prec-div=true, see op_builder/ops/quantizer.py). The reference rules are
 // spelled out in IntCode and encode_slot below.
-#include <algorithm>
-
+#include "gpu_quant_common.h"
 #include "gpu_quantizer.h"
 #include "gpu_reduce.h"
 
 namespace {
-
-constexpr int kBlock = 256;    // threads per block: a multiple of both wave sizes
-constexpr int kMaxLanes = 32;  // sub-warp width limit: within one warp on wave32 and wave64
-
-// Elements in 16 bytes of T: the fast path's slot width.
-template <typename T>
-constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
 
 // ---- numerics (the reference rules of kernels/quantization.py)
 
@@ -117,8 +109,6 @@ struct IntCode {
 // data) the slot is redone with the exact division. Groups whose scale is outside the
 // normal range (tiny groups: denormal scales; infinite or NaN ones) always take the exact
 // division.
-constexpr float kMinQuickScale = 0x1p-126f;  // FLT_MIN: 1 / scale stays normal...
-constexpr float kMaxQuickScale = 0x1p126f;   // ...and so does scale
 constexpr float kTieMargin = 0.5f - 0x1p-14f;
 
 // a + b correctly rounded and never fused or reassociated (the magic-number rounding
@@ -186,26 +176,15 @@ __device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const Gro
 template <bool SYM>
 struct GroupStat;
 
-// Symmetric: max |x|, kept as the bits of |x|. For non-negative floats the unsigned order
-// of the bits is the numeric order, and every NaN's |bits| exceeds +inf's: the unsigned
-// max is max |x|, or a NaN when the group has one. Two integer ops per element, one
-// shuffle per merge step. (The reference's max(-min, max) is the same value; only the
-// sign of an all-zero group's zero scale may differ, and zero scales give code 0 anyway.)
+// Symmetric: max |x|, kept as the bits of |x| (GroupAbsMax, gpu_quant_common.h: a NaN
+// anywhere gives a NaN). The reference's max(-min, max) is the same value; only the
+// sign of an all-zero group's zero scale may differ, and zero scales give code 0 anyway.
 template <>
-struct GroupStat<true> {
-  uint32_t bits = 0;
-  __device__ __forceinline__ void add(float v) {
-    const uint32_t a = __float_as_uint(v) & 0x7FFFFFFFu;
-    bits = a > bits ? a : bits;
-  }
-  __device__ __forceinline__ void merge(int offset, int lanes) {
-    const uint32_t other = __float_as_uint(gpu_shfl_xor(__uint_as_float(bits), offset, lanes));
-    bits = other > bits ? other : bits;
-  }
+struct GroupStat<true> : GroupAbsMax {
   __device__ __forceinline__ void seal() {}
   template <int BITS>
   __device__ __forceinline__ float2 params() const {  // (scale, offset)
-    return make_float2(gpu_div_rn(__uint_as_float(bits), static_cast<float>(IntCode<BITS, true>::qmax())), 0.0f);
+    return make_float2(gpu_div_rn(value(), static_cast<float>(IntCode<BITS, true>::qmax())), 0.0f);
   }
 };
 
@@ -243,76 +222,6 @@ struct GroupStat<false> {
 template <int BITS, int VEC>
 constexpr int kCodeBytes = BITS == 8 ? VEC : VEC / 2;
 
-// BYTES (1, 2, 4 or 8) bytes at p, which is aligned to BYTES; little-endian in the result.
-template <int BYTES>
-__device__ __forceinline__ uint64_t load_bytes(const uint8_t* p) {
-  if constexpr (BYTES == 8) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    return static_cast<uint64_t>(v.x) | (static_cast<uint64_t>(v.y) << 32);
-  } else if constexpr (BYTES == 4) {
-    return *reinterpret_cast<const uint32_t*>(p);
-  } else if constexpr (BYTES == 2) {
-    return *reinterpret_cast<const uint16_t*>(p);
-  } else {
-    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
-    return *p;
-  }
-}
-
-template <int BYTES>
-__device__ __forceinline__ void store_bytes(uint8_t* p, uint64_t v) {
-  if constexpr (BYTES == 8) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
-  } else if constexpr (BYTES == 4) {
-    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
-  } else if constexpr (BYTES == 2) {
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
-  } else {
-    static_assert(BYTES == 1, "1, 2, 4 or 8 bytes");
-    *p = static_cast<uint8_t>(v);
-  }
-}
-
-// Two floats as two 16-bit values in one word (first in the low half), each rounded to
-// nearest even as from_float<T> rounds it: one paired conversion instead of two.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-#ifndef GPU_ROCM
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-#ifdef GPU_HAS_BF16
-  if constexpr (std::is_same_v<T, gpu_bf16>) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-#endif
-#endif
-  GpuVec<T, 2> pair;
-  pair.v[0] = from_float<T>(a);
-  pair.v[1] = from_float<T>(b);
-  return *reinterpret_cast<const uint32_t*>(&pair);
-}
-
-// VEC floats stored as T at p: one access when STORE == VEC (p aligned to it), else
-// element by element.
-template <int VEC, int STORE, typename T>
-__device__ __forceinline__ void store_as(T* p, const float (&v)[VEC]) {
-  static_assert(STORE == VEC || STORE == 1, "whole slots or single elements");
-  if constexpr (STORE == 1) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) p[k] = from_float<T>(v[k]);
-  } else if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
-    GpuVec<uint32_t, VEC / 2> words;
-#pragma unroll
-    for (int k = 0; k < VEC / 2; ++k) words.v[k] = pack2<T>(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<GpuVec<uint32_t, VEC / 2>*>(p) = words;
-  } else {
-    store_from_float<VEC>(p, v);
-  }
-}
-
 // The VEC elements of a slot at p (aligned to LOAD elements), LOAD at a time.
 template <int VEC, int LOAD, typename T>
 __device__ __forceinline__ GpuVec<T, VEC> load_slot(const T* p) {
@@ -342,10 +251,7 @@ __global__ void __launch_bounds__(kBlock)
                            float* __restrict__ offset_out, int64_t groups, int64_t group_size, int lanes) {
   using Slot = GpuVec<T, VEC>;
   constexpr int kBytes = kCodeBytes<BITS, VEC>;
-  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
-  const int lane_bits = __ffs(lanes) - 1;  // lanes is a power of two: shifts, no division
-  const int per_block = kBlock >> lane_bits;  // sub-warps in the block
-  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const auto [lane, per_block, sub] = sub_warp(lanes);
   const int slots = static_cast<int>(group_size / VEC);
   const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
   // `first` is the same in the whole block, so the loop (and with it every shuffle) is
@@ -378,9 +284,8 @@ __global__ void __launch_bounds__(kBlock)
       }
       stat[u].seal();
     }
-    // The U groups' merges interleaved: independent shuffles back to back. At least one
-    // step: with lanes == 1 it is offset 0, a lane merged with itself (a no-op), which
-    // keeps the compiler from compiling the whole loop twice, with and without shuffles.
+    // merge_stat for the U groups, their merges interleaved: independent shuffles back to
+    // back. (Written out here: as a helper it compiled differently with hipcc.)
     int offset = lanes >> 1;
     do {
 #pragma unroll
@@ -415,17 +320,15 @@ __global__ void __launch_bounds__(kBlock)
 // Streaming kernel, any group_size (int4: even): one group per sub-warp per loop step, a
 // pass for (min, max), then a pass that reads the group again (from L1 / L2) and writes
 // codes. Each pass takes its slots in batches whose loads are all issued before any is
-// used (kStatBatch, kCodeBatch loads in flight per thread).
+// used (kStatBatch, kCodeBatch loads in flight per thread). The two passes' batch loads
+// are written out: a helper shared by them compiled differently with hipcc.
 template <typename T, int VEC, int LOAD, int BITS, bool SYM>
 __global__ void __launch_bounds__(kBlock)
     quantize_streaming_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
                               float* __restrict__ offset_out, int64_t groups, int64_t group_size, int lanes) {
   using Slot = GpuVec<T, VEC>;
   constexpr int kBytes = kCodeBytes<BITS, VEC>;
-  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
-  const int lane_bits = __ffs(lanes) - 1;
-  const int per_block = kBlock >> lane_bits;
-  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const auto [lane, per_block, sub] = sub_warp(lanes);
   const int64_t slots = group_size / VEC;
   const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block; first < groups; first += step) {
@@ -452,11 +355,7 @@ __global__ void __launch_bounds__(kBlock)
       }
     }
     stat.seal();
-    int offset = lanes >> 1;  // at least one step, as in the cached kernel
-    do {
-      stat.merge(offset, lanes);
-      offset >>= 1;
-    } while (offset > 0);
+    merge_stat(stat, lanes);
     // Only the last loop step has inactive groups (the next `first` is past the end for
     // every thread): leaving early skips no shuffle of anyone.
     if (!active) continue;
@@ -508,10 +407,7 @@ __global__ void __launch_bounds__(kBlock)
                       int lanes) {
   using Code = IntCode<BITS, SYM>;
   constexpr int kBytes = kCodeBytes<BITS, VEC>;
-  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
-  const int lane_bits = __ffs(lanes) - 1;
-  const int per_block = kBlock >> lane_bits;
-  const int sub = static_cast<int>(threadIdx.x) >> lane_bits;
+  const auto [lane, per_block, sub] = sub_warp(lanes);
   const int64_t slots = group_size / VEC;
   const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
@@ -560,58 +456,6 @@ gpuError_t with_format(int bits, bool symmetric, F&& f) {
                      : f(std::integral_constant<int, 4>{}, std::false_type{});
   }
   return gpuErrorInvalidValue;
-}
-
-// Sub-warp width for a group of `slots` slots: the smallest power of two holding them all,
-// at most kMaxLanes.
-int lanes_for(int64_t slots) {
-  int lanes = 1;
-  while (lanes < slots && lanes < kMaxLanes) lanes *= 2;
-  return lanes;
-}
-
-bool bytes_aligned(const void* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
-
-// Blocks of `kernel` that fit on one SM at once; 0 when the runtime cannot tell.
-template <typename Kernel>
-int resident_blocks_per_sm(Kernel kernel) {
-  int blocks = 0;
-#ifdef GPU_ROCM
-  const gpuError_t err = hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
-#else
-  const gpuError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0);
-#endif
-  if (err != gpuSuccess) {
-    (void)gpuGetLastError();  // a failed query must not surface as a launch error
-    return 0;
-  }
-  return blocks;
-}
-
-int sm_count() {
-  int device = 0;
-  int sms = 0;
-#ifdef GPU_ROCM
-  const bool ok = hipGetDevice(&device) == hipSuccess &&
-                  hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
-#else
-  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
-#endif
-  if (!ok) {
-    (void)gpuGetLastError();
-    return 0;
-  }
-  return sms;
-}
-
-// Grid of a grid-stride kernel: one resident wave (every block runs from the start, each
-// with the same share of loop steps, give or take one), fewer when there is less work.
-// `per_sm` is the kernel's occupancy; if the runtime could not say, a plain cap.
-unsigned persistent_grid(int64_t blocks_wanted, int per_sm) {
-  const int sms = sm_count();
-  const int64_t wave = sms > 0 && per_sm > 0 ? static_cast<int64_t>(sms) * per_sm : int64_t{1} << 16;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks_wanted, wave)));
 }
 
 // The launchers: one instantiation per kernel, so the occupancy query (static) runs once
