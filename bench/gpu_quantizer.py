@@ -5,7 +5,7 @@
 The quantizers are memory-bound, so the yardstick is bandwidth: bytes each operation
 must move (read the input, write codes and per-group scales; or the reverse for
 dequantize) over its time, as a percentage of what a device-to-device copy of the same
-input achieves in the same run (``dst.copy_(src)``: bytes read + written over time).
+input's bytes achieves in the same run (``_common.copy_gbps``: bytes read + written over time).
 The PyTorch implementation of the same rules (the fronts' fallback) is timed alongside.
 Medians of CUDA-event times after warmup. Without a GPU it prints why and exits 0.
 """
@@ -19,7 +19,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from _common import RESULTS, Column, cuda_medians, gpu_missing, parse_size, report_gpu, speed_columns
+from _common import (
+    RESULTS,
+    Column,
+    copy_gbps,
+    cuda_medians,
+    gpu_missing,
+    parse_size,
+    report_gpu,
+    speed_columns,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
@@ -47,9 +56,7 @@ def bench(numel: int, group_size: int, reps: int) -> list[Row]:
     for dtype in (torch.bfloat16, torch.float16):
         width = torch.finfo(dtype).bits // 8
         x = torch.randn(groups, group_size, device="cuda", dtype=dtype)
-        dst = torch.empty_like(x)
-        (copy_ms,) = cuda_medians([lambda x=x, dst=dst: dst.copy_(x)], reps)
-        copy_gbps = 2 * x.numel() * width / copy_ms / 1e6
+        copy = copy_gbps(x.numel() * width, reps)
         cases: list[tuple[str, Callable[[bool], object], float]] = []
         for bits, symmetric in ((8, True), (8, False), (4, True)):
             code_bytes = bits / 8
@@ -99,11 +106,11 @@ def bench(numel: int, group_size: int, reps: int) -> list[Row]:
                     torch_ms=round(torch_ms, 4),
                     speedup=round(torch_ms / ours_ms, 2),
                     ours_gbps=round(gbps, 1),
-                    copy_gbps=round(copy_gbps, 1),
-                    percent_of_copy=round(100 * gbps / copy_gbps, 1),
+                    copy_gbps=round(copy, 1),
+                    percent_of_copy=round(100 * gbps / copy, 1),
                 )
             )
-        del x, dst
+        del x
         torch.cuda.empty_cache()
     return rows
 

@@ -50,14 +50,13 @@ Entry = tuple[Tensor, Tensor, dict[str, Any]]
 def _fp32_state(state: dict[str, Any], key: str, like: Tensor) -> Tensor:
     """``state[key]`` as fp32 on the param's device (load_state_dict casts it to the param dtype)."""
     value: Tensor | None = state.get(key)
-    # The common case first: this runs for every param on every step.
-    if value is not None and value.dtype is torch.float32 and value.is_contiguous():  # noqa: SIM102
-        if value.device == like.device:
-            return value
     if value is None:
         value = torch.zeros_like(like, dtype=torch.float32, memory_format=torch.contiguous_format)
-    elif value.dtype != torch.float32 or value.device != like.device or not value.is_contiguous():
+    # Runs for every param on every step: the cheap checks first, the device comparison last.
+    elif value.dtype is not torch.float32 or not value.is_contiguous() or value.device != like.device:
         value = value.to(device=like.device, dtype=torch.float32).contiguous()
+    else:
+        return value
     state[key] = value
     return value
 

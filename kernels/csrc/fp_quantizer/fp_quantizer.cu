@@ -439,7 +439,7 @@ gpuError_t fp8_quantize(const void* x, uint8_t* q, float* scale, int64_t groups,
     // Fast path: 16-byte slots, which needs group_size a multiple of the slot and x and q
     // aligned to a slot's bytes (then every group starts aligned too). A view such as x[1:]
     // of a fresh tensor is only element-aligned: the element-wise streaming kernel.
-    const bool fast = group_size % kVec == 0 && gpu_is_aligned(xt, kVec) && bytes_aligned(q, kVec);
+    const bool fast = group_size % kVec == 0 && gpu_is_aligned(xt, kVec) && gpu_is_aligned(q, kVec);
     return with_fp8_format(format, [&](auto format_tag) {
       constexpr bool kE4M3 = decltype(format_tag)::value;
       if (fast) {
@@ -470,7 +470,7 @@ gpuError_t fp8_dequantize(const uint8_t* q, const float* scale, void* y, int64_t
     using T = decltype(tag);
     constexpr int kVec = kVecOf<T>;
     T* yt = static_cast<T*>(y);
-    const bool fast = group_size % kVec == 0 && gpu_is_aligned(yt, kVec) && bytes_aligned(q, kVec);
+    const bool fast = group_size % kVec == 0 && gpu_is_aligned(yt, kVec) && gpu_is_aligned(q, kVec);
     return with_fp8_format(format, [&](auto format_tag) {
       constexpr bool kE4M3 = decltype(format_tag)::value;
       if (fast) {

@@ -168,8 +168,6 @@ int lanes_for(int64_t slots) {
   return lanes;
 }
 
-bool bytes_aligned(const void* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
-
 // Blocks of `kernel` that fit on one SM at once; 0 when the runtime cannot tell.
 template <typename Kernel>
 int resident_blocks_per_sm(Kernel kernel) {
@@ -186,28 +184,11 @@ int resident_blocks_per_sm(Kernel kernel) {
   return blocks;
 }
 
-int sm_count() {
-  int device = 0;
-  int sms = 0;
-#ifdef GPU_ROCM
-  const bool ok = hipGetDevice(&device) == hipSuccess &&
-                  hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
-#else
-  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
-#endif
-  if (!ok) {
-    (void)gpuGetLastError();
-    return 0;
-  }
-  return sms;
-}
-
 // Grid of a grid-stride kernel: one resident wave (every block runs from the start, each
 // with the same share of loop steps, give or take one), fewer when there is less work.
 // `per_sm` is the kernel's occupancy; if the runtime could not say, a plain cap.
 unsigned persistent_grid(int64_t blocks_wanted, int per_sm) {
-  const int sms = sm_count();
+  const int sms = gpu_multiprocessor_count();
   const int64_t wave = sms > 0 && per_sm > 0 ? static_cast<int64_t>(sms) * per_sm : int64_t{1} << 16;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks_wanted, wave)));
 }

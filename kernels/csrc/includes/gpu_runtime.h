@@ -34,6 +34,26 @@ using gpuError_t = cudaError_t;
 #define GPU_HAS_BF16 1
 #endif
 
+// Multiprocessors (CUs on ROCm) of the current device, for launchers that size a persistent
+// grid; 0 when the runtime cannot tell, its error cleared so that it does not surface as the
+// next launch's error. The runtime answers from cached properties.
+inline int gpu_multiprocessor_count() {
+  int device = 0;
+  int count = 0;
+#ifdef GPU_ROCM
+  const bool ok = hipGetDevice(&device) == hipSuccess &&
+                  hipDeviceGetAttribute(&count, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
+#else
+  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+#endif
+  if (!ok) {
+    (void)gpuGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 namespace gpu_ops {
 
 // Element types the launchers accept; the bindings map torch dtypes onto these.

@@ -517,7 +517,7 @@ gpuError_t quantize_int(const void* x, uint8_t* q, float* scale, float* offset, 
       // q aligned to a slot's bytes (then every group starts aligned too). A view such as
       // x[1:] of a fresh tensor is only element-aligned: the element-wise kernels below.
       const bool fast = group_size % kVec == 0 && gpu_is_aligned(xt, kVec) &&
-                        bytes_aligned(q, kCodeBytes<kBits, kVec>);
+                        gpu_is_aligned(q, kCodeBytes<kBits, kVec>);
       if (fast) {
         const int64_t slots = group_size / kVec;
         const int lanes = lanes_for(slots);
@@ -554,7 +554,7 @@ gpuError_t dequantize_int(const uint8_t* q, const float* scale, const float* off
       constexpr int kBits = decltype(bits_tag)::value;
       constexpr bool kSym = decltype(sym_tag)::value;
       const bool fast = group_size % kVec == 0 && gpu_is_aligned(yt, kVec) &&
-                        bytes_aligned(q, kCodeBytes<kBits, kVec>);
+                        gpu_is_aligned(q, kCodeBytes<kBits, kVec>);
       if (fast) {
         launch_dequantize<T, kVec, kVec, kDequantizeGroupsPerStep, kBits, kSym>(q, scale, offset, yt, groups,
                                                                                 group_size, stream);

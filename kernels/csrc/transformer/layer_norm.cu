@@ -480,18 +480,7 @@ __global__ void ln_backward_params_loop_kernel(const T* __restrict__ dy, const T
 // Multiprocessors of the current device: the backward grid, and the workspace the
 // binding allocates for it, are sized by it (both ask on the same device, the binding
 // having made x's device current). The runtime answers from cached properties.
-int multiprocessor_count() {
-  int device = 0;
-  int count = 0;
-#ifdef GPU_ROCM
-  const bool ok = hipGetDevice(&device) == hipSuccess &&
-                  hipDeviceGetAttribute(&count, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
-#else
-  const bool ok = cudaGetDevice(&device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
-#endif
-  return ok && count > 0 ? count : 1;
-}
+int multiprocessor_count() { return std::max(1, gpu_multiprocessor_count()); }
 
 // Most partial rows (per parameter) the backward writes: its grid for the register
 // kernel, its `parts` for the loop kernel.
