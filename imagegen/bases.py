@@ -10,14 +10,19 @@ STANDIN_SCRIPT = "scripts/standin-images.sh"
 STANDIN_TAGS = ("imagegen-standin/debian:bookworm", catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
 
 
+def standin_command(target: str = "cpu", platform: str = catalog.DEFAULT_PLATFORM) -> str:
+    """The command that makes ``target``'s stand-ins on ``platform``."""
+    flags = [] if platform == catalog.DEFAULT_PLATFORM else [f"--platform {platform}"]
+    if target != "cpu":
+        flags.append("--cuda " + target.removeprefix("cuda"))
+    return " ".join([STANDIN_SCRIPT, *flags])
+
+
 def standin_hint(target: str = "cpu", platform: str = catalog.DEFAULT_PLATFORM) -> str:
     bases = catalog.standin_bases(target, platform)
     assert bases is not None, f"no stand-ins for {target} on {platform}"
     devel, runtime = bases
-    flags = [] if platform == catalog.DEFAULT_PLATFORM else [f"--platform {platform}"]
-    if target != "cpu":
-        flags.append("--cuda " + target.removeprefix("cuda"))
-    script = " ".join([STANDIN_SCRIPT, *flags])
+    script = standin_command(target, platform)
     return (
         f"no registry here? make local stand-in bases with `{script}`, then build with --standins "
         f"(or IMAGEGEN_STANDINS=1), which means --base-devel {devel} --base-runtime {runtime}"

@@ -1,7 +1,9 @@
 """What this machine has for building images, what is missing, and how to fix it.
 
 ``diagnose()`` runs every check; ``imagegen doctor`` prints the result and exits with the
-code ``Diagnosis.problem()`` gives: 3 when no engine answers, 1 when anything else is missing.
+code ``Diagnosis.problem()`` gives: 3 when no engine answers, 1 when anything else required is
+missing. The CUDA and arm64 stand-ins are listed as optional: only builds for those targets
+with ``--standins`` need them, so their absence is reported and does not fail the diagnosis.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagegen import catalog
-from imagegen.bases import STANDIN_SCRIPT, STANDIN_TAGS
+from imagegen.bases import STANDIN_SCRIPT, STANDIN_TAGS, standin_command
 from imagegen.engine import detect_engine, local_images
 from imagegen.errors import EngineUnavailableError, ImagegenError
 
@@ -25,9 +27,20 @@ class Check:
     ok: bool
     detail: str
     fix: str | None = None
+    required: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return self.required and not self.ok
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "detail": self.detail,
+            "fix": self.fix,
+            "required": self.required,
+        }
 
 
 @dataclass(frozen=True)
@@ -37,7 +50,7 @@ class Diagnosis:
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+        return not any(c.failed for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "checks": [c.to_json() for c in self.checks]}
@@ -50,7 +63,7 @@ class Diagnosis:
         if not self.engine_ok:
             engine = self.checks[0]
             return EngineUnavailableError(engine.detail, hint=engine.fix, reported=True)
-        missing = [c.name for c in self.checks if not c.ok]
+        missing = [c.name for c in self.checks if c.failed]
         if missing:
             return ImagegenError(f"missing here: {', '.join(missing)}", reported=True)
         return None
@@ -87,8 +100,19 @@ def _engine_checks(env: Mapping[str, str]) -> tuple[list[Check], bool]:
     return checks, True
 
 
+def _optional_standins() -> list[tuple[str, str]]:
+    """(tag, the command that makes it) of every stand-in beyond the amd64 CPU pair."""
+    return [
+        (tag, standin_command(target, platform))
+        for (target, platform), pair in catalog.STANDINS.items()
+        if (target, platform) != ("cpu", catalog.DEFAULT_PLATFORM)
+        for tag in pair
+    ]
+
+
 def _image_checks(env: Mapping[str, str]) -> list[Check]:
-    refs = [_CPU_DEFAULT_BASE, *STANDIN_TAGS]
+    optional = _optional_standins()
+    refs = [_CPU_DEFAULT_BASE, *STANDIN_TAGS, *(tag for tag, _ in optional)]
     present = local_images(refs, env)
     if present is None:
         return []
@@ -107,6 +131,16 @@ def _image_checks(env: Mapping[str, str]) -> list[Check]:
                 present[ref],
                 "present" if present[ref] else "not made yet",
                 None if present[ref] else f"{STANDIN_SCRIPT} (then imagegen build --cpu --standins ...)",
+            )
+        )
+    for ref, command in optional:
+        checks.append(
+            Check(
+                f"stand-in {ref}",
+                present[ref],
+                "present" if present[ref] else "not made (needed only to build this target with --standins)",
+                None if present[ref] else command,
+                required=False,
             )
         )
     return checks

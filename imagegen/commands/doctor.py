@@ -12,8 +12,9 @@ from imagegen.commands._output import console, emit_json
 
 
 def doctor(json: JsonOption = False) -> None:
-    """Check the container engine, BuildKit and the base images; exit 3 when no engine answers,
-    1 when something else is missing."""
+    """Check the container engine, BuildKit, the base images and the stand-ins; exit 3 when no
+    engine answers, 1 when something else required is missing (the CUDA and arm64 stand-ins
+    are optional)."""
     found = doctor_lib.diagnose(os.environ)
     if json:
         emit_json(found.to_json())
@@ -22,7 +23,8 @@ def doctor(json: JsonOption = False) -> None:
         for column in table.columns:
             column.overflow = "fold"  # image names must stay whole to be copied
         for check in found.checks:
-            table.add_row(check.name, "ok" if check.ok else "missing", check.detail, check.fix or "")
+            status = "ok" if check.ok else "missing" if check.required else "optional"
+            table.add_row(check.name, status, check.detail, check.fix or "")
         console().print(table)
     problem = found.problem()
     if problem is not None:

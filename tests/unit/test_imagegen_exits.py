@@ -89,6 +89,25 @@ def test_doctor_text_with_a_problem_exits_1(monkeypatch: pytest.MonkeyPatch) -> 
     assert result.exit_code == 1 and "not made yet" in result.stdout
 
 
+def test_doctor_lists_cuda_and_arm64_standins_as_optional(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda_devel = "imagegen-standin/cuda:13.2-devel"
+    arm64_runtime = "imagegen-standin/python:3.11-runtime-arm64"
+    _fake_host(monkeypatch, _engine(), missing=(cuda_devel, arm64_runtime))
+    result = runner.invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output  # optional ones absent: still a healthy host
+    data = _one_document(result.stdout)
+    checks = {c["name"]: c for c in data["checks"]}  # type: ignore[union-attr]
+    assert data["ok"] is True
+    cuda = checks[f"stand-in {cuda_devel}"]
+    assert cuda["ok"] is False and cuda["required"] is False
+    assert cuda["fix"] == "scripts/standin-images.sh --cuda 13.2"
+    arm64 = checks[f"stand-in {arm64_runtime}"]
+    assert arm64["fix"] == "scripts/standin-images.sh --platform linux/arm64"
+    assert checks[f"stand-in {doctor_lib.STANDIN_TAGS[1]}"]["required"] is True
+    text = runner.invoke(app, ["doctor"])
+    assert text.exit_code == 0 and "optional" in text.stdout
+
+
 def test_matrix_check_json_stale_is_one_document_and_exit_1(tmp_path: Path) -> None:
     result = runner.invoke(app, ["matrix", "--out", str(tmp_path), "--check", "--json"])
     assert result.exit_code == 1, result.output
