@@ -49,6 +49,11 @@ def _nonnegative(default: float, label: str) -> Any:
     return field(default=default, metadata={"nonnegative": label})
 
 
+def _optional_nonnegative(label: str) -> Any:
+    """A field that is None (the option is off, the default) or a number >= 0."""
+    return field(default=None, metadata={"nonnegative": label, "optional": True})
+
+
 def _betas(default: tuple[float, float]) -> Any:
     return field(default=default, metadata={"betas": True})
 
@@ -71,6 +76,7 @@ class Hyper:
                 f.metadata["nonnegative"]: getattr(self, f.name)
                 for f in fields(self)
                 if "nonnegative" in f.metadata
+                and not (f.metadata.get("optional") and getattr(self, f.name) is None)
             }
         )
         for f in fields(self):
@@ -123,11 +129,37 @@ class AdamHyper(_MomentsHyper):
 @dataclass(frozen=True)
 class LambHyper(_MomentsHyper):
     """Lamb: Adam's moments, with apex's FusedLAMB defaults for eps and weight decay; no
-    decoupled mode, since the decay is part of the update the trust ratio scales."""
+    decoupled mode, since the decay is part of the update the trust ratio scales.
+
+    The options after ``bias_correction`` are off by default, which is the update as it was
+    before they existed: ``max_grad_norm`` (0: no clipping) clips the grads by the global norm
+    of the group's grads, ``eps_inside_sqrt`` moves eps under the square root, ``min_coeff`` /
+    ``max_coeff`` (None: no bound) clamp the trust ratio. A saved group without them (an older
+    version's) takes these defaults, whatever the loading optimizer was constructed with.
+    """
 
     eps: float = _nonnegative(1e-6, "epsilon")
     weight_decay: float = _nonnegative(0.01, "weight_decay")
     bias_correction: bool = True
+    max_grad_norm: float = _nonnegative(0.0, "max_grad_norm")
+    eps_inside_sqrt: bool = False
+    min_coeff: float | None = _optional_nonnegative("min_coeff")
+    max_coeff: float | None = _optional_nonnegative("max_coeff")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.min_coeff is not None and self.max_coeff is not None and self.min_coeff > self.max_coeff:
+            raise ValueError(
+                f"Invalid trust ratio bounds: min_coeff {self.min_coeff} > max_coeff {self.max_coeff}"
+            )
+
+    @classmethod
+    def adopt(cls, group: dict[str, Any], optimizer: str) -> None:
+        # A group saved before these options existed ran without them, and keeps doing so in
+        # whatever optimizer loads it (not taking that optimizer's constructor options), as
+        # torch fills the keys its own optimizers gained with the value that means "off".
+        for name in ("max_grad_norm", "eps_inside_sqrt", "min_coeff", "max_coeff"):
+            group.setdefault(name, getattr(cls, name))
 
 
 @dataclass(frozen=True)
@@ -214,6 +246,10 @@ class KernelOptimizer(torch.optim.Optimizer):
         super().__setstate__(state)
         self.__dict__.setdefault("use_kernel", None)  # pickled before the switch was kept
         self.__dict__.setdefault("backend", None)
+        # An optimizer pickled by an older version lacks the options added since in its
+        # defaults too (which add_param_group fills new groups from): the rule's own defaults.
+        for key, value in self.hyper().group_defaults().items():
+            self.defaults.setdefault(key, value)
         # A state dict saved by torch's optimizer lacks our options: take the defaults.
         for group in self.param_groups:
             for key, value in self.defaults.items():

@@ -15,6 +15,10 @@ When the op cannot run (not built and no JIT, tensors on the CPU, float64
 parameters, ...) the step runs a PyTorch implementation of the same update and
 warns once per op and reason. ``use_kernel=False`` forces that fallback,
 ``use_kernel=True`` makes it an error; ``opt.backend`` tells which path the last step took.
+
+``FusedLamb`` also takes apex's / DeepSpeed's options (global grad-norm clipping, eps under
+the square root, bounds on the trust ratio) and reports the trust ratios of its last step;
+see its docstring.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ Backend = Literal["kernel", "fallback", "mixed"]
 
 # One record per parameter updated in a step: (param, grad, state).
 Entry = tuple[Tensor, Tensor, dict[str, Any]]
+
+# What an optimizer works out once per param group before its updates (Lamb: the clip factor
+# of the group's grads, per device), handed to both the kernel launch and the fallback.
+GroupContext = dict[torch.device, Tensor] | None
 
 
 def _fp32_state(state: dict[str, Any], key: str, like: Tensor) -> Tensor:
@@ -79,7 +87,7 @@ class _FusedOptimizer(KernelOptimizer):
     """The step loop of the three optimizers: group, resolve the op, update.
 
     The kernel call is ``module.<kernel_fn>(grads, params, *state lists, *scalars)``, with one
-    list per name in ``state_keys``.
+    list per name in ``state_keys``; ``_launch`` makes it and may add to it.
     """
 
     backend: Backend | None
@@ -107,12 +115,13 @@ class _FusedOptimizer(KernelOptimizer):
                 stepped.append((p, p.grad.contiguous(), state))
             for entry, step in zip(stepped, advance_steps([state for _, _, state in stepped])):
                 buckets.setdefault((entry[0].device, entry[0].dtype, step), []).append(entry)
+            context = self._group_context(group, stepped)
             for (_device, _dtype, step), entries in buckets.items():
                 tensors = [t for p, g, _ in entries for t in (p, g)]
                 module = self.op.resolve(tensors, self.use_kernel)
                 if module is None:
                     for p, g, state in entries:
-                        self._fallback(p, g, state, group, step)
+                        self._fallback(p, g, state, group, step, context)
                     used.add("fallback")
                 else:
                     # The kernels update dense, contiguous memory in place; a non-contiguous
@@ -122,7 +131,7 @@ class _FusedOptimizer(KernelOptimizer):
                     work = [p if p.is_contiguous() else p.contiguous() for p, _, _ in entries]
                     lists = [[g for _, g, _ in entries], work]
                     lists += [[state[key] for _, _, state in entries] for key in self.state_keys]
-                    getattr(module, self.kernel_fn)(*lists, *self._kernel_scalars(group, step))
+                    self._launch(module, lists, entries, group, step, context)
                     for (p, _, _), w in zip(entries, work):
                         if w is not p:
                             p.copy_(w)
@@ -141,12 +150,34 @@ class _FusedOptimizer(KernelOptimizer):
         if p.grad.dtype != p.dtype:
             raise TypeError(f"{name}: a {p.dtype} param has a {p.grad.dtype} grad; they must match")
 
+    def _group_context(self, group: dict[str, Any], stepped: list[Entry]) -> GroupContext:
+        """Per-group values the updates need beyond the hyperparameters; none by default."""
+        return None
+
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         """The kernel's arguments after the tensor lists."""
         raise NotImplementedError
 
+    def _launch(
+        self,
+        module: Any,
+        lists: list[list[Tensor]],
+        entries: list[Entry],
+        group: dict[str, Any],
+        step: int,
+        context: GroupContext,
+    ) -> None:
+        """One kernel call over a bucket's lists (``lists[1]`` are the params or their copies)."""
+        getattr(module, self.kernel_fn)(*lists, *self._kernel_scalars(group, step))
+
     def _fallback(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+        self,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        step: int,
+        context: GroupContext,
     ) -> None:
         raise NotImplementedError
 
@@ -184,7 +215,13 @@ class FusedAdam(_FusedOptimizer):
         return (*floats, step, bool(group["adamw_mode"]), bool(group["bias_correction"]))
 
     def _fallback(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+        self,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        step: int,
+        context: GroupContext,
     ) -> None:
         lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]
@@ -204,14 +241,79 @@ class FusedAdam(_FusedOptimizer):
             p.copy_(work)
 
 
+def _coeff_bounds(group: dict[str, Any]) -> tuple[float, float]:
+    """The group's trust-ratio bounds as the kernel takes them: 0 and +inf where unbounded,
+    which leave every ratio as it is (a ratio is > 0 when both norms are)."""
+    low, high = group["min_coeff"], group["max_coeff"]
+    return (0.0 if low is None else float(low), math.inf if high is None else float(high))
+
+
+def _clip_factors(grads: list[Tensor], max_norm: float) -> dict[torch.device, Tensor]:
+    """apex FusedLAMB's clip factor ``max_norm / max(N, max_norm)``, N the L2 norm of all of
+    ``grads`` together, as a 0-d fp32 tensor on each of their devices; exactly 1 when
+    N <= max_norm, so clipping that does not bite changes no bit of the step.
+
+    Device ops only (per-tensor norms, then the norm of those): a GPU step does not wait for
+    the GPU. Half grads are reduced in fp32 (a norm in fp16 overflows past 65504)."""
+    by_device: dict[torch.device, list[Tensor]] = {}
+    for g in grads:
+        by_device.setdefault(g.device, []).append(g)
+    totals: list[Tensor] = []
+    for listed in by_device.values():
+        narrow = [g for g in listed if g.dtype != torch.float64]
+        wide = [g for g in listed if g.dtype == torch.float64]
+        # _foreach_norm refuses to narrow fp64 to an fp32 result: those are reduced in fp64.
+        norms = list(torch._foreach_norm(narrow, 2, dtype=torch.float32)) if narrow else []
+        norms += [n.float() for n in torch._foreach_norm(wide)] if wide else []
+        totals.append(torch.linalg.vector_norm(torch.stack(norms)))
+    total = totals[0]
+    if len(totals) > 1:
+        total = torch.linalg.vector_norm(torch.stack([t.to(total.device) for t in totals]))
+    limit = torch.full_like(total, max_norm)
+    factor = limit / torch.maximum(total, limit)
+    return {device: factor.to(device) for device in by_device}
+
+
 class FusedLamb(_FusedOptimizer):
-    """Lamb: Adam moments, update u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, and
-    p -= lr * (||p|| / ||u||) * u per tensor (trust ratio 1 when either norm is zero)."""
+    """Lamb, per param tensor, with fp32 state and math::
+
+        g = grad * c                                   # c = 1 unless max_grad_norm > 0
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g^2
+        m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t)    # m, v without bias_correction
+        u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p   # sqrt(v_hat + eps): eps_inside_sqrt
+        r = clamp(||p|| / ||u||, min_coeff, max_coeff), or 1 when either norm is 0
+        p -= lr * r * u
+
+    The options are keyword-only, and off by default; off, this is the update of the paper and
+    of apex's FusedLAMB (adam_w_mode=True, grad_averaging=True) without its clipping.
+
+    max_grad_norm: 0 (default) does not clip. Above 0, apex's global grad-norm clipping:
+        c = max_grad_norm / max(N, max_grad_norm), N the L2 norm of this step's grads of every
+        param of the group (before anything else touches them), so the clipped grads' norm is
+        at most max_grad_norm. apex divides by max(N / max_grad_norm, 1), the same up to
+        rounding; apex takes N over all groups and the optimizer's max_grad_norm, here each
+        group is clipped by its own grads and its own max_grad_norm (the same with one group).
+        c is a device value: computing it does not wait for the GPU.
+    eps_inside_sqrt: eps under the square root, as DeepSpeed's Lamb and Adam offer it.
+    min_coeff, max_coeff: None (default) leaves that side of the trust ratio unbounded. When
+        both are given the ratio is clamped to max_coeff first, then to min_coeff, as DeepSpeed
+        does; the constructor refuses min_coeff > max_coeff, so the order shows only in a group
+        edited afterwards (min_coeff then wins). The 1 taken when a norm is 0 is not clamped.
+
+    ``trust_ratios()`` reads the ratio r each param was updated with in the last step.
+
+    DeepSpeed places bias correction outside the trust ratio (m, v uncorrected in u, then
+    p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * r * u): that is this rule with bias_correction=False
+    and lr scaled by sqrt(1 - b2^t) / (1 - b1^t) for the step, since r does not depend on lr.
+    """
 
     hyper = LambHyper
     op = GpuOp("fused_lamb")
     kernel_fn = "lamb"
     state_keys = ("exp_avg", "exp_avg_sq")
+    # Per bucket of the last step: its params, and a 1-D fp32 tensor of their trust ratios.
+    _last_ratios: list[tuple[list[Tensor], Tensor]]
 
     def __init__(
         self,
@@ -222,35 +324,113 @@ class FusedLamb(_FusedOptimizer):
         weight_decay: float = LambHyper.weight_decay,
         bias_correction: bool = LambHyper.bias_correction,
         use_kernel: bool | None = None,
+        *,
+        max_grad_norm: float = LambHyper.max_grad_norm,
+        eps_inside_sqrt: bool = LambHyper.eps_inside_sqrt,
+        min_coeff: float | None = LambHyper.min_coeff,
+        max_coeff: float | None = LambHyper.max_coeff,
     ) -> None:
-        super().__init__(params, LambHyper(lr, betas, eps, weight_decay, bias_correction), use_kernel)
+        options = LambHyper(
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            bias_correction,
+            max_grad_norm,
+            eps_inside_sqrt,
+            min_coeff,
+            max_coeff,
+        )
+        super().__init__(params, options, use_kernel)
+        self._last_ratios = []
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__.setdefault("_last_ratios", [])  # torch pickles only defaults, state, groups
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        self._last_ratios = []
+        return super().step(closure)
+
+    def trust_ratios(self) -> list[Tensor | None]:
+        """The trust ratio r each param was updated with in the last ``step()``.
+
+        One entry per param of ``param_groups``, in their order (``[p for g in opt.param_groups
+        for p in g["params"]]``): a 0-d fp32 tensor on the param's device, or None for a param
+        the last step did not update (it had no grad). The values stay on the device, so that a
+        step never waits for the GPU; ``float(r)`` waits for that step only when asked. They
+        are not optimizer state: not in ``state_dict()``, and gone after unpickling.
+        """
+        found: dict[int, Tensor] = {}
+        for params, ratios in self._last_ratios:
+            for p, ratio in zip(params, ratios.unbind()):
+                found[id(p)] = ratio
+        return [found.get(id(p)) for group in self.param_groups for p in group["params"]]
+
+    def _group_context(self, group: dict[str, Any], stepped: list[Entry]) -> GroupContext:
+        max_norm = float(group["max_grad_norm"])
+        if max_norm <= 0.0 or not stepped:
+            return None
+        return _clip_factors([g for _, g, _ in stepped], max_norm)
 
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
-        return (*floats, step, bool(group["bias_correction"]))
+        switches = (bool(group["bias_correction"]), bool(group["eps_inside_sqrt"]))
+        return (*floats, step, *switches, *_coeff_bounds(group))
+
+    def _launch(
+        self,
+        module: Any,
+        lists: list[list[Tensor]],
+        entries: list[Entry],
+        group: dict[str, Any],
+        step: int,
+        context: GroupContext,
+    ) -> None:
+        scale = None if context is None else context[entries[0][0].device]
+        # grad_scale positionally, as every other argument: wrappers of the kernel function
+        # (the self-tests' breakages) take (grads, params, *rest).
+        ratios = module.lamb(*lists, *self._kernel_scalars(group, step), scale)
+        self._last_ratios.append(([p for p, _, _ in entries], ratios))
 
     def _fallback(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+        self,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        step: int,
+        context: GroupContext,
     ) -> None:
         lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]
         work = _math_view(p)
         g = grad.to(work.dtype)
+        if context is not None:
+            g = g * context[p.device]  # a new tensor: the caller's grad is left as it was
         m, v = _update_moments(state, g, group["betas"])
         correction1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
         correction2 = 1.0 - beta2**step if group["bias_correction"] else 1.0
-        update = (m / correction1) / ((v / correction2).sqrt() + eps)
+        v_hat = v / correction2
+        denom = v_hat.add_(eps).sqrt_() if group["eps_inside_sqrt"] else v_hat.sqrt_().add_(eps)
+        update = (m / correction1) / denom
         if decay != 0.0:
             update.add_(work, alpha=decay)
         param_norm = work.norm()
         update_norm = update.norm()
+        ratio = param_norm / update_norm
+        # max first, then min, as the kernel (and DeepSpeed) clamp.
+        if group["max_coeff"] is not None:
+            ratio = ratio.clamp(max=float(group["max_coeff"]))
+        if group["min_coeff"] is not None:
+            ratio = ratio.clamp(min=float(group["min_coeff"]))
         # Stay on the device: a tensor trust ratio avoids a host sync per parameter.
-        trust = torch.where(
-            (param_norm > 0) & (update_norm > 0), param_norm / update_norm, torch.ones_like(param_norm)
-        )
+        trust = torch.where((param_norm > 0) & (update_norm > 0), ratio, torch.ones_like(param_norm))
         work.sub_(update.mul_(trust * lr))
         if work is not p:
             p.copy_(work)
+        self._last_ratios.append(([p], trust.float().reshape(1)))
 
 
 class FusedLion(_FusedOptimizer):
@@ -276,7 +456,13 @@ class FusedLion(_FusedOptimizer):
         return hyperparams(group, "lr", "betas", "weight_decay")
 
     def _fallback(
-        self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+        self,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        step: int,
+        context: GroupContext,
     ) -> None:
         lr, decay = float(group["lr"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]

@@ -77,7 +77,8 @@ SIGNATURES = {
     CPUAdagrad: "params lr lr_decay weight_decay initial_accumulator_value eps | use_kernel",
     CPULion: "params lr betas weight_decay | use_kernel",
     FusedAdam: "params lr betas eps weight_decay adamw_mode bias_correction use_kernel",
-    FusedLamb: "params lr betas eps weight_decay bias_correction use_kernel",
+    FusedLamb: "params lr betas eps weight_decay bias_correction use_kernel | max_grad_norm eps_inside_sqrt "
+    "min_coeff max_coeff",
     FusedLion: "params lr betas weight_decay use_kernel",
 }
 
@@ -100,6 +101,11 @@ def test_lamb_and_lion_defaults() -> None:
         "eps": 1e-6,
         "weight_decay": 0.01,
         "bias_correction": True,
+        # Off: apex's FusedLAMB clips at 1.0 by default, DeepSpeed's clamps to [0.01, 10].
+        "max_grad_norm": 0.0,
+        "eps_inside_sqrt": False,
+        "min_coeff": None,
+        "max_coeff": None,
     }
     assert FusedLion([_param()]).defaults == {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 0.0}
 

@@ -1,9 +1,12 @@
 // Multi-tensor Lamb in three phases, each a kernel per pack of tensors:
-//   1. Adam moments and the raw update u = m_hat / (sqrt(v_hat) + eps) + wd * p,
+//   1. the grads times the clip factor (when clipping), Adam moments and the raw update
+//      u = m_hat / (sqrt(v_hat) + eps) + wd * p (sqrt(v_hat + eps) with eps inside),
 //      stored in fp32 scratch; each block writes its chunk's partial sums of p^2 and
 //      u^2 to its own slot (chunk slots are numbered in tensor, then chunk order);
-//   2. per tensor, its chunks' partials added in chunk order: ||p||^2 and ||u||^2;
-//   3. p -= lr * trust * u with trust = ||p|| / ||u|| (1 when either is zero).
+//   2. per tensor, its chunks' partials added in chunk order: ||p|| and ||u||, and the
+//      trust ratio ||p|| / ||u|| clamped to [min_coeff, max_coeff] (1 when either norm
+//      is zero), written out for the caller;
+//   3. p -= lr * trust * u.
 // Each phase needs every block of the one before finished, hence separate launches.
 // The norms are summed in a fixed order (a float atomicAdd per block would add the
 // partials in whatever order the blocks finish), so a step is bitwise reproducible.
@@ -24,11 +27,15 @@ static_assert(sizeof(LambNormTable) <= 4096, "kernel argument too large");
 static_assert(sizeof(TensorListMeta<5>) + sizeof(gpu_ops::LambConfig) + sizeof(float2*) <= kMtArgBytes,
               "kernel arguments too large");
 static_assert(sizeof(TensorListMeta<2>) + sizeof(float) + sizeof(float*) <= kMtArgBytes, "kernel arguments too large");
+static_assert(sizeof(LambNormTable) + sizeof(float2*) + 2 * sizeof(float) + sizeof(float*) <= kMtArgBytes,
+              "kernel arguments too large");
 
 constexpr int kNormThreads = 256;
 
 // `partials` points at this launch's first block's slot: (sum p^2, sum u^2) per block.
-template <typename T>
+// kScaled: the grads are multiplied by *cfg.grad_scale. A separate instantiation, so that a
+// step without clipping runs the same instructions on the grads as before the option.
+template <typename T, bool kScaled>
 __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
     lamb_stage1(TensorListMeta<5> meta, gpu_ops::LambConfig cfg, float2* partials) {
   __shared__ float2 scratch[kGpuMaxWarps];
@@ -41,6 +48,8 @@ __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
   // The size need not be a multiple of kMtILP: mt_for_each takes the tail one by one.
   const bool vectorized = gpu_is_aligned(g, kMtILP) && gpu_is_aligned(p, kMtILP) && gpu_is_aligned(m, kMtILP) &&
                           gpu_is_aligned(v, kMtILP) && gpu_is_aligned(u, kMtILP);
+  float scale = 1.0f;
+  if constexpr (kScaled) scale = *cfg.grad_scale;  // one value for the whole step
   // (sum p^2, sum u^2) over this thread's elements, in the fixed order mt_for_each visits
   // them for this chunk length.
   float2 sums = make_float2(0.0f, 0.0f);
@@ -54,6 +63,13 @@ __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
     mt_load(pr, p, span);
     mt_load(mr, m, span);
     mt_load(vr, v, span);
+    if constexpr (kScaled) {
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) gr[j][k] *= scale;
+      }
+    }
 #pragma unroll
     for (int j = 0; j < U; ++j) {
 #pragma unroll
@@ -62,7 +78,9 @@ __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
         vr[j][k] = cfg.beta2 * vr[j][k] + cfg.one_minus_beta2 * gr[j][k] * gr[j][k];
         const float m_hat = mr[j][k] / cfg.bias_correction1;
         const float v_hat = vr[j][k] / cfg.bias_correction2;
-        ur[j][k] = m_hat / (sqrtf(v_hat) + cfg.eps) + cfg.weight_decay * pr[j][k];
+        // One of eps_inside / eps_outside is 0: adding +0 to v_hat >= 0 or to a square root
+        // leaves it as it is, so either placement runs without a branch.
+        ur[j][k] = m_hat / (sqrtf(v_hat + cfg.eps_inside) + cfg.eps_outside) + cfg.weight_decay * pr[j][k];
         sums.x += pr[j][k] * pr[j][k];
         sums.y += ur[j][k] * ur[j][k];
       }
@@ -76,9 +94,11 @@ __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
 }
 
 // One block per tensor: the sum of its chunks' partials, each thread taking a fixed
-// stride of them, then block_sum's fixed tree. norms[2t], norms[2t + 1] = ||p||^2, ||u||^2.
+// stride of them, then block_sum's fixed tree, gives ||p||^2 and ||u||^2; ratios[t] is
+// tensor t's trust ratio.
 __global__ void __launch_bounds__(kNormThreads)
-    lamb_norms(LambNormTable table, const float2* __restrict__ partials, float* __restrict__ norms) {
+    lamb_norms(LambNormTable table, const float2* __restrict__ partials, float min_coeff, float max_coeff,
+               float* __restrict__ ratios) {
   __shared__ float2 scratch[kGpuMaxWarps];
   const float2* first = partials + table.first_slot[blockIdx.x];
   float2 sums = make_float2(0.0f, 0.0f);
@@ -88,23 +108,27 @@ __global__ void __launch_bounds__(kNormThreads)
   }
   sums = block_sum(sums, scratch);
   if (threadIdx.x == 0) {
-    const int t = table.tensor_index[blockIdx.x];
-    norms[2 * t] = sums.x;
-    norms[2 * t + 1] = sums.y;
+    const float param_norm = sqrtf(sums.x);
+    const float update_norm = sqrtf(sums.y);
+    float trust = 1.0f;
+    if (param_norm > 0.0f && update_norm > 0.0f) {
+      trust = param_norm / update_norm;
+      // max_coeff first, then min_coeff, as DeepSpeed clamps. Comparisons rather than
+      // fminf / fmaxf: a NaN ratio stays NaN, as torch.clamp keeps it in the fallback.
+      if (trust > max_coeff) trust = max_coeff;
+      if (trust < min_coeff) trust = min_coeff;
+    }
+    ratios[table.tensor_index[blockIdx.x]] = trust;
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
-    lamb_stage2(TensorListMeta<2> meta, float lr, const float* norms) {
+    lamb_stage2(TensorListMeta<2> meta, float lr, const float* ratios) {
   const MtChunk<2> chunk = mt_chunk(meta);
   T* p = static_cast<T*>(meta.addresses[0][chunk.slot]) + chunk.start;
   const float* u = static_cast<const float*>(meta.addresses[1][chunk.slot]) + chunk.start;
-  const int t = meta.tensor_index[chunk.slot];
-  const float param_norm = sqrtf(norms[2 * t]);
-  const float update_norm = sqrtf(norms[2 * t + 1]);
-  const float trust = (param_norm > 0.0f && update_norm > 0.0f) ? param_norm / update_norm : 1.0f;
-  const float step = lr * trust;
+  const float step = lr * ratios[meta.tensor_index[chunk.slot]];
   const bool vectorized = gpu_is_aligned(p, kMtILP) && gpu_is_aligned(u, kMtILP);
   mt_for_each(chunk.length, vectorized, [&](const auto& span) {
     using Span = std::decay_t<decltype(span)>;
@@ -133,14 +157,14 @@ int64_t fused_lamb_chunks(int n, const int64_t* sizes) {
 }
 
 gpuError_t fused_lamb(int n, void* const* grads, void* const* params, float* const* exp_avgs,
-                      float* const* exp_avg_sqs, float* const* updates, float* workspace, const int64_t* sizes,
-                      DType dtype, const LambConfig& config, gpuStream_t stream) {
+                      float* const* exp_avg_sqs, float* const* updates, float* workspace, float* trust_ratios,
+                      const int64_t* sizes, DType dtype, const LambConfig& config, gpuStream_t stream) {
   if (n <= 0) return gpuSuccess;
-  float* norms = workspace;
   // multi_tensor_apply hands out blocks in (tensor, chunk) order over all its launches and
   // skips empty tensors, so block k of the whole stage is chunk slot k, and tensor t's
   // chunks are the slots from the sum of the chunk counts before it.
-  float2* partials = reinterpret_cast<float2*>(workspace + 2 * static_cast<int64_t>(n));
+  float2* partials = reinterpret_cast<float2*>(workspace);
+  const bool scaled = config.grad_scale != nullptr;
   void* const* updates_raw = reinterpret_cast<void* const*>(updates);
   MtTable<5> stage1{n,
                     {grads, params, reinterpret_cast<void* const*>(exp_avgs),
@@ -151,11 +175,15 @@ gpuError_t fused_lamb(int n, void* const* grads, void* const* params, float* con
     using T = decltype(tag);
     int64_t slot = 0;
     gpuError_t e = multi_tensor_apply<5>(stage1, [&](const TensorListMeta<5>& meta, int blocks) {
-      lamb_stage1<T><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config, partials + slot);
+      if (scaled) {
+        lamb_stage1<T, true><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config, partials + slot);
+      } else {
+        lamb_stage1<T, false><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config, partials + slot);
+      }
       slot += blocks;
     });
     if (e != gpuSuccess) return e;
-    // Every tensor's norms, empty ones (no chunks: zeros) included.
+    // Every tensor's ratio, empty ones (no chunks: zero norms, ratio 1) included.
     LambNormTable table;
     int listed = 0;
     int64_t first_slot = 0;
@@ -166,14 +194,15 @@ gpuError_t fused_lamb(int n, void* const* grads, void* const* params, float* con
       table.first_slot[listed] = first_slot;
       first_slot += chunks;
       if (++listed == LambNormTable::kTensors || t == n - 1) {
-        lamb_norms<<<listed, kNormThreads, 0, stream>>>(table, partials, norms);
+        lamb_norms<<<listed, kNormThreads, 0, stream>>>(table, partials, config.min_coeff, config.max_coeff,
+                                                        trust_ratios);
         e = gpuGetLastError();
         if (e != gpuSuccess) return e;
         listed = 0;
       }
     }
     return multi_tensor_apply<2>(stage2, [&](const TensorListMeta<2>& meta, int blocks) {
-      lamb_stage2<T><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config.lr, norms);
+      lamb_stage2<T><<<blocks, kMtBlockThreads, 0, stream>>>(meta, config.lr, trust_ratios);
     });
   });
 }

@@ -1,25 +1,42 @@
 // torch bindings of fused_lamb: check the tensor lists, allocate the fp32 scratch
-// (updates, and the workspace of per-tensor norms and per-chunk partial sums) from
-// torch's caching allocator, launch.
+// (updates, and the workspace of per-chunk partial sums and per-tensor trust ratios) from
+// torch's caching allocator, launch, and return the trust ratios.
 #include "gpu_bindings.h"
 #include "gpu_fused_optim.h"
 
 #include <cmath>
+#include <limits>
 
 namespace {
 
-void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& params,
-          const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs, double lr,
-          double beta1, double beta2, double eps, double weight_decay, int64_t step, bool bias_correction) {
+// Returns the trust ratio each tensor was updated with: an fp32 tensor of n elements on the
+// params' device, written by the launch (reading it waits for the step; returning it does not).
+at::Tensor lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& params,
+                const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs, double lr,
+                double beta1, double beta2, double eps, double weight_decay, int64_t step, bool bias_correction,
+                bool eps_inside_sqrt, double min_coeff, double max_coeff,
+                const c10::optional<at::Tensor>& grad_scale) {
   const size_t n = params.size();
   TORCH_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n,
               "fused_lamb: grads, params, exp_avgs and exp_avg_sqs must have the same length");
-  if (n == 0) return;
+  if (n == 0) return at::empty({0}, at::TensorOptions().dtype(at::kFloat));
   TORCH_CHECK(step >= 1, "fused_lamb: step must be >= 1, got ", step);
+  // The kernel clamps max first, then min; NaN bounds would clamp nothing, or everything.
+  TORCH_CHECK(min_coeff >= 0.0 && max_coeff >= 0.0, "fused_lamb: min_coeff and max_coeff must be >= 0, got ",
+              min_coeff, " and ", max_coeff);
   const gpu_bind::OptimizerLists lists = gpu_bind::optimizer_lists("fused_lamb", params, grads);
   const std::vector<float*> m = gpu_bind::fp32_state(exp_avgs, "exp_avgs", lists);
   const std::vector<float*> v = gpu_bind::fp32_state(exp_avg_sqs, "exp_avg_sqs", lists);
   const std::vector<int64_t>& sizes = lists.sizes;
+  const float* scale = nullptr;
+  if (grad_scale.has_value()) {
+    const at::Tensor& s = *grad_scale;
+    gpu_bind::check_gpu_tensor(s, "grad_scale");
+    TORCH_CHECK(s.device() == lists.device, "grad_scale is on ", s.device(), " but expected ", lists.device);
+    TORCH_CHECK(s.scalar_type() == at::kFloat && s.numel() == 1,
+                "fused_lamb: grad_scale must be one float32 element, got ", s.numel(), " of ", s.scalar_type());
+    scale = s.data_ptr<float>();
+  }
 
   // One scratch allocation; each tensor's slice starts on a 16-byte boundary so the
   // kernels can use vector loads on it.
@@ -32,8 +49,11 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   const c10::cuda::CUDAGuard guard(lists.device);
   const auto options = params[0].options().dtype(at::kFloat);
   at::Tensor scratch = at::empty({total}, options);
+  // Workspace: the per-chunk (float2) partials first, at the allocation's aligned start, then
+  // the n ratios, which the returned tensor views.
   const int64_t chunks = gpu_ops::fused_lamb_chunks(static_cast<int>(n), sizes.data());
-  at::Tensor workspace = at::empty({static_cast<int64_t>(2 * n) + 2 * chunks}, options);
+  at::Tensor workspace = at::empty({2 * chunks + static_cast<int64_t>(n)}, options);
+  at::Tensor ratios = workspace.narrow(0, 2 * chunks, static_cast<int64_t>(n));
   std::vector<float*> updates(n);
   for (size_t i = 0; i < n; ++i) updates[i] = scratch.data_ptr<float>() + offsets[i];
 
@@ -43,25 +63,35 @@ void lamb(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   config.beta2 = static_cast<float>(beta2);
   config.one_minus_beta1 = static_cast<float>(1.0 - beta1);
   config.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  config.eps = static_cast<float>(eps);
+  config.eps_inside = eps_inside_sqrt ? static_cast<float>(eps) : 0.0f;
+  config.eps_outside = eps_inside_sqrt ? 0.0f : static_cast<float>(eps);
   config.weight_decay = static_cast<float>(weight_decay);
   const double s = static_cast<double>(step);
   config.bias_correction1 = bias_correction ? static_cast<float>(1.0 - std::pow(beta1, s)) : 1.0f;
   config.bias_correction2 = bias_correction ? static_cast<float>(1.0 - std::pow(beta2, s)) : 1.0f;
+  config.min_coeff = static_cast<float>(min_coeff);
+  config.max_coeff = static_cast<float>(max_coeff);
+  config.grad_scale = scale;
 
   gpu_bind::check_launch(
       gpu_ops::fused_lamb(static_cast<int>(n), lists.grads.data(), lists.params.data(), m.data(), v.data(),
-                          updates.data(), workspace.data_ptr<float>(), sizes.data(), lists.dtype, config,
-                          gpu_bind::current_stream()),
+                          updates.data(), workspace.data_ptr<float>(), ratios.data_ptr<float>(), sizes.data(),
+                          lists.dtype, config, gpu_bind::current_stream()),
       "fused_lamb");
+  return ratios;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Multi-tensor Lamb (per-tensor trust ratio; fp32 state and math)";
-  m.def("lamb", &lamb, "One Lamb step over lists of tensors, in place", py::arg("grads"), py::arg("params"),
-        py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"),
-        py::arg("eps"), py::arg("weight_decay"), py::arg("step"), py::arg("bias_correction"));
+  m.def("lamb", &lamb,
+        "One Lamb step over lists of tensors, in place; returns the trust ratio of each tensor (fp32, on "
+        "the device). min_coeff / max_coeff bound the ratio (max first); grad_scale, a one-element fp32 "
+        "tensor on the device, multiplies every grad (the clip factor of grad-norm clipping)",
+        py::arg("grads"), py::arg("params"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("lr"),
+        py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"), py::arg("step"),
+        py::arg("bias_correction"), py::arg("eps_inside_sqrt") = false, py::arg("min_coeff") = 0.0,
+        py::arg("max_coeff") = std::numeric_limits<double>::infinity(), py::arg("grad_scale") = py::none());
   m.def("has_bf16", &gpu_ops::has_bf16, "Whether this build has bf16 kernels");
 }
