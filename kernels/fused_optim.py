@@ -104,15 +104,16 @@ class _FusedOptimizer(KernelOptimizer):
             buckets: dict[tuple[torch.device, torch.dtype, int], list[Entry]] = {}
             stepped: list[Entry] = []
             for p in group["params"]:
-                if p.grad is None:
+                grad = self._grad_of(p)
+                if grad is None:
                     continue
-                self._check(p)
+                self._check(p, grad)
                 state = self.state[p]
                 if "step" not in state:
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
                 for key in self.state_keys:
                     _fp32_state(state, key, p)
-                stepped.append((p, p.grad.contiguous(), state))
+                stepped.append((p, grad.contiguous(), state))
             for entry, step in zip(stepped, advance_steps([state for _, _, state in stepped])):
                 buckets.setdefault((entry[0].device, entry[0].dtype, step), []).append(entry)
             context = self._group_context(group, stepped)
@@ -140,15 +141,18 @@ class _FusedOptimizer(KernelOptimizer):
             self.backend = "mixed" if len(used) > 1 else next(iter(used))
         return loss
 
-    def _check(self, p: Tensor) -> None:
+    def _grad_of(self, p: Tensor) -> Tensor | None:
+        """The gradient this step applies to ``p`` (None: ``p`` is not stepped)."""
+        return p.grad
+
+    def _check(self, p: Tensor, grad: Tensor) -> None:
         name = type(self).__name__
-        assert p.grad is not None
-        if p.grad.is_sparse:
+        if grad.is_sparse:
             raise ValueError(f"{name}: sparse gradients are not supported")
         if not p.is_floating_point():
             raise TypeError(f"{name}: params must be floating point, got {p.dtype}")
-        if p.grad.dtype != p.dtype:
-            raise TypeError(f"{name}: a {p.dtype} param has a {p.grad.dtype} grad; they must match")
+        if grad.dtype != p.dtype:
+            raise TypeError(f"{name}: a {p.dtype} param has a {grad.dtype} grad; they must match")
 
     def _group_context(self, group: dict[str, Any], stepped: list[Entry]) -> GroupContext:
         """Per-group values the updates need beyond the hyperparameters; none by default."""

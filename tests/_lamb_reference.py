@@ -98,3 +98,38 @@ def lamb_reference(
     run.params = [x.to(params[i].dtype) for i, x in enumerate(p)]
     run.exp_avg = m
     return run
+
+
+def deepspeed_lamb(
+    p0: list[Tensor], grads: list[list[Tensor]], hyper: dict[str, Any], norms: list[float] | None = None
+) -> tuple[list[Tensor], list[list[float]]]:
+    """DeepSpeed's FusedLamb, from its documented formula, in float64, one param at a time:
+    params after every step's grads, and each step's trust ratios."""
+    lr, (b1, b2), eps, wd = hyper["lr"], hyper["betas"], hyper["eps"], hyper["weight_decay"]
+    scale, max_norm = hyper.get("scale", 1.0), hyper.get("max_grad_norm", 0.0)
+    ps = [p.double().clone() for p in p0]
+    ms = [torch.zeros_like(p) for p in ps]
+    vs = [torch.zeros_like(p) for p in ps]
+    coeffs = []
+    for t, step_grads in enumerate(grads, start=1):
+        combined = scale
+        if max_norm > 0:
+            assert norms is not None
+            clip = (norms[t - 1] / scale + 1e-6) / max_norm
+            combined = clip * scale if clip > 1 else scale
+        step_coeffs = []
+        for i, grad in enumerate(step_grads):
+            g = grad.double() / combined
+            ms[i] = b1 * ms[i] + (1 - b1) * g
+            vs[i] = b2 * vs[i] + (1 - b2) * g * g
+            denom = (vs[i] + eps).sqrt() if hyper["eps_inside_sqrt"] else vs[i].sqrt() + eps
+            u = ms[i] / denom + wd * ps[i]
+            w_norm, u_norm = math.sqrt(float((ps[i] * ps[i]).sum())), math.sqrt(float((u * u).sum()))
+            coeff = 1.0
+            if w_norm != 0 and u_norm != 0:
+                coeff = max(min(w_norm / u_norm, hyper["max_coeff"]), hyper["min_coeff"])
+            step_size = lr * math.sqrt(1 - b2**t) / (1 - b1**t) if hyper["bias_correction"] else lr
+            ps[i] = ps[i] - step_size * coeff * u
+            step_coeffs.append(coeff)
+        coeffs.append(step_coeffs)
+    return ps, coeffs

@@ -1,4 +1,4 @@
-"""DeepSpeed's ``FusedLamb``: its LAMB rule, which differs from ours on purpose, in PyTorch.
+"""DeepSpeed's ``FusedLamb``: its LAMB rule, which differs from ours on purpose, on our kernel.
 
 DeepSpeed's rule (deepspeed/ops/lamb, csrc/lamb/fused_lamb_cuda_kernel.cu), per param tensor::
 
@@ -10,16 +10,17 @@ DeepSpeed's rule (deepspeed/ops/lamb, csrc/lamb/fused_lamb_cuda_kernel.cu), per 
     p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * coeff * u   # lr alone without bias_correction
 
 Ours (``kernels.optim.FusedLamb``, as in apex and the paper) bias-corrects m and v inside the
-update, before the trust ratio, and does not clamp the ratio. No kernel here computes DeepSpeed's
-rule, so this class runs it in PyTorch, on whatever device the params are on (a chain of torch
-ops per param on a GPU: correct, slower than a fused kernel; it says so once).
+update, before the trust ratio. DeepSpeed's rule is ours with ``bias_correction=False``, the
+step's lr scaled by ``sqrt(1 - b2^t) / (1 - b1^t)`` (the ratio does not depend on lr), the
+grads multiplied by ``1 / combined_scale`` (our kernel's device-side grad scale) and the ratio
+bounds and eps placement of our options; so this class is our optimizer with that translation,
+and runs the fused_lamb kernel on a GPU (our PyTorch fallback elsewhere).
 """
 
 from __future__ import annotations
 
 import math
 import types
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,14 +29,14 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
-from kernels._optim_common import Hyper, KernelOptimizer, advance_step, check_betas, check_nonnegative
+from kernels import fused_optim
+from kernels._optim_common import Hyper, KernelOptimizer, Scalar, check_betas, check_nonnegative
 from kernels.compat._ds_cpu import refuse_amsgrad
+from kernels.fused_optim import Entry, GroupContext
 
 __all__ = ["DeepSpeedLambHyper", "FusedLamb"]
 
 Closure = Callable[[], float] | None
-
-_warned_device = False
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,11 @@ def _per_param(value: Any, params: int, what: str) -> Sequence[Any]:
     return entries
 
 
-class FusedLamb(KernelOptimizer):
+class FusedLamb(fused_optim.FusedLamb):
     """``deepspeed.ops.lamb.FusedLamb``: DeepSpeed's signature, step arguments and LAMB rule (see
     the module's docstring), ``lamb_coeffs`` / ``get_lamb_coeffs()`` after each step."""
 
-    hyper = DeepSpeedLambHyper
+    hyper = DeepSpeedLambHyper  # type: ignore[assignment]  # DeepSpeed's options and defaults
     lamb_coeffs: list[Tensor]
 
     def __init__(
@@ -120,15 +121,20 @@ class FusedLamb(KernelOptimizer):
             max_coeff,
             min_coeff,
         )
-        super().__init__(params, options, use_kernel=False)
+        # The base of our FusedLamb, not its constructor: the group options are DeepSpeed's
+        # (their names are ours; bias_correction and max_grad_norm are translated per step).
+        KernelOptimizer.__init__(self, params, options, use_kernel=None)
+        self._last_ratios = []
+        self._grads: dict[int, Tensor] = {}
+        self._grad_scales: dict[int, float] = {}
         self.eps_mode = 0 if eps_inside_sqrt else 1  # DeepSpeed's attribute
         self.lamb_coeffs = []
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__.setdefault("lamb_coeffs", [])  # torch pickles only defaults, state, groups
-        self.__dict__.setdefault("use_kernel", False)
-        self.__dict__.setdefault("backend", None)
+        self.__dict__.setdefault("_grads", {})
+        self.__dict__.setdefault("_grad_scales", {})
 
     @torch.no_grad()
     def step(  # type: ignore[override]  # DeepSpeed's signature
@@ -147,7 +153,7 @@ class FusedLamb(KernelOptimizer):
         grad_norms: per group, the gradients' norm (one number, or one per param); needed when
         max_grad_norm > 0, to clip as DeepSpeed does.
         """
-        loss = self._run_closure(closure)
+        loss = self._run_closure(closure)  # before the grads are read, as DeepSpeed does
         groups = len(self.param_groups)
         all_grads = _per_group(grads, groups, "grads")
         all_outputs = _per_group(output_params, groups, "output_params")
@@ -156,31 +162,60 @@ class FusedLamb(KernelOptimizer):
             raise ValueError(
                 f"FusedLamb.step: grad_norms has {len(all_norms)} groups, the optimizer {groups}"
             )
-        self.lamb_coeffs.clear()
-        for group, group_grads, outputs, norms in zip(
+        outputs: list[tuple[Tensor, Tensor]] = []
+        self._grads, self._grad_scales = {}, {}
+        for group, group_grads, group_outputs, norms in zip(
             self.param_groups, all_grads, all_outputs, all_norms, strict=True
         ):
-            params = group["params"]
-            group_grads = _per_param(group_grads, len(params), "grads")
-            outputs = _per_param(outputs, len(params), "output_params")
-            # DeepSpeed zips one number with the group's params, updating only the first: the
-            # number is the group's norm, so it applies to every param here.
-            if not isinstance(norms, (list, tuple)):
-                norms = [norms] * len(params)
-            norms = _per_param(norms, len(params), "grad_norms")
-            for p, grad, output, norm in zip(params, group_grads, outputs, norms, strict=True):
-                if grad is None:
-                    grad = p.grad
-                if grad is None:
-                    continue
-                if grad.is_sparse:
-                    raise RuntimeError("FusedLamb does not support sparse gradients")
-                self._update(p, grad, output, group, self._combined_scale(group, float(scale), norm))
+            outputs += self._take_grads(group, group_grads, group_outputs, norms, float(scale))
+        try:
+            super().step()
+        finally:
+            self._grads, self._grad_scales = {}, {}
+        for p, output in outputs:
+            output.copy_(p.detach().reshape(output.shape))
+        self.lamb_coeffs = [ratio for ratio in self.trust_ratios() if ratio is not None]
         return loss
 
     def get_lamb_coeffs(self) -> list[float]:
         """The trust ratio each param was updated with in the last step, in order."""
         return [float(coeff.item()) for coeff in self.lamb_coeffs]
+
+    def _take_grads(
+        self, group: dict[str, Any], grads: Any, outputs: Any, norms: Any, scale: float
+    ) -> list[tuple[Tensor, Tensor]]:
+        """Record the grads this step applies to the group's params and the group's grad scale;
+        returns the (param, output copy) pairs to write after the step."""
+        params = group["params"]
+        grads = _per_param(grads, len(params), "grads")
+        outputs = _per_param(outputs, len(params), "output_params")
+        # DeepSpeed zips one number with the group's params, updating only the first: the
+        # number is the group's norm, so it applies to every param here.
+        if not isinstance(norms, (list, tuple)):
+            norms = [norms] * len(params)
+        norms = _per_param(norms, len(params), "grad_norms")
+        taken: list[tuple[Tensor, Tensor, float]] = []
+        written: list[tuple[Tensor, Tensor]] = []
+        for p, grad, output, norm in zip(params, grads, outputs, norms, strict=True):
+            grad = p.grad if grad is None else grad
+            if grad is None:
+                continue
+            if grad.is_sparse:
+                raise RuntimeError("FusedLamb does not support sparse gradients")
+            taken.append((p, grad, self._combined_scale(group, scale, norm)))
+            if output is not None:
+                written.append((p, output))
+        scales = {combined for _, _, combined in taken}
+        if len(scales) == 1:
+            self._grad_scales[id(group)] = scales.pop()
+        for p, grad, combined in taken:
+            if id(group) not in self._grad_scales:
+                # One grad scale per kernel launch: per-param norms that clip differently are
+                # applied here instead, in fp32 (fp64 for fp64 params), before the step.
+                grad = grad.to(torch.float64 if p.dtype == torch.float64 else torch.float32) / combined
+            # DeepSpeed takes fp16 grads for fp32 params: the kernel takes the param's dtype.
+            self._grads[id(p)] = grad.to(p.dtype)
+        return written
 
     @staticmethod
     def _combined_scale(group: dict[str, Any], scale: float, norm: Any) -> float:
@@ -195,54 +230,40 @@ class FusedLamb(KernelOptimizer):
         clip = ((float(norm) / scale) + 1e-6) / max_grad_norm
         return clip * scale if clip > 1 else scale
 
-    def _update(
-        self, p: Tensor, grad: Tensor, output: Tensor | None, group: dict[str, Any], combined_scale: float
+    # ------------------------------------------------ the translation to our rule
+
+    def _grad_of(self, p: Tensor) -> Tensor | None:
+        return self._grads.get(id(p))
+
+    def _group_context(self, group: dict[str, Any], stepped: list[Entry]) -> GroupContext:
+        combined = self._grad_scales.get(id(group), 1.0)
+        if combined == 1.0 or not stepped:
+            return None
+        # 1 / combined in double, rounded once to fp32: the kernel multiplies where DeepSpeed
+        # divides (within an ulp).
+        devices = {p.device for p, _, _ in stepped}
+        return {d: torch.tensor(1.0 / combined, dtype=torch.float32, device=d) for d in devices}
+
+    def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
+        return super()._kernel_scalars(_as_our_rule(group, step), step)
+
+    def _fallback(
+        self,
+        p: Tensor,
+        grad: Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        step: int,
+        context: GroupContext,
     ) -> None:
-        global _warned_device
-        if p.device.type != "cpu" and not _warned_device:
-            _warned_device = True
-            warnings.warn(
-                "kernels.compat.deepspeed.FusedLamb runs DeepSpeed's LAMB rule in PyTorch: the "
-                "fused_lamb kernel computes kernels.optim.FusedLamb's rule (see docs/deepspeed.md)",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-        self.backend = "fallback"
-        # fp32 math (fp64 for fp64 params) and state, whatever the params' dtype.
-        work = p if p.dtype in (torch.float32, torch.float64) else p.float()
-        state = self.state[p]
-        if "step" not in state:
-            state["step"] = torch.tensor(0.0, dtype=torch.float32)
-        for key in ("exp_avg", "exp_avg_sq"):
-            held = state.get(key)
-            if held is None:
-                state[key] = torch.zeros_like(work, memory_format=torch.contiguous_format)
-            elif held.dtype != work.dtype or held.device != work.device:
-                state[key] = held.to(device=work.device, dtype=work.dtype)  # load_state_dict casts
-        step = advance_step(state)
-        lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
+        super()._fallback(p, grad, state, _as_our_rule(group, step), step, context)
+
+
+def _as_our_rule(group: dict[str, Any], step: int) -> dict[str, Any]:
+    """A DeepSpeed group as our rule's options for one step: bias correction moved into lr, and
+    no clipping of ours (DeepSpeed's clip is in the grad scale)."""
+    lr = float(group["lr"])
+    if group["bias_correction"]:
         beta1, beta2 = (float(b) for b in group["betas"])
-        g = grad.to(work.dtype) / combined_scale
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        m.mul_(beta1).add_(g, alpha=1.0 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
-        denom = (v + eps).sqrt_() if group["eps_inside_sqrt"] else v.sqrt().add_(eps)
-        update = (m / denom).add_(work, alpha=decay)
-        param_norm, update_norm = work.norm(), update.norm()
-        # min after max, as DeepSpeed's kernel clamps: min_coeff wins if the two cross.
-        ratio = (
-            (param_norm / update_norm)
-            .clamp(max=float(group["max_coeff"]))
-            .clamp(min=float(group["min_coeff"]))
-        )
-        # Stay on the device: a tensor ratio avoids a host sync per param.
-        coeff = torch.where((param_norm != 0) & (update_norm != 0), ratio, torch.ones_like(ratio))
-        step_size = lr
-        if group["bias_correction"]:
-            step_size = lr * math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
-        work.sub_(update.mul_(coeff * step_size))
-        if work is not p:
-            p.copy_(work)
-        if output is not None:
-            output.copy_(work.reshape(output.shape))
-        self.lamb_coeffs.append(coeff)
+        lr *= math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
+    return {**group, "lr": lr, "bias_correction": False, "max_grad_norm": 0.0}

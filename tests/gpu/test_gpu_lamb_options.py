@@ -223,3 +223,31 @@ def test_sync_debug_mode_catches_a_sync(device: torch.device) -> None:
             float(value)
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+def test_deepspeed_compat_lamb_runs_on_the_kernel(device: torch.device) -> None:
+    """kernels.compat.deepspeed.FusedLamb is our kernel with DeepSpeed's rule translated (bias
+    correction in lr, its clip and loss scale as the grad scale): DeepSpeed's rule, from the
+    float64 transcription, with the clamp hit on both sides and the grads clipped."""
+    from kernels.compat import deepspeed as ds
+    from tests._lamb_reference import deepspeed_lamb
+
+    hyper = {"lr": 1e-2, "betas": (0.9, 0.99), "eps": 1e-2, "weight_decay": 0.01, "max_coeff": 2.0,
+             "min_coeff": 0.1, "bias_correction": True, "eps_inside_sqrt": False, "scale": 4.0,
+             "max_grad_norm": 1.0}  # fmt: skip
+    params = _make(device, [torch.float32] * len(SIZES))
+    start = [p.detach().clone() for p in params]
+    grads = [[g * 4.0 for g in _grads(params, step)] for step in range(STEPS)]
+    norms = [float(torch.cat([g.flatten() for g in step]).norm()) for step in grads]
+    expected, expected_coeffs = deepspeed_lamb(start, grads, hyper, norms)
+    opt = ds.FusedLamb(params, lr=1e-2, betas=(0.9, 0.99), eps=1e-2, weight_decay=0.01,
+                       max_grad_norm=1.0, max_coeff=2.0, min_coeff=0.1)  # fmt: skip
+    for step_grads, norm, coeffs in zip(grads, norms, expected_coeffs, strict=True):
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = g.clone()
+        opt.step(scale=4.0, grad_norms=[norm])
+        assert opt.backend == "kernel"
+        assert opt.get_lamb_coeffs() == pytest.approx(coeffs, rel=1e-4)
+    assert {2.0, 0.1} <= {c for step in expected_coeffs for c in step}
+    for p, e in zip(params, expected, strict=True):
+        torch.testing.assert_close(p.detach(), e.float(), rtol=1e-5, atol=1e-6)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from torch import Tensor
 
 from kernels import optim as native
 from kernels.compat import deepspeed as ds
+from tests._lamb_reference import deepspeed_lamb
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*using the PyTorch fallback:RuntimeWarning")
 
@@ -246,41 +246,6 @@ def test_step_runs_the_closure_and_returns_its_loss(name: str) -> None:
 # ------------------------------------------------------------------ FusedLamb: DeepSpeed's rule
 
 
-def deepspeed_lamb(
-    p0: list[Tensor], grads: list[list[Tensor]], hyper: dict[str, Any], norms: list[float] | None = None
-) -> tuple[list[Tensor], list[list[float]]]:
-    """DeepSpeed's FusedLamb, from its documented formula, in float64, one param at a time:
-    params after every step's grads, and each step's trust ratios."""
-    lr, (b1, b2), eps, wd = hyper["lr"], hyper["betas"], hyper["eps"], hyper["weight_decay"]
-    scale, max_norm = hyper.get("scale", 1.0), hyper.get("max_grad_norm", 0.0)
-    ps = [p.double().clone() for p in p0]
-    ms = [torch.zeros_like(p) for p in ps]
-    vs = [torch.zeros_like(p) for p in ps]
-    coeffs = []
-    for t, step_grads in enumerate(grads, start=1):
-        combined = scale
-        if max_norm > 0:
-            assert norms is not None
-            clip = (norms[t - 1] / scale + 1e-6) / max_norm
-            combined = clip * scale if clip > 1 else scale
-        step_coeffs = []
-        for i, grad in enumerate(step_grads):
-            g = grad.double() / combined
-            ms[i] = b1 * ms[i] + (1 - b1) * g
-            vs[i] = b2 * vs[i] + (1 - b2) * g * g
-            denom = (vs[i] + eps).sqrt() if hyper["eps_inside_sqrt"] else vs[i].sqrt() + eps
-            u = ms[i] / denom + wd * ps[i]
-            w_norm, u_norm = math.sqrt(float((ps[i] * ps[i]).sum())), math.sqrt(float((u * u).sum()))
-            coeff = 1.0
-            if w_norm != 0 and u_norm != 0:
-                coeff = max(min(w_norm / u_norm, hyper["max_coeff"]), hyper["min_coeff"])
-            step_size = lr * math.sqrt(1 - b2**t) / (1 - b1**t) if hyper["bias_correction"] else lr
-            ps[i] = ps[i] - step_size * coeff * u
-            step_coeffs.append(coeff)
-        coeffs.append(step_coeffs)
-    return ps, coeffs
-
-
 def _lamb_params() -> list[Tensor]:
     """Trust ratios that hit max_coeff (a large param), min_coeff (a tiny one), neither, and a
     zero param (ratio 1)."""
@@ -337,6 +302,30 @@ def test_fused_lamb_scale_grad_norms_grads_and_output_params() -> None:
     _assert_close(params, [e.float() for e in expected])
     for p, c in zip(params, copies, strict=True):
         assert torch.equal(c, p.detach().half())
+
+
+def test_fused_lamb_per_param_grad_norms_that_clip_differently() -> None:
+    """grad_norms with one norm per param (DeepSpeed zips them with the params): each param is
+    clipped by its own, one clipping and one not. eps is large against the grads: LAMB's update
+    is otherwise nearly blind to a grad scale, clipped or not."""
+    hyper = {"lr": 1e-2, "betas": BETAS, "eps": 0.1, "weight_decay": 0.01, "max_coeff": 10.0,
+             "min_coeff": 0.01, "bias_correction": True, "eps_inside_sqrt": False,
+             "max_grad_norm": 1.0}  # fmt: skip
+    params = [torch.nn.Parameter(torch.randn(n, generator=torch.Generator().manual_seed(n))) for n in (40, 9)]
+    grads = _lamb_grads(params, steps=4, factor=0.3)
+    norms = [[5.0, 0.5] for _ in grads]  # the first param's grads clip (clip 5), the second's do not
+    expected = []
+    for i, p in enumerate(params):  # DeepSpeed's rule is per param: one reference run each
+        own_grads, own_norms = [[step[i]] for step in grads], [n[i] for n in norms]
+        expected.append(deepspeed_lamb([p.detach()], own_grads, hyper, own_norms)[0][0])
+    opt = ds.FusedLamb(params, lr=1e-2, eps=0.1, weight_decay=0.01, max_grad_norm=1.0)
+    for step_grads, step_norms in zip(grads, norms, strict=True):
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = g.clone()
+        opt.step(grad_norms=[step_norms])
+    _assert_close(params, [e.float() for e in expected])
+    for p, g in zip(params, grads[-1], strict=True):
+        assert torch.equal(p.grad, g)  # the caller's grads are left as they were
 
 
 def test_fused_lamb_max_grad_norm_needs_grad_norms() -> None:
