@@ -1,11 +1,12 @@
-"""Transformer building blocks backed by the ``transformer`` op: LayerNorm, bias + GeLU,
-and scaled masked softmax, each forward and backward.
+"""Transformer building blocks backed by the ``transformer`` op: LayerNorm (plain, and of a
+residual sum), bias + GeLU, and scaled masked softmax, each forward and backward.
 
-Functions (``layer_norm``, ``bias_gelu``, ``scaled_masked_softmax``) and modules
-(``FusedLayerNorm``, ``FusedBiasGelu``, ``FusedScaledMaskedSoftmax``). On CUDA / ROCm
-tensors of fp32, fp16 or bf16 they run the compiled kernels (fp32 math). Otherwise
-(CPU tensors, float64, op not available) they run PyTorch code that implements the
-same formulas, forward and backward, and warn once with the reason.
+Functions (``layer_norm``, ``residual_layer_norm``, ``bias_gelu``, ``scaled_masked_softmax``)
+and modules (``FusedLayerNorm``, ``FusedResidualLayerNorm``, ``FusedBiasGelu``,
+``FusedScaledMaskedSoftmax``). On CUDA / ROCm tensors of fp32, fp16 or bf16 they run the
+compiled kernels (fp32 math). Otherwise (CPU tensors, float64, op not available) they run
+PyTorch code that implements the same formulas, forward and backward, and warn once with
+the reason.
 
 Conventions: LayerNorm normalizes over the trailing ``normalized_shape`` dims;
 ``approximate`` is ``"none"`` (erf) or ``"tanh"`` as in ``F.gelu``; the softmax mask is
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor, nn
@@ -30,9 +31,11 @@ from kernels._gpu_load import GpuOp
 __all__ = [
     "FusedBiasGelu",
     "FusedLayerNorm",
+    "FusedResidualLayerNorm",
     "FusedScaledMaskedSoftmax",
     "bias_gelu",
     "layer_norm",
+    "residual_layer_norm",
     "scaled_masked_softmax",
 ]
 
@@ -72,8 +75,10 @@ def _ln_forward_torch(
 
 
 def _ln_backward_torch(
-    dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, rstd: Tensor
+    dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, rstd: Tensor, dx_add: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) in the math dtype except dx; ``dx_add`` (the residual variant's
+    gradient of its returned sum) is added to dx before dx is rounded, as the kernel does."""
     dt = _math_dtype(x)
     xhat = (x.to(dt) - mean[:, None]) * rstd[:, None]
     d = dy.to(dt)
@@ -81,6 +86,8 @@ def _ln_backward_torch(
     c1 = dyg.mean(-1, keepdim=True)
     c2 = (dyg * xhat).mean(-1, keepdim=True)
     dx = rstd[:, None] * (dyg - c1 - xhat * c2)
+    if dx_add is not None:
+        dx = dx + dx_add.to(dt)
     return dx.to(x.dtype), (d * xhat).sum(0), d.sum(0)
 
 
@@ -122,6 +129,36 @@ class _LayerNormFunction(torch.autograd.Function):
         )
 
 
+def _normalized_cols(
+    fn: str, x: Tensor, normalized_shape: int | Sequence[int], params: dict[str, Tensor | None]
+) -> int:
+    """The row length (elements of ``normalized_shape``) after checking that x ends with that
+    shape and every given parameter has it; a ValueError naming ``fn`` otherwise."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.dim() - len(shape) :]) != shape:
+        raise ValueError(f"{fn}: input of shape {tuple(x.shape)} does not end with {shape}")
+    for name, param in params.items():
+        if param is not None and tuple(param.shape) != shape:
+            raise ValueError(f"{fn}: {name} has shape {tuple(param.shape)}, expected {shape}")
+    return math.prod(shape)
+
+
+def _as_vector(param: Tensor | None, cols: int) -> Tensor | None:
+    return param.reshape(cols).contiguous() if param is not None else None
+
+
+def _kernel_for(
+    fn: str, tensors: list[Tensor], params: list[Tensor], use_kernel: bool | None, what: str
+) -> ModuleType | None:
+    """The module when the kernels can run ``tensors`` (of one dtype) with ``params``."""
+    module = _OP.resolve([*tensors, *params], use_kernel)
+    if module is not None and any(t.dtype != tensors[0].dtype for t in params):
+        module = None  # mixed dtypes (e.g. fp32 weights under autocast): the kernel takes one dtype
+        if use_kernel:
+            raise RuntimeError(f"transformer: {fn} kernels need {what} in the input's dtype")
+    return module
+
+
 def layer_norm(
     x: Tensor,
     normalized_shape: int | Sequence[int],
@@ -131,28 +168,17 @@ def layer_norm(
     use_kernel: bool | None = None,
 ) -> Tensor:
     """``F.layer_norm`` over the trailing ``normalized_shape`` dims."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if tuple(x.shape[x.dim() - len(shape) :]) != shape:
-        raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with {shape}")
-    cols = math.prod(shape)
-    for name, param in (("weight", weight), ("bias", bias)):
-        if param is not None and tuple(param.shape) != shape:
-            raise ValueError(f"layer_norm: {name} has shape {tuple(param.shape)}, expected {shape}")
+    cols = _normalized_cols("layer_norm", x, normalized_shape, {"weight": weight, "bias": bias})
     x2 = x.reshape(-1, cols).contiguous()
-    w = weight.reshape(cols).contiguous() if weight is not None else None
-    b = bias.reshape(cols).contiguous() if bias is not None else None
+    w, b = _as_vector(weight, cols), _as_vector(bias, cols)
     params = [t for t in (w, b) if t is not None]
-    module = _OP.resolve([x2, *params], use_kernel)
-    if module is not None and any(t.dtype != x2.dtype for t in params):
-        module = None  # mixed dtypes (e.g. fp32 weights under autocast): the kernel takes one dtype
-        if use_kernel:
-            raise RuntimeError("transformer: layer_norm kernels need weight and bias in the input's dtype")
+    module = _kernel_for("layer_norm", [x2], params, use_kernel, "weight and bias")
     y: Tensor = _LayerNormFunction.apply(x2, w, b, eps, module)  # type: ignore[no-untyped-call]
     return y.reshape(x.shape)
 
 
-class FusedLayerNorm(nn.Module):
-    """Drop-in for ``nn.LayerNorm`` backed by the fused kernels."""
+class _AffineNorm(nn.Module):
+    """The learned weight and bias of the LayerNorm modules, as ``nn.LayerNorm`` has them."""
 
     def __init__(
         self,
@@ -173,11 +199,242 @@ class FusedLayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(shape, **factory)) if elementwise_affine else None  # type: ignore[arg-type]
         self.bias = nn.Parameter(torch.zeros(shape, **factory)) if elementwise_affine and bias else None  # type: ignore[arg-type]
 
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+class FusedLayerNorm(_AffineNorm):
+    """Drop-in for ``nn.LayerNorm`` backed by the fused kernels."""
+
     def forward(self, x: Tensor) -> Tensor:
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, self.use_kernel)
 
+
+# ----------------------------------------------------------------------------- residual LayerNorm
+
+
+def _residual_sum_torch(x: Tensor, residual: Tensor, hidden_bias: Tensor | None) -> Tensor:
+    """As the kernel: ``(x + hidden_bias) + residual`` in the math dtype, rounded once to x's
+    dtype (no hidden bias: ``x + residual``, never ``+ 0``, which would turn -0.0 into +0.0)."""
+    dt = _math_dtype(x)
+    s = x.to(dt)
+    if hidden_bias is not None:
+        s = s + hidden_bias.to(dt)
+    return (s + residual.to(dt)).to(x.dtype)
+
+
+class _ResidualLayerNormFunction(torch.autograd.Function):
+    """x, residual: [rows, cols] contiguous, one dtype; hidden_bias, weight, bias: [cols] or
+    None. Returns (y, sum). ``module`` None selects the PyTorch implementation."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        residual: Tensor,
+        hidden_bias: Tensor | None,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        eps: float,
+        module: ModuleType | None,
+    ) -> tuple[Tensor, Tensor]:
+        if module is not None:
+            y, s, mean, rstd = module.residual_layer_norm_forward(x, residual, hidden_bias, weight, bias, eps)
+        else:
+            s = _residual_sum_torch(x, residual, hidden_bias)
+            y, mean, rstd = _ln_forward_torch(s, weight, bias, eps)
+        # The rounded sum is the LayerNorm's input: the backward differentiates at it.
+        ctx.save_for_backward(s, weight, mean, rstd)
+        ctx.module = module
+        ctx.has_bias = bias is not None
+        ctx.bias_dtype = bias.dtype if bias is not None else x.dtype
+        ctx.hidden_bias_dtype = hidden_bias.dtype if hidden_bias is not None else None
+        # An output nobody differentiates (the sum, unless returned and used) sends None
+        # rather than a tensor of zeros to add.
+        ctx.set_materialize_grads(False)
+        return y, s
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor | None, dsum: Tensor | None) -> tuple[Tensor | None, ...]:
+        s, weight, mean, rstd = ctx.saved_tensors
+        module: ModuleType | None = ctx.module
+        # Only the sum differentiated: y passes nothing back, which zeros for dy express.
+        dy = torch.zeros_like(s) if dy is None else dy.contiguous()
+        dsum = dsum.contiguous() if dsum is not None else None
+        affine = weight is not None or ctx.has_bias
+        needs = ctx.needs_input_grad
+        # x and residual enter the sum alike: one gradient. Both wanting it, each gets a
+        # tensor of its own: handed one tensor twice from here, autograd can make both
+        # leaves' .grad share storage, and an in-place op on one (clipping, zeroing) would
+        # change the other. The kernel writes the second copy as it writes the first.
+        both = needs[0] and needs[1]
+        if module is not None:
+            ds, dres, dweight, dbias = module.residual_layer_norm_backward(
+                dy, s, weight, mean, rstd, dsum, affine, both
+            )
+        else:
+            ds, dweight, dbias = _ln_backward_torch(dy, s, weight, mean, rstd, dsum)
+            dres = ds.clone() if both else None
+            dweight = dweight.to(weight.dtype) if weight is not None else None
+            dbias = dbias.to(ctx.bias_dtype)
+        dhidden = None
+        if needs[2] and ctx.hidden_bias_dtype is not None:
+            # The column sums of the rounded gradient, in the math dtype: the kernel path has
+            # only that one, and the fallback takes the same so that both agree.
+            dhidden = ds.sum(0, dtype=_math_dtype(ds)).to(ctx.hidden_bias_dtype)
+        return (
+            _grad_or_none(needs[0], ds),
+            _grad_or_none(needs[1], dres if both else ds),
+            dhidden,
+            _grad_or_none(needs[3] and weight is not None, dweight),
+            _grad_or_none(needs[4] and ctx.has_bias, dbias),
+            None,
+            None,
+        )
+
+
+@overload
+def residual_layer_norm(
+    x: Tensor,
+    residual: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = ...,
+    bias: Tensor | None = ...,
+    hidden_bias: Tensor | None = ...,
+    eps: float = ...,
+    return_sum: Literal[False] = ...,
+    use_kernel: bool | None = ...,
+) -> Tensor: ...
+
+
+@overload
+def residual_layer_norm(
+    x: Tensor,
+    residual: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = ...,
+    bias: Tensor | None = ...,
+    hidden_bias: Tensor | None = ...,
+    eps: float = ...,
+    *,
+    return_sum: Literal[True],
+    use_kernel: bool | None = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def residual_layer_norm(
+    x: Tensor,
+    residual: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = ...,
+    bias: Tensor | None = ...,
+    hidden_bias: Tensor | None = ...,
+    eps: float = ...,
+    return_sum: bool = ...,
+    use_kernel: bool | None = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...
+
+
+def residual_layer_norm(
+    x: Tensor,
+    residual: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    hidden_bias: Tensor | None = None,
+    eps: float = 1e-5,
+    return_sum: bool = False,
+    use_kernel: bool | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """LayerNorm of a residual sum in one pass, DeepSpeed's fused bias + residual + LayerNorm
+    (``layer_norm_residual_store_pre_ln_res`` with ``return_sum``)::
+
+        sum = x + hidden_bias + residual       # hidden_bias optional
+        y = F.layer_norm(sum, normalized_shape, weight, bias, eps)
+
+    Returns y, or (y, sum) with ``return_sum``: the pre-LayerNorm residual stream that a
+    pre-LN block carries on to its next residual add. Both are differentiable: x, residual,
+    hidden_bias, weight and bias get gradients, and the gradient the returned sum receives
+    adds to the one LayerNorm passes back to it.
+
+    Shapes: residual has x's shape; x ends with ``normalized_shape``, which is the shape of
+    weight, bias and hidden_bias (for an int, ``[cols]``).
+
+    Dtypes: x and residual have one dtype, that of y and sum. The sum is added in fp32
+    (float64 for float64 inputs) as ``(x + hidden_bias) + residual`` and rounded once to
+    that dtype. y normalizes the rounded sum, the tensor returned and the one the backward
+    differentiates at, so forward and backward are one function of it (for fp16 / bf16,
+    ``F.layer_norm(sum.float())``; normalizing the unrounded fp32 sum instead would make y
+    and its gradient disagree by the rounding). Statistics and y are fp32 math as in
+    ``layer_norm``; the gradients of x and residual are one tensor, rounded once, and
+    hidden_bias's is the column sum of it. weight, bias and hidden_bias may have another
+    dtype (fp32 parameters under autocast); the kernels take one dtype, so those run the
+    PyTorch implementation, and ``use_kernel=True`` raises.
+    """
+    fn = "residual_layer_norm"
+    cols = _normalized_cols(
+        fn, x, normalized_shape, {"weight": weight, "bias": bias, "hidden_bias": hidden_bias}
+    )
+    if not x.is_floating_point():
+        raise ValueError(f"{fn}: x must be a floating-point tensor, got {x.dtype}")
+    if residual.shape != x.shape:
+        raise ValueError(f"{fn}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
+    if residual.dtype != x.dtype:
+        raise ValueError(
+            f"{fn}: residual is {residual.dtype} but x is {x.dtype}; the sum is stored in their one dtype"
+        )
+    if residual.device != x.device:
+        raise ValueError(f"{fn}: residual is on {residual.device} but x is on {x.device}")
+    x2 = x.reshape(-1, cols).contiguous()
+    r2 = residual.reshape(-1, cols).contiguous()
+    hb, w, b = _as_vector(hidden_bias, cols), _as_vector(weight, cols), _as_vector(bias, cols)
+    params = [t for t in (hb, w, b) if t is not None]
+    module = _kernel_for(fn, [x2, r2], params, use_kernel, "weight, bias and hidden_bias")
+    y, s = _ResidualLayerNormFunction.apply(x2, r2, hb, w, b, eps, module)  # type: ignore[no-untyped-call]
+    if return_sum:
+        return y.reshape(x.shape), s.reshape(x.shape)
+    return y.reshape(x.shape)  # type: ignore[no-any-return]
+
+
+class FusedResidualLayerNorm(_AffineNorm):
+    """``residual_layer_norm`` as a module, with weight and bias as ``FusedLayerNorm``'s.
+
+    The hidden bias is an argument of ``forward``, not a parameter here: it is the bias of
+    the layer that produced x (a linear layer that leaves its bias add to this one), and
+    that layer owns it. ``return_sum`` makes ``forward`` return (y, sum)."""
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        return_sum: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        use_kernel: bool | None = None,
+    ) -> None:
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype, use_kernel)
+        self.return_sum = return_sum
+
+    def forward(
+        self, x: Tensor, residual: Tensor, hidden_bias: Tensor | None = None
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        return residual_layer_norm(
+            x,
+            residual,
+            self.normalized_shape,
+            self.weight,
+            self.bias,
+            hidden_bias,
+            self.eps,
+            self.return_sum,
+            self.use_kernel,
+        )
+
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+        return f"{super().extra_repr()}, return_sum={self.return_sum}"
 
 
 # ----------------------------------------------------------------------------- bias + GeLU

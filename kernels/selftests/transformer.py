@@ -1,9 +1,12 @@
-"""Self-test of the ``transformer`` op: LayerNorm, bias + GeLU and scaled masked softmax,
-forward and backward, through ``kernels.transformer`` with ``use_kernel=True``.
+"""Self-test of the ``transformer`` op: LayerNorm (plain and of a residual sum), bias + GeLU
+and scaled masked softmax, forward and backward, through ``kernels.transformer`` with
+``use_kernel=True``.
 
 References are torch's own ops run in fp32 on the same (rounded) inputs, differentiated by
-autograd: ``F.layer_norm``, ``F.gelu(x + b)``, and ``torch.softmax`` over the scaled input with
-hidden keys filled with -inf (a row with every key hidden is zeros, as the op documents).
+autograd: ``F.layer_norm``, ``F.layer_norm(x + b + r)`` (the sum rounded to the input dtype,
+as the op documents, with its gradient passed through unrounded), ``F.gelu(x + b)``, and
+``torch.softmax`` over the scaled input with hidden keys filled with -inf (a row with every
+key hidden is zeros, as the op documents).
 Hidden sizes 1, 7, 127 and 4097 over 37 rows, which is no multiple of the rows a block
 handles; LayerNorm also runs once over ~1M elements in fp32.
 """
@@ -16,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.selftests._harness import GPU_TOLERANCE, SelfTest, SelfTestContext
-from kernels.transformer import bias_gelu, layer_norm, scaled_masked_softmax
+from kernels.selftests._harness import EXACT, GPU_TOLERANCE, SelfTest, SelfTestContext
+from kernels.transformer import bias_gelu, layer_norm, residual_layer_norm, scaled_masked_softmax
 
 HIDDEN = (1, 7, 127, 4097)
 ROWS = 37
@@ -59,6 +62,40 @@ def _layer_norm(ctx: SelfTestContext, dtype: torch.dtype, rows: int, cols: int) 
         return
     ctx.compare(f"{label} dx", dx, ref_dx, tol, scale=4)
     ctx.compare(f"{label} dweight", dw, ref_dw, tol, scale=summed)
+
+
+def _residual_layer_norm(ctx: SelfTestContext, dtype: torch.dtype, rows: int, cols: int) -> None:
+    """With a hidden bias and the sum returned: both outputs and their gradients flow back."""
+    x, w, b, dy = _inputs(ctx, dtype, rows, cols)
+    gen = torch.Generator(device=ctx.device).manual_seed(rows * 10_000 + cols + 1)
+    r = (torch.randn(rows, cols, device=ctx.device, generator=gen) * 2 - 0.3).to(dtype)
+    hb = (torch.randn(cols, device=ctx.device, generator=gen) * 0.5).to(dtype)
+    dsum = torch.randn(rows, cols, device=ctx.device, generator=gen).to(dtype)
+    leaves = [t.clone().requires_grad_(True) for t in (x, r, hb, w, b)]
+    y, s = residual_layer_norm(
+        leaves[0], leaves[1], cols, leaves[3], leaves[4], leaves[2], return_sum=True, use_kernel=True
+    )
+    grads = torch.autograd.grad((y, s), leaves, (dy, dsum))
+    ref_leaves = [t.float().requires_grad_(True) for t in (x, r, hb, w, b)]
+    s32 = ref_leaves[0] + ref_leaves[2] + ref_leaves[1]
+    ref_s = s32 + (s32.to(dtype).float() - s32).detach()  # the rounded value, the fp32 gradient
+    ref = F.layer_norm(ref_s, (cols,), ref_leaves[3], ref_leaves[4])
+    ref_grads = torch.autograd.grad((ref, ref_s), ref_leaves, (dy.float(), dsum.float()))
+    tol = GPU_TOLERANCE[dtype]
+    label = f"residual_layer_norm {_name(dtype)} {rows}x{cols}"
+    summed = 4 * math.sqrt(rows)
+    ctx.compare(f"{label} y", y, ref, tol)
+    ctx.compare(f"{label} sum", s, ref_s, EXACT)  # fp32 adds in torch's order, rounded once
+    ctx.compare(f"{label} dbias", grads[4], ref_grads[4], tol, scale=summed)
+    if cols == 1:
+        # As in _layer_norm: LayerNorm passes back exactly 0 (torch's is noise), so dx and
+        # dresidual are the sum's own gradient.
+        ctx.compare(f"{label} dx", grads[0], dsum, EXACT)
+        return
+    for i, name in enumerate(("dx", "dresidual")):
+        ctx.compare(f"{label} {name}", grads[i], ref_grads[i], tol, scale=4)
+    for i, name in ((2, "dhidden_bias"), (3, "dweight")):
+        ctx.compare(f"{label} {name}", grads[i], ref_grads[i], tol, scale=summed)
 
 
 def _bias_gelu(ctx: SelfTestContext, dtype: torch.dtype, cols: int, approximate: str) -> None:
@@ -110,6 +147,7 @@ def _transformer(ctx: SelfTestContext) -> None:
     for dtype in ctx.dtypes:
         for cols in HIDDEN:
             _layer_norm(ctx, dtype, ROWS, cols)
+            _residual_layer_norm(ctx, dtype, ROWS, cols)
             for approximate in ("none", "tanh"):
                 _bias_gelu(ctx, dtype, cols, approximate)
             _softmax(ctx, dtype, (2, 3, 5, cols), masked=True)

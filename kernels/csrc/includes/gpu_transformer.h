@@ -27,9 +27,29 @@ gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma,
                                const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
                                int64_t rows, int64_t cols, DType dtype, gpuStream_t stream);
 
-// Floats of workspace layer_norm_backward needs for dgamma / dbeta on the current
-// device: fp32 partial column sums, one row per block of its persistent grid (sized
-// by the multiprocessor count), for each of the two. 0 without rows.
+// LayerNorm of a residual sum (DeepSpeed's layer_norm_residual_store_pre_ln_res), in one
+// pass: sum = (x + hidden_bias) + residual in fp32, rounded to `dtype` and written to
+// `sum`; y = LayerNorm(sum) of that rounded sum, with its mean and rstd. x, residual,
+// sum, y: [rows, cols]; hidden_bias, gamma, beta: [cols] or null (0, 1 and 0).
+gpuError_t residual_layer_norm_forward(const void* x, const void* residual, const void* hidden_bias,
+                                       const void* gamma, const void* beta, void* sum, void* y, float* mean,
+                                       float* rstd, int64_t rows, int64_t cols, float eps, DType dtype,
+                                       gpuStream_t stream);
+
+// Its backward: layer_norm_backward with the stored sum as x, except that dx is the sum's
+// whole gradient, LayerNorm's plus `dsum` (the gradient the returned sum received, added
+// in fp32 before dx is rounded; null: none), and that `dresidual` (null: none) receives
+// it too, for a residual gradient that shares no storage with x's. dx, dsum, dresidual:
+// [rows, cols]; the hidden bias's gradient is the column sum of dx, left to the caller.
+gpuError_t residual_layer_norm_backward(const void* dy, const void* sum, const void* gamma, const float* mean,
+                                        const float* rstd, const void* dsum, void* dx, void* dresidual,
+                                        void* dgamma, void* dbeta, float* workspace, int64_t rows, int64_t cols,
+                                        DType dtype, gpuStream_t stream);
+
+// Floats of workspace layer_norm_backward and residual_layer_norm_backward need for
+// dgamma / dbeta on the current device: fp32 partial column sums, one row per block of
+// their persistent grid (sized by the multiprocessor count), for each of the two. 0
+// without rows.
 int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols);
 
 enum class GeluApprox : int { kNone = 0, kTanh = 1 };

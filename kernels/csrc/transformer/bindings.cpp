@@ -62,14 +62,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
   return {y, mean, rstd};
 }
 
-std::tuple<at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>> layer_norm_backward(
-    const at::Tensor& dy, const at::Tensor& x, const c10::optional<at::Tensor>& weight, const at::Tensor& mean,
-    const at::Tensor& rstd, bool affine_grads) {
-  gpu_bind::check_gpu_tensor(x, "x");
-  const gpu_ops::DType dtype = gpu_bind::float_dtype(x, "x");
+// A LayerNorm backward's launch: x's dtype and shape, and its outputs.
+struct LnBackward {
+  gpu_ops::DType dtype;
+  Rows shape;
+  at::Tensor dx;
+  c10::optional<at::Tensor> dweight, dbias;
+  at::Tensor workspace;
+};
+
+// Checks dy (shaped as x), weight and the per-row statistics; the outputs are not allocated yet.
+LnBackward check_ln_backward(const at::Tensor& dy, const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                             const at::Tensor& mean, const at::Tensor& rstd, const char* x_name) {
+  gpu_bind::check_gpu_tensor(x, x_name);
+  const gpu_ops::DType dtype = gpu_bind::float_dtype(x, x_name);
   check_like(dy, x, "grad_output");
-  TORCH_CHECK(dy.sizes() == x.sizes(), "grad_output has shape ", dy.sizes(), " but x has ", x.sizes());
-  const Rows shape = rows_of(x, "x");
+  TORCH_CHECK(dy.sizes() == x.sizes(), "grad_output has shape ", dy.sizes(), " but ", x_name, " has ", x.sizes());
+  const Rows shape = rows_of(x, x_name);
   if (weight.has_value()) check_vector(*weight, x, shape.cols, "weight");
   for (const at::Tensor* stat : {&mean, &rstd}) {
     gpu_bind::check_gpu_tensor(*stat, "mean/rstd");
@@ -77,25 +86,94 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>> lay
     TORCH_CHECK(stat->scalar_type() == at::kFloat && stat->numel() == shape.rows,
                 "mean and rstd must be float32 with one value per row");
   }
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor dx = at::empty_like(x);
-  c10::optional<at::Tensor> dweight, dbias;
-  at::Tensor workspace;
+  return {dtype, shape, at::Tensor(), c10::nullopt, c10::nullopt, at::Tensor()};
+}
+
+// dx, and with affine_grads dweight, dbias and the workspace of their column sums. Under
+// x's device guard: the workspace is sized for the current device.
+void allocate_ln_backward(LnBackward& b, const at::Tensor& x, bool affine_grads) {
+  b.dx = at::empty_like(x);
   if (affine_grads) {
-    dweight = at::empty({shape.cols}, x.options());
-    dbias = at::empty({shape.cols}, x.options());
-    workspace = at::empty({gpu_ops::layer_norm_backward_workspace(shape.rows, shape.cols)},
-                          x.options().dtype(at::kFloat));
+    b.dweight = at::empty({b.shape.cols}, x.options());
+    b.dbias = at::empty({b.shape.cols}, x.options());
+    b.workspace = at::empty({gpu_ops::layer_norm_backward_workspace(b.shape.rows, b.shape.cols)},
+                            x.options().dtype(at::kFloat));
   }
+}
+
+void* optional_out(const c10::optional<at::Tensor>& t) { return t.has_value() ? t->data_ptr() : nullptr; }
+
+float* workspace_ptr(const LnBackward& b) { return b.workspace.defined() ? b.workspace.data_ptr<float>() : nullptr; }
+
+std::tuple<at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>> layer_norm_backward(
+    const at::Tensor& dy, const at::Tensor& x, const c10::optional<at::Tensor>& weight, const at::Tensor& mean,
+    const at::Tensor& rstd, bool affine_grads) {
+  LnBackward b = check_ln_backward(dy, x, weight, mean, rstd, "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  allocate_ln_backward(b, x, affine_grads);
   gpu_bind::check_launch(
       gpu_ops::layer_norm_backward(dy.data_ptr(), x.data_ptr(), optional_ptr(weight), mean.data_ptr<float>(),
-                                   rstd.data_ptr<float>(), dx.data_ptr(),
-                                   affine_grads ? dweight->data_ptr() : nullptr,
-                                   affine_grads ? dbias->data_ptr() : nullptr,
-                                   affine_grads ? workspace.data_ptr<float>() : nullptr, shape.rows, shape.cols,
-                                   dtype, gpu_bind::current_stream()),
+                                   rstd.data_ptr<float>(), b.dx.data_ptr(), optional_out(b.dweight),
+                                   optional_out(b.dbias), workspace_ptr(b), b.shape.rows, b.shape.cols, b.dtype,
+                                   gpu_bind::current_stream()),
       "layer_norm_backward");
-  return {dx, dweight, dbias};
+  return {b.dx, b.dweight, b.dbias};
+}
+
+// The residual variant: (y, sum, mean, rstd) with sum = x + hidden_bias + residual
+// rounded to x's dtype and y its LayerNorm.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_forward(
+    const at::Tensor& x, const at::Tensor& residual, const c10::optional<at::Tensor>& hidden_bias,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+  gpu_bind::check_gpu_tensor(x, "x");
+  const gpu_ops::DType dtype = gpu_bind::float_dtype(x, "x");
+  check_like(residual, x, "residual");
+  TORCH_CHECK(residual.sizes() == x.sizes(), "residual has shape ", residual.sizes(), " but x has ", x.sizes());
+  const Rows shape = rows_of(x, "x");
+  if (hidden_bias.has_value()) check_vector(*hidden_bias, x, shape.cols, "hidden_bias");
+  if (weight.has_value()) check_vector(*weight, x, shape.cols, "weight");
+  if (bias.has_value()) check_vector(*bias, x, shape.cols, "bias");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty_like(x);
+  at::Tensor sum = at::empty_like(x);
+  const auto stats = x.options().dtype(at::kFloat);
+  at::Tensor mean = at::empty({shape.rows}, stats);
+  at::Tensor rstd = at::empty({shape.rows}, stats);
+  gpu_bind::check_launch(
+      gpu_ops::residual_layer_norm_forward(x.data_ptr(), residual.data_ptr(), optional_ptr(hidden_bias),
+                                           optional_ptr(weight), optional_ptr(bias), sum.data_ptr(), y.data_ptr(),
+                                           mean.data_ptr<float>(), rstd.data_ptr<float>(), shape.rows, shape.cols,
+                                           static_cast<float>(eps), dtype, gpu_bind::current_stream()),
+      "residual_layer_norm_forward");
+  return {y, sum, mean, rstd};
+}
+
+// Its backward: (dx, dresidual, dweight, dbias). dx is the sum's whole gradient (grad_sum,
+// the gradient the returned sum received, added when given); dresidual, with
+// `residual_grad`, holds the same values in a tensor of its own. The hidden bias's
+// gradient is dx's column sum, which the caller takes.
+std::tuple<at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>, c10::optional<at::Tensor>>
+residual_layer_norm_backward(const at::Tensor& dy, const at::Tensor& sum, const c10::optional<at::Tensor>& weight,
+                             const at::Tensor& mean, const at::Tensor& rstd, const c10::optional<at::Tensor>& grad_sum,
+                             bool affine_grads, bool residual_grad) {
+  LnBackward b = check_ln_backward(dy, sum, weight, mean, rstd, "sum");
+  if (grad_sum.has_value()) {
+    check_like(*grad_sum, sum, "grad_sum");
+    TORCH_CHECK(grad_sum->sizes() == sum.sizes(), "grad_sum has shape ", grad_sum->sizes(), " but sum has ",
+                sum.sizes());
+  }
+  const c10::cuda::CUDAGuard guard(sum.device());
+  allocate_ln_backward(b, sum, affine_grads);
+  c10::optional<at::Tensor> dresidual;
+  if (residual_grad) dresidual = at::empty_like(sum);
+  gpu_bind::check_launch(
+      gpu_ops::residual_layer_norm_backward(dy.data_ptr(), sum.data_ptr(), optional_ptr(weight),
+                                            mean.data_ptr<float>(), rstd.data_ptr<float>(), optional_ptr(grad_sum),
+                                            b.dx.data_ptr(), optional_out(dresidual), optional_out(b.dweight),
+                                            optional_out(b.dbias), workspace_ptr(b), b.shape.rows, b.shape.cols,
+                                            b.dtype, gpu_bind::current_stream()),
+      "residual_layer_norm_backward");
+  return {b.dx, dresidual, b.dweight, b.dbias};
 }
 
 at::Tensor bias_gelu_forward(const at::Tensor& x, const at::Tensor& bias, const std::string& approximate) {
@@ -183,11 +261,17 @@ at::Tensor softmax_backward(const at::Tensor& dy, const at::Tensor& y, double sc
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Fused LayerNorm, bias + GeLU and scaled masked softmax (fp32 math)";
+  m.doc() = "Fused LayerNorm (plain and of a residual sum), bias + GeLU and scaled masked softmax (fp32 math)";
   m.def("layer_norm_forward", &layer_norm_forward, "LayerNorm over the last dim: (y, mean, rstd)", py::arg("x"),
         py::arg("weight"), py::arg("bias"), py::arg("eps"));
   m.def("layer_norm_backward", &layer_norm_backward, "(dx, dweight, dbias)", py::arg("grad_output"), py::arg("x"),
         py::arg("weight"), py::arg("mean"), py::arg("rstd"), py::arg("affine_grads"));
+  m.def("residual_layer_norm_forward", &residual_layer_norm_forward,
+        "LayerNorm of x + hidden_bias + residual over the last dim: (y, sum, mean, rstd)", py::arg("x"),
+        py::arg("residual"), py::arg("hidden_bias"), py::arg("weight"), py::arg("bias"), py::arg("eps"));
+  m.def("residual_layer_norm_backward", &residual_layer_norm_backward, "(dx, dresidual, dweight, dbias)",
+        py::arg("grad_output"), py::arg("sum"), py::arg("weight"), py::arg("mean"), py::arg("rstd"),
+        py::arg("grad_sum"), py::arg("affine_grads"), py::arg("residual_grad"));
   m.def("bias_gelu_forward", &bias_gelu_forward, "gelu(x + bias)", py::arg("x"), py::arg("bias"),
         py::arg("approximate"));
   m.def("bias_gelu_backward", &bias_gelu_backward, "(dx, dbias)", py::arg("grad_output"), py::arg("x"),

@@ -27,6 +27,12 @@
 //   which re-read the row: rare sizes, correct, slower. The register kernels hold up
 //   to 16384 (fp16/bf16) or 12288 (fp32) columns forward, 12288 or 8192 backward, and
 //   6144 forward / 5120 backward when not vectorizable (odd hidden size, misaligned).
+// * The residual variant (DeepSpeed's layer_norm_residual_store_pre_ln_res) is the same
+//   kernels with a compile-time flag: the forward reads x, the residual and the hidden
+//   bias instead of x, writes their sum and normalizes it in the same pass; the backward
+//   adds the gradient the sum itself received into dx as it writes it, and writes that
+//   gradient twice (x's and the residual's: equal, but separate tensors). With the flag
+//   off the kernels are the plain LayerNorm ones, instruction for instruction.
 #include <algorithm>
 #include <type_traits>
 
@@ -89,13 +95,59 @@ __device__ __forceinline__ void load_params(float (&out)[VEC], const T* p, int64
   }
 }
 
+// ---------------------------------------------------------------- the residual variant's sum
+
+// The residual variant normalizes sum = (x + hidden_bias) + residual, added in fp32 and
+// rounded once to T (no hidden bias: x + residual, without a + 0.0 that would turn a
+// -0.0 sum into +0.0). It writes that rounded sum, and its statistics and y come from the
+// rounded values too, not from the fp32 ones: the backward reads the stored sum back as
+// its x, so forward and backward are one function of it. The rounding is torch's
+// x + b + r computed in fp32 and cast, bit for bit.
+
+// The sum's VEC elements at `at` (element offset into the [rows, cols] tensors) of
+// column `col`: written to sum_out, and returned as floats.
+template <int VEC, typename T>
+__device__ __forceinline__ void residual_sum(float (&out)[VEC], const T* x, const T* residual, const T* hidden_bias,
+                                             T* sum_out, int64_t at, int64_t col) {
+  float r[VEC];
+  load_as_float<VEC>(out, x + at);
+  load_as_float<VEC>(r, residual + at);
+  if (hidden_bias != nullptr) {
+    float b[VEC];
+    load_as_float<VEC>(b, hidden_bias + col);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] += b[e];
+  }
+  GpuVec<T, VEC> rounded;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    rounded.v[e] = from_float<T>(out[e] + r[e]);
+    out[e] = to_float(rounded.v[e]);
+  }
+  *reinterpret_cast<GpuVec<T, VEC>*>(sum_out + at) = rounded;
+}
+
+// The sum's element at `at` (the first of its row: column 0), rounded the same way, not
+// stored: the shift of the row's statistics, which every thread of the row computes.
+template <typename T>
+__device__ __forceinline__ float residual_sum_first(const T* x, const T* residual, const T* hidden_bias,
+                                                    int64_t at) {
+  float s = to_float(x[at]);
+  if (hidden_bias != nullptr) s += to_float(hidden_bias[0]);
+  return to_float(from_float<T>(s + to_float(residual[at])));
+}
+
 // ---------------------------------------------------------------- forward, row in registers
 
-template <typename T, int VEC, int NV>
+// kResidual: the row is the residual variant's sum (residual_sum), written to sum_out;
+// otherwise residual, hidden_bias and sum_out are unused (null). They come last, so the
+// plain kernel's parameters keep their offsets.
+template <typename T, int VEC, int NV, bool kResidual>
 __global__ void __launch_bounds__(kMaxRowThreads, 2)
     ln_forward_reg_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
-                          int64_t rows, int64_t cols, float eps) {
+                          int64_t rows, int64_t cols, float eps, const T* __restrict__ residual,
+                          const T* __restrict__ hidden_bias, T* __restrict__ sum_out) {
   __shared__ float scratch[2][kGpuMaxWarps];
   const int tpr = static_cast<int>(blockDim.x);
   const int tx = static_cast<int>(threadIdx.x);
@@ -107,17 +159,30 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows; base += step) {
     const int64_t row = base + threadIdx.y;
     const bool active = row < rows;
-    const T* xr = x + (active ? row : 0) * cols;
+    const int64_t offset = (active ? row : 0) * cols;
+    const T* xr = x + offset;
     // Every thread reads x0 itself: the same address as lane 0's first load, so an L1
     // hit, and no broadcast through shared memory for multi-warp groups.
-    const float shift = active ? to_float(xr[0]) : 0.0f;
+    float shift = 0.0f;
+    if (active) {
+      if constexpr (kResidual) {
+        shift = residual_sum_first(x, residual, hidden_bias, offset);
+      } else {
+        shift = to_float(xr[0]);
+      }
+    }
     float d[NV][VEC];
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int j = tx + k * tpr;
       if (active && j < nvec) {
-        load_as_float<VEC>(d[k], xr + static_cast<int64_t>(j) * VEC);
+        if constexpr (kResidual) {
+          const int64_t col = static_cast<int64_t>(j) * VEC;
+          residual_sum<VEC>(d[k], x, residual, hidden_bias, sum_out, offset + col, col);
+        } else {
+          load_as_float<VEC>(d[k], xr + static_cast<int64_t>(j) * VEC);
+        }
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) d[k][e] = shift;  // becomes 0 below
@@ -205,11 +270,18 @@ __device__ __forceinline__ void fetch_row(RowSlices<T, VEC, NV>& s, const T* __r
 // partial[b * cols + c] and of dy to partial[(gridDim.x + b) * cols + c]. The block's
 // row groups hold the same columns, so they add their register sums through dynamic
 // shared memory (2 * blockDim.x * blockDim.y * VEC floats), in the order of threadIdx.y.
-template <typename T, int VEC, int NV>
+//
+// kResidual: the residual variant's backward, x its stored sum. dx_add ([rows, cols], the
+// gradient the returned sum received; null: none) is added to dx in fp32 before the one
+// rounding, and dx2 ([rows, cols]; null: none) receives dx too: the residual's gradient,
+// x's values in a tensor of its own (autograd would otherwise hand both leaves one
+// storage). Without kResidual both are unused (null).
+template <typename T, int VEC, int NV, bool kResidual>
 __global__ void __launch_bounds__(kMaxRowThreads, 1)
     ln_backward_reg_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ gamma,
                            const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
-                           float* __restrict__ partial, int64_t rows, int64_t cols) {
+                           float* __restrict__ partial, int64_t rows, int64_t cols, const T* __restrict__ dx_add,
+                           T* __restrict__ dx2) {
   __shared__ float2 scratch[2][kGpuMaxWarps];
   extern __shared__ float ln_col_scratch[];
   const int tpr = static_cast<int>(blockDim.x);
@@ -281,7 +353,20 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
         const float xm = to_float(cur.x[k].v[e]) - mu;
         out[e] = rs * (dyg - c1 - xm * rs * c2);
       }
-      store_from_float<VEC>(dxr + static_cast<int64_t>(j) * VEC, out);
+      const int64_t at = static_cast<int64_t>(j) * VEC;
+      if constexpr (kResidual) {
+        // The addend is read here, not with the row's other slices: held through the
+        // reduction (or prefetched with the next row) it spills the larger slices (ptxas
+        // -v, sm_80 / sm_90); the block's other row groups cover this load's latency.
+        if (dx_add != nullptr) {
+          float add[VEC];
+          load_as_float<VEC>(add, dx_add + row * cols + at);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) out[e] += add[e];
+        }
+        if (dx2 != nullptr) store_from_float<VEC>(dx2 + row * cols + at, out);
+      }
+      store_from_float<VEC>(dxr + at, out);
     }
   }
   if (partial == nullptr) return;
@@ -360,21 +445,35 @@ __global__ void ln_params_finalize_kernel(const float* __restrict__ partial, int
 
 // For rows longer than the register slices hold. One block per row group as in
 // gpu_row_launch; the row is read twice (statistics, then output), with the
-// statistics of d = x - x0 from one pass (sums of d and d^2).
-template <typename T, int VEC>
+// statistics of d = x - x0 from one pass (sums of d and d^2). kResidual as in
+// ln_forward_reg_kernel: the first pass forms and writes the sum, the second reads it back
+// (each thread the elements it wrote).
+template <typename T, int VEC, bool kResidual>
 __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
                                        const T* __restrict__ beta, T* __restrict__ y, float* __restrict__ mean_out,
-                                       float* __restrict__ rstd_out, int64_t rows, int64_t cols, float eps) {
+                                       float* __restrict__ rstd_out, int64_t rows, int64_t cols, float eps,
+                                       const T* __restrict__ residual, const T* __restrict__ hidden_bias,
+                                       T* __restrict__ sum_out) {
   __shared__ float2 scratch[kGpuMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;
-  const T* xr = x + (active ? row : 0) * cols;
-  const float shift = to_float(xr[0]);
+  const int64_t offset = (active ? row : 0) * cols;
+  const T* xr = x + offset;
+  float shift;
+  if constexpr (kResidual) {
+    shift = residual_sum_first(x, residual, hidden_bias, offset);
+  } else {
+    shift = to_float(xr[0]);
+  }
   float2 acc = make_float2(0.0f, 0.0f);
   if (active) {
     for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < cols; i += static_cast<int64_t>(blockDim.x) * VEC) {
       float v[VEC];
-      load_as_float<VEC>(v, xr + i);
+      if constexpr (kResidual) {
+        residual_sum<VEC>(v, x, residual, hidden_bias, sum_out, offset + i, i);
+      } else {
+        load_as_float<VEC>(v, xr + i);
+      }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float d = v[k] - shift;
@@ -396,7 +495,11 @@ __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restr
   T* yr = y + row * cols;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < cols; i += static_cast<int64_t>(blockDim.x) * VEC) {
     float v[VEC], g[VEC], b[VEC];
-    load_as_float<VEC>(v, xr + i);
+    if constexpr (kResidual) {
+      load_as_float<VEC>(v, sum_out + offset + i);
+    } else {
+      load_as_float<VEC>(v, xr + i);
+    }
     load_params<VEC>(g, gamma, i, 1.0f);
     load_params<VEC>(b, beta, i, 0.0f);
 #pragma unroll
@@ -405,12 +508,13 @@ __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restr
   }
 }
 
-// dx as ln_backward_reg_kernel (same formula and roundings), reading the row twice.
-template <typename T, int VEC>
+// dx as ln_backward_reg_kernel (same formula and roundings, kResidual with dx_add and
+// dx2 too), reading the row twice.
+template <typename T, int VEC, bool kResidual>
 __global__ void ln_backward_dx_loop_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                            const T* __restrict__ gamma, const float* __restrict__ mean,
                                            const float* __restrict__ rstd, T* __restrict__ dx, int64_t rows,
-                                           int64_t cols) {
+                                           int64_t cols, const T* __restrict__ dx_add, T* __restrict__ dx2) {
   __shared__ float2 scratch[kGpuMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;
@@ -444,6 +548,15 @@ __global__ void ln_backward_dx_loop_kernel(const T* __restrict__ dy, const T* __
     load_params<VEC>(g, gamma, i, 1.0f);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) d[k] = rs * (gpu_mul_rn(d[k], g[k]) - c1 - (v[k] - mu) * rs * c2);
+    if constexpr (kResidual) {
+      if (dx_add != nullptr) {
+        float a[VEC];
+        load_as_float<VEC>(a, dx_add + base + i);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) d[k] += a[k];
+      }
+      if (dx2 != nullptr) store_from_float<VEC>(dx2 + base + i, d);
+    }
     store_from_float<VEC>(dx + base + i, d);
   }
 }
@@ -536,9 +649,17 @@ struct SliceSizes {
 // (4097 columns in 512 threads need 9). Backward 16-bit rows take 2 vectors (16 elements, with
 // the next-row prefetch) or 3 (24, without): the smallest row group wins, so 768
 // columns take one warp with 3 vectors, 1024 two warps with 2, 12288 512 threads with 3.
-template <typename T, int VEC>
-using ForwardSlices =
-    std::conditional_t<VEC == 1, SliceSizes<12>, std::conditional_t<sizeof(T) == 2, SliceSizes<4>, SliceSizes<6>>>;
+//
+// The residual forward also loads the residual and the hidden bias and stores the sum,
+// which leaves fewer registers for the row, by the same measure: 4 vectors (16-bit 32
+// elements as before, fp32 16: 8192 columns in 512 threads), and scalar slots 11 for
+// 16-bit types, 8 for fp32 (so an odd fp32 hidden size above 4096, 4097 included, takes
+// the loop kernel). The residual backward's extra input and output cost no slice
+// registers (see ln_backward_reg_kernel).
+template <typename T, int VEC, bool kResidual = false>
+using ForwardSlices = std::conditional_t<
+    kResidual, std::conditional_t<VEC == 1, SliceSizes<sizeof(T) == 2 ? 11 : 8>, SliceSizes<4>>,
+    std::conditional_t<VEC == 1, SliceSizes<12>, std::conditional_t<sizeof(T) == 2, SliceSizes<4>, SliceSizes<6>>>>;
 template <typename T, int VEC>
 using BackwardSlices =
     std::conditional_t<VEC == 1, SliceSizes<10>, std::conditional_t<sizeof(T) == 2, SliceSizes<2, 3>, SliceSizes<4>>>;
@@ -572,22 +693,25 @@ unsigned grid_of(int64_t blocks) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, int64_t{1} << 30)));
 }
 
+// residual null: plain LayerNorm of x. Otherwise the residual variant (hidden_bias may be
+// null), which writes the sum to `sum`.
 template <typename T>
-gpuError_t forward_typed(const T* x, const T* gamma, const T* beta, T* y, float* mean, float* rstd, int64_t rows,
-                         int64_t cols, float eps, gpuStream_t stream) {
-  const int vec = pick_vec<T>(cols, {x, gamma, beta, y});
-  const auto launch = [&](auto vec_tag) -> gpuError_t {
+gpuError_t forward_typed(const T* x, const T* residual, const T* hidden_bias, const T* gamma, const T* beta, T* sum,
+                         T* y, float* mean, float* rstd, int64_t rows, int64_t cols, float eps, gpuStream_t stream) {
+  const int vec = pick_vec<T>(cols, {x, residual, hidden_bias, gamma, beta, sum, y});
+  const auto launch = [&](auto vec_tag, auto residual_tag) -> gpuError_t {
     constexpr int VEC = decltype(vec_tag)::value;
-    using Slices = ForwardSlices<T, VEC>;
+    constexpr bool kResidual = decltype(residual_tag)::value;
+    using Slices = ForwardSlices<T, VEC, kResidual>;
     const RegShape shape = Slices::pick(cols / VEC);
     if (shape.nv == 0) {
       const GpuRowLaunch loop = gpu_row_launch(rows, cols, 8);
-      if (loop_vec<T>(cols, {x, gamma, beta, y}) == 4) {
-        ln_forward_loop_kernel<T, 4><<<loop.grid, loop.block, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows,
-                                                                           cols, eps);
+      if (loop_vec<T>(cols, {x, residual, hidden_bias, gamma, beta, sum, y}) == 4) {
+        ln_forward_loop_kernel<T, 4, kResidual><<<loop.grid, loop.block, 0, stream>>>(
+            x, gamma, beta, y, mean, rstd, rows, cols, eps, residual, hidden_bias, sum);
       } else {
-        ln_forward_loop_kernel<T, 1><<<loop.grid, loop.block, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows,
-                                                                           cols, eps);
+        ln_forward_loop_kernel<T, 1, kResidual><<<loop.grid, loop.block, 0, stream>>>(
+            x, gamma, beta, y, mean, rstd, rows, cols, eps, residual, hidden_bias, sum);
       }
       return gpuGetLastError();
     }
@@ -596,33 +720,41 @@ gpuError_t forward_typed(const T* x, const T* gamma, const T* beta, T* y, float*
     const unsigned grid = grid_of(gpu_ceil_div(rows, per_block));
     return Slices::with(shape.nv, [&](auto nv_tag) {
       constexpr int NV = decltype(nv_tag)::value;
-      ln_forward_reg_kernel<T, VEC, NV><<<grid, block, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows, cols, eps);
+      ln_forward_reg_kernel<T, VEC, NV, kResidual><<<grid, block, 0, stream>>>(
+          x, gamma, beta, y, mean, rstd, rows, cols, eps, residual, hidden_bias, sum);
       return gpuGetLastError();
     });
   };
-  return vec == 1 ? launch(IntC<1>{}) : launch(IntC<vec_width<T>()>{});
+  const auto with_vec = [&](auto residual_tag) {
+    return vec == 1 ? launch(IntC<1>{}, residual_tag) : launch(IntC<vec_width<T>()>{}, residual_tag);
+  };
+  return residual == nullptr ? with_vec(std::false_type{}) : with_vec(std::true_type{});
 }
 
+// `residual`: the residual variant's kernels, with dx_add and dx2 (either may be null);
+// otherwise the plain LayerNorm ones (dx_add and dx2 null).
 template <typename T>
-gpuError_t backward_typed(const T* dy, const T* x, const T* gamma, const float* mean, const float* rstd, T* dx,
-                          T* dgamma, T* dbeta, float* workspace, int64_t rows, int64_t cols, gpuStream_t stream) {
+gpuError_t backward_typed(bool residual, const T* dy, const T* x, const T* gamma, const float* mean,
+                          const float* rstd, T* dx, const T* dx_add, T* dx2, T* dgamma, T* dbeta, float* workspace,
+                          int64_t rows, int64_t cols, gpuStream_t stream) {
   const bool params = dgamma != nullptr || dbeta != nullptr;
   if (params && workspace == nullptr) return gpuErrorInvalidValue;
   float* partial = params ? workspace : nullptr;
-  const int vec = pick_vec<T>(cols, {dy, x, gamma, dx});
-  const auto launch = [&](auto vec_tag) -> gpuError_t {
+  const int vec = pick_vec<T>(cols, {dy, x, gamma, dx, dx_add, dx2});
+  const auto launch = [&](auto vec_tag, auto residual_tag) -> gpuError_t {
     constexpr int VEC = decltype(vec_tag)::value;
+    constexpr bool kResidual = decltype(residual_tag)::value;
     using Slices = BackwardSlices<T, VEC>;
     const RegShape shape = Slices::pick(cols / VEC);
     int64_t parts = 0;
     if (shape.nv == 0) {
       const GpuRowLaunch loop = gpu_row_launch(rows, cols, 8);
-      if (loop_vec<T>(cols, {dy, x, gamma, dx}) == 4) {
-        ln_backward_dx_loop_kernel<T, 4><<<loop.grid, loop.block, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows,
-                                                                               cols);
+      if (loop_vec<T>(cols, {dy, x, gamma, dx, dx_add, dx2}) == 4) {
+        ln_backward_dx_loop_kernel<T, 4, kResidual><<<loop.grid, loop.block, 0, stream>>>(
+            dy, x, gamma, mean, rstd, dx, rows, cols, dx_add, dx2);
       } else {
-        ln_backward_dx_loop_kernel<T, 1><<<loop.grid, loop.block, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows,
-                                                                               cols);
+        ln_backward_dx_loop_kernel<T, 1, kResidual><<<loop.grid, loop.block, 0, stream>>>(
+            dy, x, gamma, mean, rstd, dx, rows, cols, dx_add, dx2);
       }
       gpuError_t err = gpuGetLastError();
       if (err != gpuSuccess || !params) return err;
@@ -637,8 +769,8 @@ gpuError_t backward_typed(const T* dy, const T* x, const T* gamma, const float* 
       const size_t smem = params ? 2 * sizeof(float) * VEC * shape.tpr * per_block : 0;
       const gpuError_t err = Slices::with(shape.nv, [&](auto nv_tag) {
         constexpr int NV = decltype(nv_tag)::value;
-        ln_backward_reg_kernel<T, VEC, NV><<<static_cast<unsigned>(parts), block, smem, stream>>>(
-            dy, x, gamma, mean, rstd, dx, partial, rows, cols);
+        ln_backward_reg_kernel<T, VEC, NV, kResidual><<<static_cast<unsigned>(parts), block, smem, stream>>>(
+            dy, x, gamma, mean, rstd, dx, partial, rows, cols, dx_add, dx2);
         return gpuGetLastError();
       });
       if (err != gpuSuccess || !params) return err;
@@ -648,7 +780,10 @@ gpuError_t backward_typed(const T* dy, const T* x, const T* gamma, const float* 
                                                                                            dgamma, dbeta);
     return gpuGetLastError();
   };
-  return vec == 1 ? launch(IntC<1>{}) : launch(IntC<vec_width<T>()>{});
+  const auto with_vec = [&](auto residual_tag) {
+    return vec == 1 ? launch(IntC<1>{}, residual_tag) : launch(IntC<vec_width<T>()>{}, residual_tag);
+  };
+  return residual ? with_vec(std::true_type{}) : with_vec(std::false_type{});
 }
 
 }  // namespace
@@ -661,8 +796,24 @@ gpuError_t layer_norm_forward(const void* x, const void* gamma, const void* beta
   if (rows == 0 || cols == 0) return gpuSuccess;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    return forward_typed<T>(static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
-                            static_cast<T*>(y), mean, rstd, rows, cols, eps, stream);
+    return forward_typed<T>(static_cast<const T*>(x), nullptr, nullptr, static_cast<const T*>(gamma),
+                            static_cast<const T*>(beta), nullptr, static_cast<T*>(y), mean, rstd, rows, cols, eps,
+                            stream);
+  });
+}
+
+gpuError_t residual_layer_norm_forward(const void* x, const void* residual, const void* hidden_bias,
+                                       const void* gamma, const void* beta, void* sum, void* y, float* mean,
+                                       float* rstd, int64_t rows, int64_t cols, float eps, DType dtype,
+                                       gpuStream_t stream) {
+  if (rows == 0 || cols == 0) return gpuSuccess;
+  if (residual == nullptr || sum == nullptr) return gpuErrorInvalidValue;
+  return gpu_dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return forward_typed<T>(static_cast<const T*>(x), static_cast<const T*>(residual),
+                            static_cast<const T*>(hidden_bias), static_cast<const T*>(gamma),
+                            static_cast<const T*>(beta), static_cast<T*>(sum), static_cast<T*>(y), mean, rstd, rows,
+                            cols, eps, stream);
   });
 }
 
@@ -671,9 +822,11 @@ int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols) {
   return 2 * max_param_parts(rows) * cols;
 }
 
-gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
-                               const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
-                               int64_t rows, int64_t cols, DType dtype, gpuStream_t stream) {
+namespace {
+
+gpuError_t backward_any(bool residual, const void* dy, const void* x, const void* gamma, const float* mean,
+                        const float* rstd, void* dx, const void* dx_add, void* dx2, void* dgamma, void* dbeta,
+                        float* workspace, int64_t rows, int64_t cols, DType dtype, gpuStream_t stream) {
   if (cols == 0) return gpuSuccess;
   if (rows == 0) {
     // No rows to sum: dgamma and dbeta are zeros, which the callers allocate uninitialized.
@@ -688,10 +841,28 @@ gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma,
   }
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    return backward_typed<T>(static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(gamma), mean,
-                             rstd, static_cast<T*>(dx), static_cast<T*>(dgamma), static_cast<T*>(dbeta), workspace,
-                             rows, cols, stream);
+    return backward_typed<T>(residual, static_cast<const T*>(dy), static_cast<const T*>(x),
+                             static_cast<const T*>(gamma), mean, rstd, static_cast<T*>(dx),
+                             static_cast<const T*>(dx_add), static_cast<T*>(dx2), static_cast<T*>(dgamma),
+                             static_cast<T*>(dbeta), workspace, rows, cols, stream);
   });
+}
+
+}  // namespace
+
+gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
+                               const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
+                               int64_t rows, int64_t cols, DType dtype, gpuStream_t stream) {
+  return backward_any(false, dy, x, gamma, mean, rstd, dx, nullptr, nullptr, dgamma, dbeta, workspace, rows, cols,
+                      dtype, stream);
+}
+
+gpuError_t residual_layer_norm_backward(const void* dy, const void* sum, const void* gamma, const float* mean,
+                                        const float* rstd, const void* dsum, void* dx, void* dresidual,
+                                        void* dgamma, void* dbeta, float* workspace, int64_t rows, int64_t cols,
+                                        DType dtype, gpuStream_t stream) {
+  return backward_any(true, dy, sum, gamma, mean, rstd, dx, dsum, dresidual, dgamma, dbeta, workspace, rows, cols,
+                      dtype, stream);
 }
 
 }  // namespace gpu_ops
