@@ -28,6 +28,10 @@ the smallest denormals) quantize as the PyTorch rules do.
 
 CUDA / ROCm tensors of fp32, fp16 or bf16 use the kernels; otherwise a PyTorch
 implementation of the same rules runs (bit-identical codes), after one warning.
+
+Small float formats with bit-packed codes (FP8, FP6 e3m2 / e2m3, FP4 e2m1, 12-bit e4m7),
+stochastic rounding and the dequantize of chosen rows: ``quantize_fp`` / ``dequantize_fp`` of
+``kernels.fp_quantization``, re-exported here.
 """
 
 from __future__ import annotations
@@ -39,19 +43,25 @@ import torch
 from torch import Tensor
 
 from kernels._gpu_load import GpuOp
+from kernels._quant_common import FP_OP, div, groups_of, safe_divisor
+from kernels.fp_quantization import FP_FORMATS, FpFormatSpec, FPQuantizedTensor, dequantize_fp, quantize_fp
 
 __all__ = [
+    "FP_FORMATS",
     "FP8Tensor",
+    "FPQuantizedTensor",
+    "FpFormatSpec",
     "QuantizedTensor",
     "dequantize",
+    "dequantize_fp",
     "dequantize_fp8",
     "quantize",
+    "quantize_fp",
     "quantize_fp8",
 ]
 
 Fp8Format = Literal["e4m3", "e5m2"]
 _INT_OP = GpuOp("quantizer")
-_FP8_OP = GpuOp("fp_quantizer")
 _FP8_DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 _FP8_MAX: dict[str, float] = {"e4m3": 448.0, "e5m2": 57344.0}
 
@@ -83,25 +93,10 @@ class FP8Tensor:
 
 
 def _groups(x: Tensor, group_size: int | None, even: bool = False) -> tuple[int, int]:
-    size = group_size if group_size is not None else (x.shape[-1] if x.dim() else 1)
-    if size <= 0:
-        raise ValueError(f"group_size must be positive, got {size}")
-    if x.numel() % size != 0:
-        raise ValueError(f"the input has {x.numel()} elements, not a multiple of group_size {size}")
+    groups, size = groups_of(x, group_size)
     if even and size % 2 != 0:
         raise ValueError(f"int4 packs two values per byte: group_size must be even, got {size}")
-    return x.numel() // size, size
-
-
-def _safe_divisor(scale: Tensor) -> Tensor:
-    return torch.where(scale > 0, scale, torch.ones_like(scale))
-
-
-def _div(t: Tensor, divisor: float) -> Tensor:
-    """``t / divisor`` correctly rounded on every device. On CUDA, torch divides by a Python
-    number as ``t * (1 / divisor)``, which can be one ulp off the division the kernels do;
-    dividing by a tensor of divisors takes the true division."""
-    return t / torch.full_like(t, divisor)
+    return groups, size
 
 
 # ----------------------------------------------------------------------------- integer
@@ -113,13 +108,13 @@ def _quantize_int_torch(xg: Tensor, bits: int, symmetric: bool) -> tuple[Tensor,
     low, high = xf.amin(-1), xf.amax(-1)
     if symmetric:
         qmax = (1 << (bits - 1)) - 1
-        scale = _div(torch.maximum(-low, high), qmax)
-        codes = torch.round(xf / _safe_divisor(scale)[:, None]).clamp(-qmax, qmax)
+        scale = div(torch.maximum(-low, high), qmax)
+        codes = torch.round(xf / safe_divisor(scale)[:, None]).clamp(-qmax, qmax)
         offset = None
     else:
         levels = (1 << bits) - 1
-        scale = _div(high - low, levels)
-        codes = torch.round((xf - low[:, None]) / _safe_divisor(scale)[:, None]).clamp(0, levels)
+        scale = div(high - low, levels)
+        codes = torch.round((xf - low[:, None]) / safe_divisor(scale)[:, None]).clamp(0, levels)
         offset = low
     # Code 0 where the scale is not > 0 (0, or NaN from a NaN in the group) and where the
     # value is NaN (inf / inf under an infinite scale): said explicitly, since a NaN -> int
@@ -198,15 +193,15 @@ def quantize_fp8(
         raise TypeError(f"quantize_fp8: x must be floating point, got {x.dtype}")
     groups, size = _groups(x, group_size)
     xg = x.reshape(groups, size).contiguous()
-    module = _FP8_OP.resolve([xg], use_kernel)
+    module = FP_OP.resolve([xg], use_kernel)
     if module is not None:
         codes, scale = module.quantize(xg, size, format)
         data = codes.view(_FP8_DTYPES[format])
     else:
         fmax = _FP8_MAX[format]
         xf = xg.float()
-        scale = _div(xf.abs().amax(-1), fmax)
-        scaled = (xf / _safe_divisor(scale)[:, None]).clamp(-fmax, fmax)
+        scale = div(xf.abs().amax(-1), fmax)
+        scaled = (xf / safe_divisor(scale)[:, None]).clamp(-fmax, fmax)
         scaled = torch.where((scale > 0)[:, None], scaled, torch.zeros_like(scaled))
         data = scaled.to(_FP8_DTYPES[format])
     return FP8Tensor(data, scale, format, size, x.shape, x.dtype)
@@ -218,7 +213,7 @@ def dequantize_fp8(q: FP8Tensor, dtype: torch.dtype | None = None, use_kernel: b
     out = torch.empty((q.scale.numel(), q.group_size), dtype=out_dtype, device=q.data.device)
     # The codes go as bytes: the kernels' dtype check is for the scale and the output.
     codes = q.data.contiguous().view(torch.uint8)
-    module = _FP8_OP.resolve([codes, q.scale, out], use_kernel)
+    module = FP_OP.resolve([codes, q.scale, out], use_kernel)
     if module is not None:
         module.dequantize(codes, q.scale, out, q.group_size, q.format)
         return out.reshape(q.shape)

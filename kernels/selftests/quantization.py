@@ -1,4 +1,5 @@
-"""Self-tests of the ``quantizer`` (int8 / int4) and ``fp_quantizer`` (FP8) ops, through
+"""Self-tests of the ``quantizer`` (int8 / int4) and ``fp_quantizer`` (FP8, and the packed small
+float formats) ops, through
 ``kernels.quantization`` with ``use_kernel=True``.
 
 The references apply the documented rules directly, written out here in fp32:
@@ -7,12 +8,19 @@ The references apply the documented rules directly, written out here in fp32:
 * asymmetric: ``scale = (max - min) / (2**bits - 1)``, ``offset = min``,
   ``q = clamp(round((x - min) / scale), 0, 2**bits - 1)``;
 * FP8: ``scale = max|x| / fmax``, ``q = float8(clamp(x / scale, -fmax, fmax))`` by torch's own cast;
+* packed small floats (``quantize_fp``: FP8, FP6 e3m2 / e2m3, FP4 e2m1, 12-bit e4m7): the same
+  scale, each code the nearest of the format's values (enumerated here from its exponent and
+  mantissa bits) to ``x / scale``, saturating at fmax, packed least significant bit first;
 
 with round-half-to-even and code 0 for a group whose scale is 0. The op promises codes and
 scales bit-identical to these rules, so they are compared exactly; dequantized values within
-the output dtype's tolerance. Groups: 37 of them (no multiple of the groups a block handles),
-of sizes 1, 7, 127 and 4097 (int4: the even 2, 6, 128, 4098); the first group is all zeros
-(scale 0) and the second constant (max == min). int8 also runs once over ~1M elements.
+the output dtype's tolerance. Stochastic rounding draws documented Philox words, which the
+PyTorch fallback draws too: its codes must equal the fallback's for the same seed; and rows
+dequantized through an index must equal those rows of the whole. Groups: 37 of them (no
+multiple of the groups a block handles), of sizes 1, 7, 127 and 4097 (int4: the even 2, 6, 128,
+4098; packed formats: n, 3n, 128 and 4096 + n for n the fewest codes that fill whole bytes);
+the first group is all zeros (scale 0) and the second constant (max == min). int8 and e3m2 also
+run once over ~1M elements.
 """
 
 from __future__ import annotations
@@ -20,7 +28,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
+from kernels.quantization import (
+    dequantize,
+    dequantize_fp,
+    dequantize_fp8,
+    quantize,
+    quantize_fp,
+    quantize_fp8,
+)
 from kernels.selftests._harness import EXACT, GPU_TOLERANCE, SelfTest, SelfTestContext
 
 GROUPS = 37
@@ -126,12 +141,82 @@ def _fp8_case(ctx: SelfTestContext, dtype: torch.dtype, groups: int, size: int, 
     ctx.compare(f"{label} dequantized", out, (codes * scale[:, None]).to(dtype), GPU_TOLERANCE[dtype])
 
 
+# name: (exponent bits, mantissa bits, largest finite magnitude code)
+PACKED_FORMATS = {
+    "e4m3": (4, 3, 0x7E),
+    "e5m2": (5, 2, 0x7B),
+    "e3m2": (3, 2, 0x1F),
+    "e2m3": (2, 3, 0x1F),
+    "e2m1": (2, 1, 0x7),
+    "e4m7": (4, 7, 0x7FF),
+}
+
+
+def _magnitudes(fmt: str) -> list[float]:
+    """The format's finite non-negative values, magnitude code k at index k."""
+    exp_bits, man_bits, top = PACKED_FORMATS[fmt]
+    bias = 2 ** (exp_bits - 1) - 1
+    values = []
+    for k in range(top + 1):
+        field, man = k >> man_bits, k % 2**man_bits
+        step = 2.0 ** ((field if field else 1) - bias - man_bits)
+        values.append((man + (2**man_bits if field else 0)) * step)
+    return values
+
+
+def _packed_reference(x: Tensor, fmt: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(packed codes uint8 [groups, size * bits / 8], scale, dequantized fp32 values) by nearest
+    rounding of x / scale."""
+    exp_bits, man_bits, _ = PACKED_FORMATS[fmt]
+    bits = 1 + exp_bits + man_bits
+    table = torch.tensor(_magnitudes(fmt), dtype=torch.float64, device=x.device)
+    fmax = float(table[-1])
+    xf = x.float()
+    scale = _div(xf.abs().amax(dim=1), fmax)
+    r = xf / _nonzero(scale)[:, None]
+    a = r.double().abs().clamp(max=fmax)
+    hi = torch.searchsorted(table, a).clamp(max=len(table) - 1)
+    lo = torch.where(table[hi] == a, hi, hi - 1).clamp(min=0)
+    below, above = a - table[lo], table[hi] - a
+    mag = torch.where((below < above) | ((below == above) & (lo % 2 == 0)), lo, hi)
+    codes = (torch.signbit(r).to(torch.int64) << (bits - 1)) | mag
+    codes[scale == 0] = 0
+    groups, size = codes.shape
+    stream = (codes[..., None] >> torch.arange(bits, device=x.device)) & 1
+    stream = stream.reshape(groups, size * bits // 8, 8)
+    values = table[mag].float() * torch.where(torch.signbit(r), -1.0, 1.0) * scale[:, None]
+    return (stream << torch.arange(8, device=x.device)).sum(-1).to(torch.uint8), scale, values
+
+
+def _packed_case(ctx: SelfTestContext, dtype: torch.dtype, groups: int, size: int, fmt: str) -> None:
+    x = _input(ctx, dtype, groups, size)
+    label = f"{fmt} {_name(dtype)} {groups}x{size}"
+    q = quantize_fp(x, fmt, size, use_kernel=True)  # type: ignore[arg-type]
+    data, scale, values = _packed_reference(x, fmt)
+    ctx.compare(f"{label} codes", q.data.float(), data.float(), EXACT)
+    ctx.compare(f"{label} scale", q.scale, scale, EXACT)
+    full = dequantize_fp(q, use_kernel=True)
+    ctx.compare(f"{label} dequantized", full, values.to(dtype), EXACT)
+    rows = torch.tensor([groups - 1, 0, groups // 2], device=ctx.device)
+    ctx.compare(f"{label} rows", dequantize_fp(q, index=rows, use_kernel=True), full[rows], EXACT)
+    sr = quantize_fp(x, fmt, size, "stochastic", seed=groups + size, use_kernel=True)  # type: ignore[arg-type]
+    fallback = quantize_fp(x, fmt, size, "stochastic", seed=groups + size, use_kernel=False)  # type: ignore[arg-type]
+    ctx.compare(f"{label} stochastic codes", sr.data.float(), fallback.data.float(), EXACT)
+
+
 def _fp_quantizer(ctx: SelfTestContext) -> None:
     for dtype in ctx.dtypes:
         for fmt in ("e4m3", "e5m2"):
             for size in GROUP_SIZES:
                 _fp8_case(ctx, dtype, GROUPS, size, fmt)
     _fp8_case(ctx, torch.float32, *LARGE, "e4m3")
+    for dtype in ctx.dtypes:
+        for fmt in PACKED_FORMATS:
+            exp_bits, man_bits, _ = PACKED_FORMATS[fmt]
+            per = {8: 1, 6: 4}.get(1 + exp_bits + man_bits, 2)  # the fewest codes of whole bytes
+            for size in (per, 3 * per, 128, 4096 + per):
+                _packed_case(ctx, dtype, GROUPS, size, fmt)
+    _packed_case(ctx, torch.float32, 257, 4100, "e3m2")
 
 
 SELFTESTS = (

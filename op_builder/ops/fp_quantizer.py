@@ -8,8 +8,8 @@ from op_builder.ops.quantizer import IEEE_FP32_NVCC_FLAGS
 
 class FPQuantizerBuilder(BuiltinCUDAOp):
     name = "fp_quantizer"
-    description = "Grouped FP8 (e4m3, e5m2) quantize and dequantize of fp16 / bf16"
-    sources = ("fp_quantizer/fp_quantizer.cu", "fp_quantizer/bindings.cpp")
+    description = "Grouped FP8 / FP6 / FP4 / 12-bit float quantize and dequantize of fp32 / fp16 / bf16"
+    sources = ("fp_quantizer/fp_quantizer.cu", "fp_quantizer/fp_packed.cu", "fp_quantizer/bindings.cpp")
     # The kernels use bf16 arithmetic and FP8 types throughout: sm_80 and newer only.
     arch_limits = ArchLimits(min_capability=(8, 0))
     # Denormal scales must round as the reference's: see IEEE_FP32_NVCC_FLAGS.

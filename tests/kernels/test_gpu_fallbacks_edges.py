@@ -163,22 +163,23 @@ def test_quantizers_build_without_flush_to_zero() -> None:
 )
 @pytest.mark.parametrize("name", ["quantizer", "fp_quantizer"])
 def test_quantizer_ptx_has_no_flush_to_zero_instruction(tmp_path: Path, name: str) -> None:
-    """The op's real device code under its own flags holds no .ftz fp32 instruction; the
-    same source under the flags without the override does (the check can fail)."""
+    """The op's real device code (every .cu file) under its own flags holds no .ftz fp32
+    instruction; the same sources under the flags without the override do (the check can fail)."""
     flags = _planned_flags()[name]
-    source = next(s for s in flags.sources if s.endswith(".cu"))
+    sources = [s for s in flags.sources if s.endswith(".cu")]
     common = [f for f in flags.device if not f.startswith(("-gencode", "--threads"))]
     without = [f for f in common if f not in ("-ftz=false", "-prec-div=true")]
     includes = [f"-I{d}" for d in flags.include_dirs]
-    ptx: dict[str, str] = {}
-    for label, device in (("ours", common), ("fast_math", without)):
-        out = tmp_path / f"{label}.ptx"
-        command = ["nvcc", *device, *includes, "-arch=compute_80", "-ptx", source, "-o", str(out)]
-        subprocess.run(command, check=True, capture_output=True)
-        ptx[label] = out.read_text()
     ftz = re.compile(r"^\s*\S+\.ftz\.", re.MULTILINE)
-    assert "div.rn.f32" in ptx["ours"] and not ftz.search(ptx["ours"])
-    assert ftz.search(ptx["fast_math"])
+    for i, source in enumerate(sources):
+        ptx: dict[str, str] = {}
+        for label, device in (("ours", common), ("fast_math", without)):
+            out = tmp_path / f"{label}{i}.ptx"
+            command = ["nvcc", *device, *includes, "-arch=compute_80", "-ptx", source, "-o", str(out)]
+            subprocess.run(command, check=True, capture_output=True)
+            ptx[label] = out.read_text()
+        assert "div.rn.f32" in ptx["ours"] and not ftz.search(ptx["ours"]), source
+        assert ftz.search(ptx["fast_math"]), source
 
 
 # ----------------------------------------------------------------------------- transformer
