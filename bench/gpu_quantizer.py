@@ -32,7 +32,15 @@ from _common import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
+from kernels.quantization import (
+    FP_FORMATS,
+    dequantize,
+    dequantize_fp,
+    dequantize_fp8,
+    quantize,
+    quantize_fp,
+    quantize_fp8,
+)
 
 DEFAULT_OUT = RESULTS / "gpu_quantizer.json"
 
@@ -93,6 +101,24 @@ def bench(numel: int, group_size: int, reps: int) -> list[Row]:
                     width + 1 + 4 / group_size,
                 )
             )
+        # The bit-packed formats (FP6, FP4, FP12) and stochastic rounding (a Philox word per element).
+        for fmt, rounding in (("e3m2", "nearest"), ("e2m1", "nearest"), ("e4m7", "nearest"),
+                              ("e4m3", "stochastic"), ("e3m2", "stochastic")):  # fmt: skip
+            moved = width + FP_FORMATS[fmt].bits / 8 + 4 / group_size
+            qp = quantize_fp(x, fmt, group_size, use_kernel=True)
+            cases.append(
+                (
+                    f"quantize_fp_{fmt}" + ("_sr" if rounding == "stochastic" else ""),
+                    lambda k, f=fmt, r=rounding, x=x: quantize_fp(
+                        x, f, group_size, rounding=r, seed=0 if r == "stochastic" else None, use_kernel=k
+                    ),
+                    moved,
+                )
+            )
+            if rounding == "nearest":
+                cases.append(
+                    (f"dequantize_fp_{fmt}", lambda k, qp=qp: dequantize_fp(qp, use_kernel=k), moved)
+                )
         for name, fn, bytes_per_element in cases:
             (ours_ms,) = cuda_medians([lambda fn=fn: fn(True)], reps)
             (torch_ms,) = cuda_medians([lambda fn=fn: fn(False)], max(3, reps // 3))
