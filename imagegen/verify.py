@@ -333,11 +333,34 @@ def _run_sealed(
     return int(status.get("StatusCode", -1)), stdout, stderr
 
 
-def _remove(client: Any, name: str) -> None:
+# How long a removal waits for a container the engine is still creating (see _remove).
+CREATE_GRACE_S = 10.0
+
+
+def _remove(client: Any, name: str, grace: float = CREATE_GRACE_S) -> None:
+    """Remove the verify container ``name``, whatever state it is in.
+
+    A Ctrl-C can abort the create request while the engine is still making the container: it
+    is then listed under its name but not yet removable (NotFound, or a conflict), and would
+    be left behind once made. So while the engine lists it, keep trying, for up to ``grace``
+    seconds.
+    """
     import docker
 
-    with contextlib.suppress(docker.errors.NotFound):
-        client.api.remove_container(name, force=True)
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            client.api.remove_container(name, force=True)
+            return
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409 or time.monotonic() >= deadline:  # 409: still being created
+                raise
+        listed = client.api.containers(all=True, quiet=True, filters={"name": f"^/{re.escape(name)}$"})
+        if not listed or time.monotonic() >= deadline:
+            return
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -242,9 +242,10 @@ def test_push_to_a_registry_and_verify_the_pulled_image(
 
 
 def _verify_containers(docker_client: Any) -> list[Any]:
-    return list(
-        docker_client.containers.list(all=True, filters={"label": "io.imagegen.verify", "ancestor": CPU_TAG})
-    )
+    # The low-level listing: containers.list() inspects each one, which fails (404) for a
+    # container the engine lists while it is still creating it.
+    filters = {"label": "io.imagegen.verify", "ancestor": CPU_TAG}
+    return list(docker_client.api.containers(all=True, quiet=True, filters=filters))
 
 
 def _sigint_as_at_a_terminal() -> None:
