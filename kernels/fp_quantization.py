@@ -81,7 +81,14 @@ from kernels import _fp_formats as rules
 from kernels._fp_formats import FP_FORMATS, FpFormatSpec
 from kernels._quant_common import FP_OP, div, groups_of, safe_divisor
 
-__all__ = ["FP_FORMATS", "FPQuantizedTensor", "FpFormatSpec", "dequantize_fp", "quantize_fp"]
+__all__ = [
+    "FP_FORMATS",
+    "FPQuantizedTensor",
+    "FpFormatSpec",
+    "dequantize_fp",
+    "quantize_fp",
+    "selective_dequantize",
+]
 
 FpFormat = Literal["e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "e4m7"]
 Rounding = Literal["nearest", "stochastic"]
@@ -233,3 +240,15 @@ def dequantize_fp(
         data, scale = data[groups], scale[groups]
     values = rules.decode(rules.unpack(data, spec, q.group_size), spec) * scale[:, None]
     return values.to(out_dtype).reshape(shape)
+
+
+def selective_dequantize(
+    q: FPQuantizedTensor,
+    index: Tensor | Sequence[int],
+    dtype: torch.dtype | None = None,
+    use_kernel: bool | None = None,
+) -> Tensor:
+    """The rows ``index`` of dimension 0 of ``q``, dequantized (and nothing else read): the
+    name DeepSpeed's FP quantizer gives ``dequantize_fp(q, dtype, index=index)``, e.g. for the
+    experts of a MoE layer that a batch routes to."""
+    return dequantize_fp(q, dtype, index=index, use_kernel=use_kernel)

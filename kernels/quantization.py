@@ -44,7 +44,14 @@ from torch import Tensor
 
 from kernels._gpu_load import GpuOp
 from kernels._quant_common import FP_OP, div, groups_of, safe_divisor
-from kernels.fp_quantization import FP_FORMATS, FpFormatSpec, FPQuantizedTensor, dequantize_fp, quantize_fp
+from kernels.fp_quantization import (
+    FP_FORMATS,
+    FpFormatSpec,
+    FPQuantizedTensor,
+    dequantize_fp,
+    quantize_fp,
+    selective_dequantize,
+)
 
 __all__ = [
     "FP_FORMATS",
@@ -58,6 +65,7 @@ __all__ = [
     "quantize",
     "quantize_fp",
     "quantize_fp8",
+    "selective_dequantize",
 ]
 
 Fp8Format = Literal["e4m3", "e5m2"]

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from kernels import _fp_formats
-from kernels.fp_quantization import FPQuantizedTensor, dequantize_fp, quantize_fp
+from kernels.fp_quantization import FPQuantizedTensor, dequantize_fp, quantize_fp, selective_dequantize
 from kernels.quantization import quantize_fp8
 from tests import _fp_reference as ref
 
@@ -367,6 +367,14 @@ def test_selective_dequantize_matches_full_rows(fmt: str) -> None:
             assert torch.equal(out, full[rows])
         assert dequantize_fp(q, torch.float32, index=[3]).dtype == torch.float32
         assert dequantize_fp(q, index=torch.empty(0, dtype=torch.long)).shape == (0, 3, 8)
+
+
+def test_selective_dequantize_is_dequantize_fp_with_an_index() -> None:
+    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(9))
+    q = quantize_fp(x, "e3m2", 16)
+    picked = selective_dequantize(q, [5, 1], torch.float16)
+    assert torch.equal(picked, dequantize_fp(q, torch.float16, index=[5, 1]))
+    assert torch.equal(picked.float(), dequantize_fp(q)[[5, 1]].half().float())
 
 
 def test_selective_dequantize_errors() -> None:
