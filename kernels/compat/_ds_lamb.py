@@ -93,7 +93,6 @@ class FusedLamb(fused_optim.FusedLamb):
     the module's docstring), ``lamb_coeffs`` / ``get_lamb_coeffs()`` after each step."""
 
     hyper = DeepSpeedLambHyper  # type: ignore[assignment]  # DeepSpeed's options and defaults
-    lamb_coeffs: list[Tensor]
 
     def __init__(
         self,
@@ -128,12 +127,10 @@ class FusedLamb(fused_optim.FusedLamb):
         self._grads: dict[int, Tensor] = {}
         self._grad_scales: dict[int, float] = {}
         self.eps_mode = 0 if eps_inside_sqrt else 1  # DeepSpeed's attribute
-        self.lamb_coeffs = []
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self.__dict__.setdefault("lamb_coeffs", [])  # torch pickles only defaults, state, groups
-        self.__dict__.setdefault("_grads", {})
+        self.__dict__.setdefault("_grads", {})  # torch pickles only defaults, state, groups
         self.__dict__.setdefault("_grad_scales", {})
 
     @torch.no_grad()
@@ -174,8 +171,13 @@ class FusedLamb(fused_optim.FusedLamb):
             self._grads, self._grad_scales = {}, {}
         for p, output in outputs:
             output.copy_(p.detach().reshape(output.shape))
-        self.lamb_coeffs = [ratio for ratio in self.trust_ratios() if ratio is not None]
         return loss
+
+    @property
+    def lamb_coeffs(self) -> list[Tensor]:
+        """DeepSpeed's attribute: the ratio of each param the last step updated, in order (read
+        from ``trust_ratios()`` when asked, not gathered on every step)."""
+        return [ratio for ratio in self.trust_ratios() if ratio is not None]
 
     def get_lamb_coeffs(self) -> list[float]:
         """The trust ratio each param was updated with in the last step, in order."""
@@ -206,10 +208,11 @@ class FusedLamb(fused_optim.FusedLamb):
             if output is not None:
                 written.append((p, output))
         scales = {combined for _, _, combined in taken}
-        if len(scales) == 1:
+        uniform = len(scales) == 1
+        if uniform:
             self._grad_scales[id(group)] = scales.pop()
         for p, grad, combined in taken:
-            if id(group) not in self._grad_scales:
+            if not uniform:
                 # One grad scale per kernel launch: per-param norms that clip differently are
                 # applied here instead, in fp32 (fp64 for fp64 params), before the step.
                 grad = grad.to(torch.float64 if p.dtype == torch.float64 else torch.float32) / combined
