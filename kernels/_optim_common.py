@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -273,16 +274,42 @@ def advance_step(state: dict[str, Any]) -> int:
     return int(step) + 1
 
 
-def advance_steps(states: list[dict[str, Any]]) -> list[int]:
-    """``advance_step`` for many params at once: two tensor operations in all instead of two
-    per param, which on a model of hundreds of tensors is most of a GPU step's Python time."""
-    counts = [state["step"] for state in states]
-    if not all(isinstance(c, Tensor) and c.dtype == torch.float32 and c.dim() == 0 for c in counts):
-        return [advance_step(state) for state in states]
-    if not counts:
-        return []
-    torch._foreach_add_(counts, 1.0)
-    return [int(value) for value in torch.stack(counts).tolist()]
+def _is_count_tensor(count: object) -> bool:
+    return isinstance(count, Tensor) and count.dtype == torch.float32 and count.dim() == 0
+
+
+class StepCounts:
+    """Counts a step for many params at once, in one tensor operation.
+
+    Each state's count stays a 0-d float32 tensor, as torch keeps it, but becomes a view into
+    one block of the counts of the params stepped together, so that counting a step is one
+    addition instead of one per param: a tensor operation on the CPU costs microseconds, which
+    on a model of hundreds of tensors was most of a GPU step's Python time
+    (``bench/step_counts.py``). The views are remembered per key (a param group), and a
+    count that is not the view remembered for its place (the first step, a loaded state dict,
+    a count replaced by hand, another set of params stepping) makes a new block from the
+    counts' values. Not pickled: a restored optimizer makes its blocks on its first step.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, tuple[Tensor, list[Tensor]]] = {}
+
+    def advance(self, key: int, states: list[dict[str, Any]]) -> list[int]:
+        """``advance_step`` for each of ``states``, in order; their new counts."""
+        counts = [state["step"] for state in states]
+        known = self._blocks.get(key)
+        if known is not None and len(known[1]) == len(counts) and all(map(operator.is_, counts, known[1])):
+            block = known[0]
+        elif counts and all(map(_is_count_tensor, counts)):
+            block = torch.stack(counts)
+            views = list(block.unbind())
+            for state, view in zip(states, views):
+                state["step"] = view
+            self._blocks[key] = (block, views)
+        else:  # counts saved as numbers by an older version, or nothing to count
+            return [advance_step(state) for state in states]
+        block += 1
+        return [int(value) for value in block.tolist()]
 
 
 def hyperparams(group: dict[str, Any], *names: str) -> tuple[float, ...]:

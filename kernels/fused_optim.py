@@ -38,7 +38,7 @@ from kernels._optim_common import (
     LambHyper,
     LionHyper,
     Scalar,
-    advance_steps,
+    StepCounts,
     hyperparams,
     renamed_argument,
 )
@@ -99,7 +99,7 @@ class _FusedOptimizer(KernelOptimizer):
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = self._run_closure(closure)
         used: set[Backend] = set()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             # One launch per (device, dtype, step): the kernel takes one dtype and one step.
             buckets: dict[tuple[torch.device, torch.dtype, int], list[Entry]] = {}
             stepped: list[Entry] = []
@@ -114,7 +114,8 @@ class _FusedOptimizer(KernelOptimizer):
                 for key in self.state_keys:
                     _fp32_state(state, key, p)
                 stepped.append((p, grad.contiguous(), state))
-            for entry, step in zip(stepped, advance_steps([state for _, _, state in stepped])):
+            steps = self._step_counts().advance(index, [state for _, _, state in stepped])
+            for entry, step in zip(stepped, steps):
                 buckets.setdefault((entry[0].device, entry[0].dtype, step), []).append(entry)
             context = self._group_context(group, stepped)
             for (_device, _dtype, step), entries in buckets.items():
@@ -140,6 +141,13 @@ class _FusedOptimizer(KernelOptimizer):
         if used:
             self.backend = "mixed" if len(used) > 1 else next(iter(used))
         return loss
+
+    def _step_counts(self) -> StepCounts:
+        # Made on first use: torch pickles an optimizer's defaults, state and groups only.
+        counts: StepCounts | None = self.__dict__.get("_counts")
+        if counts is None:
+            counts = self.__dict__["_counts"] = StepCounts()
+        return counts
 
     def _grad_of(self, p: Tensor) -> Tensor | None:
         """The gradient this step applies to ``p`` (None: ``p`` is not stepped)."""
