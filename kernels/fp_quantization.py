@@ -206,7 +206,12 @@ def _rows(q: FPQuantizedTensor, index: Tensor | Sequence[int]) -> tuple[Tensor, 
             raise IndexError(
                 f"index {bad} is out of range for the {rows} rows of the quantized shape {tuple(q.shape)}"
             )
-    idx = idx.to(device=q.data.device, dtype=torch.int64).contiguous()
+    idx = idx.to(torch.int64).contiguous()
+    if idx.device.type == "cpu" and q.data.device.type == "cuda":
+        # A plain copy from pageable host memory waits for the stream to drain; staged through
+        # pinned memory the copy is queued like any other, and the host goes on.
+        idx = idx.pin_memory().to(q.data.device, non_blocking=True)
+    idx = idx.to(device=q.data.device)
     return idx, row // q.group_size, torch.Size((idx.numel(), *q.shape[1:]))
 
 

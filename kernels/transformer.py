@@ -62,6 +62,11 @@ def _ln_forward_torch(
     variance nor the centred values lose precision when |mean| >> std."""
     xf = x.to(_math_dtype(x))
     n = xf.shape[-1]
+    if n == 0:
+        # Rows of no elements: y is as empty as F.layer_norm's; the statistics of nothing are
+        # NaN (the backward only broadcasts them against the empty rows).
+        stat = torch.full((xf.shape[0],), math.nan, dtype=xf.dtype, device=xf.device)
+        return torch.empty_like(x), stat, stat.clone()
     shifted = xf - xf[:, :1]
     shifted_mean = shifted.sum(-1) / n
     var = ((shifted * shifted).sum(-1) / n - shifted_mean * shifted_mean).clamp_min(0.0)
@@ -129,18 +134,21 @@ class _LayerNormFunction(torch.autograd.Function):
         )
 
 
-def _normalized_cols(
+def _normalized_rows(
     fn: str, x: Tensor, normalized_shape: int | Sequence[int], params: dict[str, Tensor | None]
-) -> int:
-    """The row length (elements of ``normalized_shape``) after checking that x ends with that
-    shape and every given parameter has it; a ValueError naming ``fn`` otherwise."""
+) -> tuple[int, int]:
+    """(rows, row length) of x as [rows, elements of ``normalized_shape``] after checking that
+    x ends with that shape and every given parameter has it; a ValueError naming ``fn``
+    otherwise. The rows are the leading dims' product, not ``numel // cols``: a normalized
+    shape with a 0 in it (rows of no elements, which F.layer_norm accepts) leaves
+    ``reshape(-1, 0)`` nothing to infer the rows from."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[x.dim() - len(shape) :]) != shape:
         raise ValueError(f"{fn}: input of shape {tuple(x.shape)} does not end with {shape}")
     for name, param in params.items():
         if param is not None and tuple(param.shape) != shape:
             raise ValueError(f"{fn}: {name} has shape {tuple(param.shape)}, expected {shape}")
-    return math.prod(shape)
+    return math.prod(x.shape[: x.dim() - len(shape)]), math.prod(shape)
 
 
 def _as_vector(param: Tensor | None, cols: int) -> Tensor | None:
@@ -168,8 +176,8 @@ def layer_norm(
     use_kernel: bool | None = None,
 ) -> Tensor:
     """``F.layer_norm`` over the trailing ``normalized_shape`` dims."""
-    cols = _normalized_cols("layer_norm", x, normalized_shape, {"weight": weight, "bias": bias})
-    x2 = x.reshape(-1, cols).contiguous()
+    rows, cols = _normalized_rows("layer_norm", x, normalized_shape, {"weight": weight, "bias": bias})
+    x2 = x.reshape(rows, cols).contiguous()
     w, b = _as_vector(weight, cols), _as_vector(bias, cols)
     params = [t for t in (w, b) if t is not None]
     module = _kernel_for("layer_norm", [x2], params, use_kernel, "weight and bias")
@@ -373,7 +381,7 @@ def residual_layer_norm(
     PyTorch implementation, and ``use_kernel=True`` raises.
     """
     fn = "residual_layer_norm"
-    cols = _normalized_cols(
+    rows, cols = _normalized_rows(
         fn, x, normalized_shape, {"weight": weight, "bias": bias, "hidden_bias": hidden_bias}
     )
     if not x.is_floating_point():
@@ -386,8 +394,8 @@ def residual_layer_norm(
         )
     if residual.device != x.device:
         raise ValueError(f"{fn}: residual is on {residual.device} but x is on {x.device}")
-    x2 = x.reshape(-1, cols).contiguous()
-    r2 = residual.reshape(-1, cols).contiguous()
+    x2 = x.reshape(rows, cols).contiguous()
+    r2 = residual.reshape(rows, cols).contiguous()
     hb, w, b = _as_vector(hidden_bias, cols), _as_vector(weight, cols), _as_vector(bias, cols)
     params = [t for t in (hb, w, b) if t is not None]
     module = _kernel_for(fn, [x2, r2], params, use_kernel, "weight, bias and hidden_bias")

@@ -243,9 +243,10 @@ class FusedLamb(fused_optim.FusedLamb):
         if combined == 1.0 or not stepped:
             return None
         # 1 / combined in double, rounded once to fp32: the kernel multiplies where DeepSpeed
-        # divides (within an ulp).
+        # divides (within an ulp). Filled on the device: torch.tensor(..., device=cuda) copies
+        # from pageable host memory, which waits for the stream, once per step.
         devices = {p.device for p, _, _ in stepped}
-        return {d: torch.tensor(1.0 / combined, dtype=torch.float32, device=d) for d in devices}
+        return {d: torch.full((), 1.0 / combined, dtype=torch.float32, device=d) for d in devices}
 
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         return super()._kernel_scalars(_as_our_rule(group, step), step)

@@ -179,6 +179,23 @@ def test_selective_dequantize(device: torch.device, fmt: str, group_size: int) -
         dequantize_fp(q, index=torch.tensor([0, 9], device=device), use_kernel=True)
 
 
+def test_host_index_does_not_wait_for_the_gpu(device: torch.device) -> None:
+    """An index given as a list or a CPU tensor is checked on the host and reaches the kernel
+    without a synchronizing copy (the documented cost: none), with the rows it names."""
+    x = _input(device, torch.float32, 9 * 5, 64).reshape(9, 5, 64)
+    q = quantize_fp(x, "e3m2", 64, use_kernel=True)
+    full = dequantize_fp(q, use_kernel=True)
+    dequantize_fp(q, index=[0], use_kernel=True)  # loads everything before the check
+    torch.cuda.synchronize(device)
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = [dequantize_fp(q, index=index, use_kernel=True) for index in ([8, 0, 3], torch.tensor([2, 7]))]
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    assert torch.equal(got[0], full[[8, 0, 3]]) and torch.equal(got[1], full[[2, 7]])
+
+
 def test_unchecked_out_of_range_index_reads_nothing(device: torch.device) -> None:
     """The binding called without the front's check: rows named out of range come out NaN (and
     nothing is read out of bounds: compute-sanitizer's run of tests/gpu would say)."""

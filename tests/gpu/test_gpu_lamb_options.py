@@ -213,6 +213,29 @@ def test_step_does_not_wait_for_the_gpu(device: torch.device) -> None:
     assert all(r is not None and r.is_cuda and r.dtype == torch.float32 and r.dim() == 0 for r in ratios)
 
 
+def test_deepspeed_compat_step_does_not_wait_for_the_gpu(device: torch.device) -> None:
+    """DeepSpeed's FusedLamb with a loss scale: its grad scale (1 / scale) reaches the kernel as
+    a device value made on the device, not copied from the host (a pageable copy syncs)."""
+    from kernels.compat import deepspeed as ds
+
+    params = _make(device, [torch.float32] * len(SIZES))
+    opt = ds.FusedLamb(params, lr=1e-2, max_coeff=2.0, min_coeff=0.1)
+    for step in range(2):
+        for p, g in zip(params, _grads(params, step)):
+            p.grad = g * 4.0
+        if step == 0:
+            opt.step(scale=4.0)  # loads the op and creates the state before the check
+            torch.cuda.synchronize(device)
+            continue
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            opt.step(scale=4.0)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    assert opt.backend == "kernel"
+
+
 def test_sync_debug_mode_catches_a_sync(device: torch.device) -> None:
     """The check above can fail: a host read of a device value under the same mode raises."""
     value = torch.ones((), device=device)

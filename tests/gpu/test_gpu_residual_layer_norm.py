@@ -191,6 +191,21 @@ def test_residual_layer_norm_without_rows(device: torch.device, dtype: torch.dty
         assert torch.equal(g, torch.zeros_like(g))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_residual_layer_norm_rows_without_elements(device: torch.device, dtype: torch.dtype) -> None:
+    """normalized_shape 0 (F.layer_norm takes it): the kernels' launchers see cols == 0 and
+    return early, with statistics of no rows; forward and backward give empty tensors."""
+    x, r = (torch.randn(4, 0, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    hb, w, b = (torch.randn(0, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    y, s = residual_layer_norm(x, r, 0, w, b, hb, return_sum=True, use_kernel=True)
+    assert y.shape == s.shape == (4, 0)
+    grads = torch.autograd.grad((y.sum() + s.sum()), (x, r, hb, w, b))
+    assert [g.shape for g in grads] == [(4, 0)] * 2 + [(0,)] * 3
+    plain = transformer.layer_norm(x, 0, w, b, use_kernel=True)
+    assert plain.shape == (4, 0)
+    assert [g.shape for g in torch.autograd.grad(plain.sum(), (x, w, b))] == [(4, 0), (0,), (0,)]
+
+
 def test_residual_layer_norm_uses_the_current_stream(device: torch.device) -> None:
     x, r, hb, w, b, dy, dsum = _inputs(device, torch.float32, 129, 768, 11)
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.transformer import FusedResidualLayerNorm, residual_layer_norm
+from kernels.transformer import FusedResidualLayerNorm, layer_norm, residual_layer_norm
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*using the PyTorch fallback:RuntimeWarning")
 
@@ -216,6 +216,22 @@ def test_no_rows() -> None:
     assert grads[0].shape == grads[1].shape == (0, 5)
     for g in grads[2:]:
         assert torch.equal(g, torch.zeros(5))
+
+
+@pytest.mark.parametrize(("shape", "normalized_shape"), [((4, 0), (0,)), ((2, 3, 0), (3, 0)), ((0, 0), (0,))])
+def test_rows_without_elements(shape: tuple[int, ...], normalized_shape: tuple[int, ...]) -> None:
+    """A normalized shape with a 0 in it, as F.layer_norm takes it: empty outputs and gradients
+    of the right shapes. The rows come from the leading dims (reshape(-1, 0) cannot infer
+    them), and the fallback's statistics of an empty row must not index its first element."""
+    x, r = (torch.randn(shape, requires_grad=True) for _ in range(2))
+    hb, w, b = (torch.randn(normalized_shape, requires_grad=True) for _ in range(3))
+    y, s = residual_layer_norm(x, r, normalized_shape, w, b, hb, return_sum=True)
+    assert y.shape == s.shape == F.layer_norm(x, normalized_shape, w, b).shape == shape
+    grads = torch.autograd.grad((y.sum() + s.sum()), (x, r, hb, w, b))
+    assert [g.shape for g in grads] == [shape] * 2 + [normalized_shape] * 3
+    plain = layer_norm(x, normalized_shape, w, b)
+    assert plain.shape == shape
+    assert [g.shape for g in torch.autograd.grad(plain.sum(), (x, w, b))] == [shape] + [normalized_shape] * 2
 
 
 def test_module() -> None:
