@@ -4,7 +4,9 @@ residual sum), bias + GeLU, and scaled masked softmax, each forward and backward
 Functions (``layer_norm``, ``residual_layer_norm``, ``bias_gelu``, ``scaled_masked_softmax``)
 and modules (``FusedLayerNorm``, ``FusedResidualLayerNorm``, ``FusedBiasGelu``,
 ``FusedScaledMaskedSoftmax``). On CUDA / ROCm tensors of fp32, fp16 or bf16 they run the
-compiled kernels (fp32 math). Otherwise (CPU tensors, float64, op not available) they run
+compiled kernels (fp32 math; built with nvcc's fast math, which flushes fp32 values below
+about 1.2e-38 to zero, so inputs that small, possible in fp32 and bf16, can differ from
+torch's). Otherwise (CPU tensors, float64, op not available) they run
 PyTorch code that implements the same formulas, forward and backward, and warn once with
 the reason.
 
