@@ -5,9 +5,10 @@
 #
 #   bash scripts/gpu_proof.sh [STEP...]      steps: env build test selftest cpu sanitize bench
 #
-# Knobs (environment): TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, MEMCHECK_TIMEOUT and
-# RACECHECK_TIMEOUT (seconds per step); MEMCHECK_K / RACECHECK_K (pytest -k expressions of
-# the tests run under each tool); GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS;
+# Knobs (environment): TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, SANITIZE_TIMEOUT (each tool
+# over scripts/sanitize_cases.py) and MEMCHECK_TIMEOUT (tests/gpu under memcheck), in seconds;
+# SANITIZE_TOOLS (default "memcheck racecheck synccheck initcheck"); MEMCHECK_K (pytest -k of
+# the tests run under memcheck); GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS;
 # SANITIZE_WORKERS (pytest-xdist workers under the sanitizer, default 8).
 #
 # With no step named, all run in that order. EXT_CACHE (a tar of built .so files from an
@@ -99,26 +100,35 @@ run_cpu() {
 
 run_sanitize() {
     # Without torch's caching allocator every tensor is its own allocation, so an access past
-    # a tensor's end lands outside any allocation and memcheck sees it. The sanitizer's cost
-    # is mostly on the host, so the tests run in parallel workers (pytest-xdist, when present)
-    # and every child process is instrumented. The 4 GiB case is left out: under memcheck it
-    # alone would take the whole budget, and its kernels are the ones the other tests run.
-    local parallel=() rc
+    # a tensor's end lands outside any allocation and memcheck sees it, and initcheck sees a
+    # read of memory nothing wrote.
+    export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+    # First every kernel variant once, on small shapes (scripts/sanitize_cases.py), under each
+    # tool: under racecheck the whole test tier never finished in a device session, almost all
+    # of its time on the host. SANITIZE_TOOLS picks the tools, SANITIZE_TIMEOUT bounds each.
+    local tool rc parallel=()
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        step "compute-sanitizer $tool: scripts/sanitize_cases.py"
+        timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
+            "$PY" scripts/sanitize_cases.py 2>&1 | tee "$LOG_DIR/sanitize_$tool.txt" \
+            | grep -v '^  ran ' | tail -25
+        rc=${PIPESTATUS[0]}
+        [[ $rc == 0 ]] || note_failure "$tool" "$rc"
+    done
+    # Then the GPU tests under memcheck, as far as MEMCHECK_TIMEOUT goes (MEMCHECK_K: pytest -k).
+    # The sanitizer's cost is mostly on the host, so the tests run in parallel workers
+    # (pytest-xdist, when present) and every child process is instrumented. The 4 GiB case
+    # is left out: under memcheck it alone would take the whole budget, and its kernels are
+    # the ones the other tests run.
     "$PY" -c 'import xdist' 2>/dev/null && parallel=(-n "${SANITIZE_WORKERS:-8}")
-    step "compute-sanitizer memcheck"
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck \
+    step "compute-sanitizer memcheck: tests/gpu"
+    timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck \
         --target-processes all --error-exitcode 86 --print-limit 20 \
         "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark "${parallel[@]}" \
         -k "${MEMCHECK_K:-not beyond_2_31}" 2>&1 | tee "$LOG_DIR/memcheck.txt" | tail -25
     rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || note_failure memcheck "$rc"
-    step "compute-sanitizer racecheck (the kernels that share memory)"
-    timeout "${RACECHECK_TIMEOUT:-200}" compute-sanitizer --tool racecheck --target-processes all \
-        --error-exitcode 86 --print-limit 20 \
-        "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark \
-        "${parallel[@]}" -k "${RACECHECK_K:-not beyond_2_31}" 2>&1 | tee "$LOG_DIR/racecheck.txt" | tail -25
-    rc=${PIPESTATUS[0]}
-    [[ $rc == 0 ]] || note_failure racecheck "$rc"
+    unset PYTORCH_NO_CUDA_MEMORY_CACHING
 }
 
 run_bench() {
