@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from imagegen.errors import BuildFailedError
 from imagegen.render import CA_PATH, WHEELHOUSE_PATH
 from imagegen.sources import check_sources, copy_build_inputs, source_root
 from imagegen.spec import ImageSpec
@@ -48,16 +49,13 @@ def slots_root() -> Path:
     return Path(cache) / "imagegen" / "contexts"
 
 
-def _empty(path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path)
+def _take_free_slot(root: Path) -> tuple[IO[str], Path] | None:
+    """The first slot no other build holds: its lock file, open and exclusively locked, and
+    the slot itself, empty.
 
-
-def _lock_free_slot(root: Path) -> IO[str] | None:
-    """The open, exclusively locked lock file of the first slot no other build holds.
-
-    The lock dies with its process, so a killed build frees its slot. None where the cache
-    folder cannot be written (a read-only home).
+    The lock dies with its process, so a killed build frees its slot; what it left there is
+    removed now. None where no slot can be had: the cache folder cannot be written (a
+    read-only home) or locked (a file system without locks).
     """
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -73,7 +71,17 @@ def _lock_free_slot(root: Path) -> IO[str] | None:
         except BlockingIOError:  # another build holds it
             lock.close()
             continue
-        return lock
+        except OSError:
+            lock.close()
+            return None
+        slot = root / f"slot-{n}"
+        shutil.rmtree(slot, ignore_errors=True)
+        try:
+            slot.mkdir()
+        except OSError:  # what was left there could not be removed: the next slot, then
+            lock.close()
+            continue
+        return lock, slot
     raise AssertionError("unreachable")
 
 
@@ -81,22 +89,19 @@ def _lock_free_slot(root: Path) -> IO[str] | None:
 def context_slot(root: Path | None = None) -> Iterator[Path]:
     """An empty folder at a path earlier builds used, held for this build alone; emptied on exit.
 
-    What a killed build left in its slot is removed by the next build that takes it. Where no
-    slot can be had, a temporary folder does instead.
+    Where no slot can be had, a temporary folder does instead.
     """
-    lock = _lock_free_slot(root or slots_root())
-    if lock is None:
+    taken = _take_free_slot(root or slots_root())
+    if taken is None:
         with tempfile.TemporaryDirectory(prefix="imagegen-context-") as tmp:
             yield Path(tmp)
         return
+    lock, slot = taken
     with lock:
-        slot = Path(lock.name).with_suffix("")
-        _empty(slot)
-        slot.mkdir()
         try:
             yield slot
         finally:
-            _empty(slot)
+            shutil.rmtree(slot, ignore_errors=True)
 
 
 @contextmanager
@@ -105,16 +110,28 @@ def staged_context(spec: ImageSpec, root: Path | None = None) -> Iterator[Path]:
     root = root or source_root()
     check_sources(root)
     with context_slot() as slot:
-        context = copy_build_inputs(root, slot)
-        if spec.ca_cert is not None:
-            (context / CA_PATH).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(spec.ca_cert, context / CA_PATH)
-        for package in spec.op_packages:
-            package.stage(context)
-        if spec.wheelhouse is not None:
-            wheels = context / WHEELHOUSE_PATH
-            wheels.mkdir(parents=True)
-            for item in sorted(spec.wheelhouse.iterdir()):
-                if item.is_file() and item.name.endswith(_WHEEL_SUFFIXES):
-                    _link_or_copy(item, wheels / item.name)
+        try:
+            context = _stage(spec, root, slot)
+        except OSError as exc:
+            raise BuildFailedError(
+                f"could not stage the build context in {slot}: {exc.strerror or exc}",
+                hint=f"check the room and write access there (df -h {slot.parent}), "
+                "or set XDG_CACHE_HOME to another folder",
+            ) from exc
         yield context
+
+
+def _stage(spec: ImageSpec, root: Path, slot: Path) -> Path:
+    context = copy_build_inputs(root, slot)
+    if spec.ca_cert is not None:
+        (context / CA_PATH).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(spec.ca_cert, context / CA_PATH)
+    for package in spec.op_packages:
+        package.stage(context)
+    if spec.wheelhouse is not None:
+        wheels = context / WHEELHOUSE_PATH
+        wheels.mkdir(parents=True)
+        for item in sorted(spec.wheelhouse.iterdir()):
+            if item.is_file() and item.name.endswith(_WHEEL_SUFFIXES):
+                _link_or_copy(item, wheels / item.name)
+    return context

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from imagegen import staging
+from imagegen.errors import BuildFailedError
 from imagegen.spec import SpecInput, build_spec
 from imagegen.staging import context_slot, slots_root, staged_context
 
@@ -84,3 +88,40 @@ def test_staged_context_uses_a_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     with staged_context(spec, REPO) as second:
         assert second == first == tmp_path / "imagegen" / "contexts" / "slot-0"
     assert not second.exists()
+
+
+def test_a_file_system_without_locks_falls_back_to_a_temporary_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def no_locks(*_: Any) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(staging.fcntl, "flock", no_locks)
+    with context_slot(tmp_path) as slot:
+        assert not slot.is_relative_to(tmp_path) and slot.is_dir()
+
+
+def test_a_leftover_that_cannot_be_removed_moves_to_the_next_slot(tmp_path: Path) -> None:
+    (tmp_path / "slot-0").write_text("a file where the slot folder goes, and rmtree leaves files")
+    with context_slot(tmp_path) as slot:
+        assert slot == tmp_path / "slot-1"
+
+
+def test_staging_that_fails_is_one_build_error_naming_the_slot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def disk_full(root: Path, dest: Path) -> Path:
+        (dest / "setup.py").write_text("partly copied")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(staging, "copy_build_inputs", disk_full)
+    spec = build_spec(SpecInput(cpu=True, ops="all"), {})
+    slot = tmp_path / "imagegen" / "contexts" / "slot-0"
+    with pytest.raises(BuildFailedError) as failed, staged_context(spec, REPO):
+        pass
+    assert failed.value.exit_code == 1
+    assert str(slot) in failed.value.message and "No space left on device" in failed.value.message
+    assert failed.value.hint is not None and "XDG_CACHE_HOME" in failed.value.hint
+    assert not slot.exists()  # nothing half-written left behind
