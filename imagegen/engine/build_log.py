@@ -49,6 +49,8 @@ _OP_MARKERS = (
 _OP_PREFIX = re.compile(r"^\s*\[([a-z][a-z0-9_]*)\] ?(.*)$")
 # op_builder's line after each op compiled (op_builder/setup_support.py).
 _OP_BUILT = re.compile(r"\bop_builder: built ([a-z][a-z0-9_]*) in (\d+(?:\.\d+)?)s\b")
+# A full disk fails whatever step writes next (a compiler, strip, pip): not that step's fault.
+_DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b")
 _BASE_MISSING = re.compile(
     r"pull access denied|failed to resolve source metadata|repository does not exist"
     r"|manifest unknown|failed to do request|no such host|not found: manifest",
@@ -243,6 +245,14 @@ def describe_failure(
         own = [split_prefix(line, sources_by_op)[1] for line in output]
     excerpt = compiler_excerpt(own)
     joined = "\n".join([*lines[-40:], engine_error or ""])
+    full = [line for line in [*output, *lines[-40:], engine_error or ""] if _DISK_FULL.search(line)]
+    if full:
+        return BuildFailedError(
+            f"building {tag} failed: the disk ran out of space" + (f" at step {title}" if title else ""),
+            hint=f"{full[0]}\nthe disk where the engine keeps its data is full: `docker system df` shows "
+            "what images and build cache hold there; `docker builder prune` frees the build cache, "
+            "`docker image prune` unused images",
+        )
     if op is not None:
         message = f"building {tag} failed: op {op} did not compile"
     elif _BASE_MISSING.search(joined):

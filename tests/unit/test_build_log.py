@@ -195,6 +195,26 @@ def test_missing_base_image_points_at_the_standins() -> None:
     assert err.hint is not None and "scripts/standin-images.sh" in err.hint
 
 
+def test_a_full_disk_is_named_rather_than_the_step_or_op_it_hit() -> None:
+    # As a CI run saw it: the wheel's strip step, after an op had compiled.
+    log = [
+        "#15 [build 4/9] RUN --mount=type=cache,target=/root/.cache/ccache pip wheel .",
+        "#15 41.2 [cpu_lion] c++ -c /src/kernels/csrc/cpu_optim/cpu_lion.cpp -o cpu_lion.o",
+        "#15 52.0 strip: /opt/venv/lib/python3.11/site-packages/torch/lib/stByo9Cm[.text]: "
+        "No space left on device",
+        "#15 ERROR: executor failed running [/bin/sh -c pip wheel .]: exit code: 1",
+    ]
+    err = describe_failure(log, "buildkit", SOURCES, "img")
+    assert err.message == "building img failed: the disk ran out of space at step [build 4/9] RUN " + (
+        "--mount=type=cache,target=/root/.cache/ccache pip wheel ."
+    )
+    assert (
+        err.hint is not None and "No space left on device" in err.hint and "docker builder prune" in err.hint
+    )
+    compiled = [line.replace("No space left on device", "Error 1") for line in log]
+    assert "disk" not in describe_failure(compiled, "buildkit", SOURCES, "img").message
+
+
 def test_failure_without_an_op_names_the_step() -> None:
     log = [
         "#7 [build 1/4] RUN pip install torch==2.13.0",
