@@ -211,7 +211,8 @@ def _rows(q: FPQuantizedTensor, index: Tensor | Sequence[int]) -> tuple[Tensor, 
         # A plain copy from pageable host memory waits for the stream to drain; staged through
         # pinned memory the copy is queued like any other, and the host goes on.
         idx = idx.pin_memory().to(q.data.device, non_blocking=True)
-    idx = idx.to(device=q.data.device)
+    else:
+        idx = idx.to(device=q.data.device)
     return idx, row // q.group_size, torch.Size((idx.numel(), *q.shape[1:]))
 
 

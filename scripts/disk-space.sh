@@ -9,7 +9,7 @@
 # that runs the tests often fills up and a build then fails mid-step with "No space left on
 # device". Run before the tests: when less than DISK_MIN_FREE_GB is free where Docker keeps
 # its data, the build cache and dangling images are pruned (tagged images, the stand-ins
-# among them, stay); if that does not free enough, it exits 1 saying how much is missing.
+# among them, stay); if that does not free enough, it exits 1 saying so.
 #
 # Environment:
 #   DISK_MIN_FREE_GB   free space the tests need (default 20: one CI run from a clean engine

@@ -63,10 +63,12 @@ def _leaf(t: Tensor) -> Tensor:
     return t.detach().requires_grad_(True)
 
 
-def _layer_norm(cols: int, dtype: torch.dtype, device: torch.device, aligned: bool, use_kernel: bool) -> None:
-    x = _leaf(_input((3, cols), dtype, device, aligned))
-    w, b = (_leaf(_input((cols,), dtype, device)) for _ in range(2))
-    layer_norm(x, cols, w, b, use_kernel=use_kernel).sum().backward()
+def _layer_norm(
+    shape: tuple[int, int], dtype: torch.dtype, device: torch.device, aligned: bool, use_kernel: bool
+) -> None:
+    x = _leaf(_input(shape, dtype, device, aligned))
+    w, b = (_leaf(_input(shape[1:], dtype, device)) for _ in range(2))
+    layer_norm(x, shape[1], w, b, use_kernel=use_kernel).sum().backward()
 
 
 def _residual_layer_norm(
@@ -78,20 +80,15 @@ def _residual_layer_norm(
     (y.sum() + s.sum()).backward()
 
 
-def _empty_layer_norm(shape: tuple[int, int], device: torch.device, use_kernel: bool) -> None:
-    x = _leaf(_input(shape, torch.float32, device))
-    w, b = (_leaf(_input((shape[1],), torch.float32, device)) for _ in range(2))
-    layer_norm(x, shape[1], w, b, use_kernel=use_kernel).sum().backward()
-
-
 def layer_norm_cases(device: torch.device, use_kernel: bool, dtypes: Sequence[torch.dtype]) -> Iterator[Case]:
     for dtype, cols, aligned in itertools.product(dtypes, LN_COLS, (True, False)):
         name = f"{_short(dtype)} cols={cols}{'' if aligned else ' misaligned'}"
-        args = (cols, dtype, device, aligned, use_kernel)
-        yield f"layer_norm {name}", partial(_layer_norm, *args)
-        yield f"residual_layer_norm {name}", partial(_residual_layer_norm, *args)
+        yield f"layer_norm {name}", partial(_layer_norm, (3, cols), dtype, device, aligned, use_kernel)
+        residual = partial(_residual_layer_norm, cols, dtype, device, aligned, use_kernel)
+        yield f"residual_layer_norm {name}", residual
     for shape in ((0, 64), (4, 0)):  # no rows, rows of no elements: the zero-fill paths
-        yield f"layer_norm empty {shape}", partial(_empty_layer_norm, shape, device, use_kernel)
+        empty = partial(_layer_norm, shape, torch.float32, device, True, use_kernel)
+        yield f"layer_norm empty {shape}", empty
 
 
 def _bias_gelu(

@@ -245,7 +245,7 @@ def describe_failure(
         own = [split_prefix(line, sources_by_op)[1] for line in output]
     excerpt = compiler_excerpt(own)
     joined = "\n".join([*lines[-40:], engine_error or ""])
-    full = [line for line in [*output, *lines[-40:], engine_error or ""] if _DISK_FULL.search(line)]
+    full = [line for line in [*output, *joined.splitlines()] if _DISK_FULL.search(line)]
     if full:
         return BuildFailedError(
             f"building {tag} failed: the disk ran out of space" + (f" at step {title}" if title else ""),
