@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q --no-build-isolation -e ".[cli,dev]"
+	$(PIP) install -q --no-build-isolation -e ".[cli,dev,parity]"
 	touch $@
 
 system-deps:

@@ -24,6 +24,11 @@ Where DeepSpeed and this differ, on purpose:
 - Every method takes a path or an open descriptor (DeepSpeed: async_pwrite only), and
   ``wait()`` with nothing queued returns 0 (DeepSpeed asserts).
 - ``read``/``write`` ("non-parallel" in DeepSpeed) use the handle's threads like the rest.
+
+As DeepSpeed's, a non-contiguous buffer is moved through a contiguous copy (DeepSpeed's
+bounce buffer), copied back into it when a read completes (in wait()); and ``is_pinned``
+is True for a view of any live handle's ``new_cpu_locked_tensor`` (one process-wide
+manager in DeepSpeed).
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from typing import Literal
 import torch
 
 from kernels.aio import AsyncIO, Backend
-from kernels.aio_common import DIRECT_IO_ALIGNMENT, FileArg, IOStats, file_path, is_descriptor, tensor_bytes
+from kernels.aio_common import FileArg, IOStats, file_path, is_descriptor, tensor_bytes
+from kernels.aio_memory import free_managed, is_managed
 
 __all__ = ["AIOHandle", "aio_handle"]
 
@@ -75,6 +81,8 @@ class AIOHandle:
             backend=backend,
         )
         self._checks: list[_Check] = []
+        # Reads into non-contiguous buffers: (buffer, the contiguous copy read into), copied back in wait().
+        self._copy_backs: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @property
     def backend(self) -> Backend:
@@ -97,8 +105,9 @@ class AIOHandle:
         return self._io.thread_count
 
     def get_alignment(self) -> int:
-        """The O_DIRECT alignment this handle uses for buffers, offsets and sizes (4096)."""
-        return DIRECT_IO_ALIGNMENT
+        """DeepSpeed's figure, 512 bytes per thread: its swap code sizes and places buffers in
+        multiples of it. Transfers here need no alignment (O_DIRECT's 4096 is handled inside)."""
+        return self.get_intra_op_parallelism() * 512
 
     def get_use_direct_io(self) -> bool:
         return self._io.use_direct_io
@@ -109,31 +118,39 @@ class AIOHandle:
     # ---- transfers; DeepSpeed's return values
     def read(self, buffer: torch.Tensor, filename: FileArg, validate: bool, file_offset: int = 0) -> int:
         """Read ``buffer.nbytes`` bytes from ``file_offset`` and wait for just this; returns 0."""
-        self._io.sync_pread(buffer, filename, file_offset)
+        staged = _contiguous(buffer)
+        self._io.sync_pread(staged, filename, file_offset)
+        if staged is not buffer:
+            buffer.copy_(staged)
         if validate:
-            _validate(_Check("read", buffer, filename, file_offset))
+            _validate(_Check("read", staged, filename, file_offset))
         return 0
 
     def write(self, buffer: torch.Tensor, filename: FileArg, validate: bool, file_offset: int = 0) -> int:
         """Write the buffer at ``file_offset`` (keeping the rest of the file), wait for it; returns 0."""
-        self._io.sync_pwrite(buffer, filename, file_offset)
+        staged = _contiguous(buffer)
+        self._io.sync_pwrite(staged, filename, file_offset)
         if validate:
-            _validate(_Check("write", buffer, filename, file_offset))
+            _validate(_Check("write", staged, filename, file_offset))
         return 0
 
     def pread(
         self, buffer: torch.Tensor, filename: FileArg, validate: bool, async_op: bool, file_offset: int = 0
     ) -> int:
         """Queue a read; if not ``async_op``, wait() and return its count (every queued op), else 0."""
-        self._io.async_pread(buffer, filename, file_offset)
-        return self._queued(_Check("read", buffer, filename, file_offset), validate, async_op)
+        staged = _contiguous(buffer)
+        self._io.async_pread(staged, filename, file_offset)
+        if staged is not buffer:
+            self._copy_backs.append((buffer, staged))
+        return self._queued(_Check("read", staged, filename, file_offset), validate, async_op)
 
     def pwrite(
         self, buffer: torch.Tensor, filename: FileArg, validate: bool, async_op: bool, file_offset: int = 0
     ) -> int:
         """Queue a write; if not ``async_op``, wait() and return its count (every queued op), else 0."""
-        self._io.async_pwrite(buffer, filename, file_offset)
-        return self._queued(_Check("write", buffer, filename, file_offset), validate, async_op)
+        staged = _contiguous(buffer)  # kept alive by the queued operation until it completes
+        self._io.async_pwrite(staged, filename, file_offset)
+        return self._queued(_Check("write", staged, filename, file_offset), validate, async_op)
 
     def sync_pread(self, buffer: torch.Tensor, filename: FileArg, file_offset: int = 0) -> int:
         return self.pread(buffer, filename, False, False, file_offset)
@@ -150,7 +167,10 @@ class AIOHandle:
     def wait(self) -> int:
         """Wait for every queued operation; returns how many completed (0 if none were queued)."""
         checks, self._checks = self._checks, []
+        copy_backs, self._copy_backs = self._copy_backs, []
         completed = self._io.wait()
+        for buffer, staged in copy_backs:
+            buffer.copy_(staged)
         for check in checks:
             _validate(check)
         return completed
@@ -160,7 +180,13 @@ class AIOHandle:
         return self._io.new_cpu_locked_tensor(num_elem, example_tensor)
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
-        return self._io.free_cpu_locked_tensor(tensor)
+        """Free a locked tensor this or any live handle made (DeepSpeed's manager is process-wide)."""
+        return self._io.free_cpu_locked_tensor(tensor) or free_managed(tensor)
+
+    def is_pinned(self, buffer: torch.Tensor) -> bool:
+        """DeepSpeed's: whether ``buffer`` needs no bounce copy: torch-pinned, or within (a view of)
+        a ``new_cpu_locked_tensor`` of any live handle, as DeepSpeed's process-wide manager."""
+        return buffer.device.type == "cpu" and (buffer.is_pinned() or is_managed(buffer))
 
     def is_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
         """Not DeepSpeed's: whether this handle made ``tensor`` and mlock accepted its pages."""
@@ -177,6 +203,14 @@ class AIOHandle:
 
 # DeepSpeed's spelling: AsyncIOBuilder().load().aio_handle(...)
 aio_handle = AIOHandle
+
+
+def _contiguous(buffer: torch.Tensor) -> torch.Tensor:
+    """The buffer, or for a non-contiguous one a contiguous copy of it, which the I/O moves instead."""
+    # DeepSpeed copies an unpinned buffer into a bounce buffer (and back after a read), so strided
+    # buffers work there; ours checks contiguity, so the copy is made here. Not on a GPU: the
+    # backends' CPU check says so.
+    return buffer if buffer.is_contiguous() or buffer.device.type != "cpu" else buffer.contiguous()
 
 
 def _validate(check: _Check) -> None:

@@ -14,6 +14,10 @@ warning that says why; ``is_locked()`` tells which a tensor got.
 Freeing unlocks the pages and forgets the tensor; the memory itself goes back to the
 system when the last reference to the tensor does, so a tensor still in use is never
 left pointing at freed memory (DeepSpeed frees at once).
+
+``is_managed()`` asks every live handle, as DeepSpeed's process-wide pinned-tensor manager
+answers ``aio_handle.is_pinned``: its swappers allocate buffers with one handle and check
+them, or views of them, with another.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import mmap
 import os
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from functools import cache
 
@@ -30,7 +35,7 @@ import torch
 
 from kernels._op_load import _outside_stacklevel
 
-__all__ = ["LockedTensors"]
+__all__ = ["LockedTensors", "is_managed"]
 
 _warned = threading.Event()
 
@@ -63,6 +68,7 @@ class _Block:
     mapping: mmap.mmap
     length: int  # bytes mapped: the tensor's bytes rounded up to whole pages
     locked: bool
+    nbytes: int  # the tensor's bytes: what a view must lie within to count as managed
 
 
 class LockedTensors:
@@ -71,6 +77,7 @@ class LockedTensors:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._blocks: dict[int, _Block] = {}
+        _live.add(self)
 
     def new(self, num_elem: int, example_tensor: torch.Tensor) -> torch.Tensor:
         """A 1-D CPU tensor of ``num_elem`` elements of ``example_tensor``'s dtype (contents undefined)."""
@@ -91,7 +98,7 @@ class LockedTensors:
         if err:
             self._warn_unlocked(length, err)
         with self._lock:
-            self._blocks[address] = _Block(mapping, length, locked=err == 0)
+            self._blocks[address] = _Block(mapping, length, locked=err == 0, nbytes=nbytes)
         return tensor
 
     def free(self, tensor: torch.Tensor) -> bool:
@@ -109,6 +116,24 @@ class LockedTensors:
         with self._lock:
             block = self._blocks.get(_address(tensor))
         return block is not None and block.locked
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether all of ``tensor``'s bytes lie within one tensor ``new`` made (a view of it counts).
+
+        As DeepSpeed's ``is_managed``: by ``data_ptr()``, so an empty tensor (whose data_ptr
+        is 0) never counts, and whether mlock was refused does not matter (the memory is
+        page-aligned all the same, so the handle moves it without a bounce buffer).
+        """
+        if tensor.device.type != "cpu":
+            return False
+        start = int(tensor.data_ptr())
+        if start == 0:
+            return False
+        end = start + tensor.numel() * tensor.element_size()
+        with self._lock:
+            return any(
+                address <= start and end <= address + block.nbytes for address, block in self._blocks.items()
+            )
 
     def free_all(self) -> None:
         with self._lock:
@@ -129,6 +154,21 @@ class LockedTensors:
             RuntimeWarning,
             stacklevel=_outside_stacklevel(),  # the user's call, through either handle
         )
+
+
+# Every live handle's tensors, for is_managed (a dropped handle has unlocked its own).
+_live: weakref.WeakSet[LockedTensors] = weakref.WeakSet()
+
+
+def is_managed(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` lies within a tensor some live handle made (see ``LockedTensors.holds``)."""
+    return any(registry.holds(tensor) for registry in list(_live))
+
+
+def free_managed(tensor: torch.Tensor) -> bool:
+    """Free ``tensor`` through whichever live handle made it, as DeepSpeed's process-wide manager
+    lets any handle free any locked tensor; False when none did."""
+    return any(registry.free(tensor) for registry in list(_live))
 
 
 def _address(tensor: torch.Tensor) -> int:

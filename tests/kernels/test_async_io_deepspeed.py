@@ -65,7 +65,7 @@ def test_defaults_and_getters_are_deepspeeds(backend: aio.Backend) -> None:
     assert h.backend == backend
     assert (h.get_block_size(), h.get_queue_depth()) == (1024 * 1024, 128)
     assert (h.get_single_submit(), h.get_overlap_events(), h.get_intra_op_parallelism()) == (False, False, 1)
-    assert h.get_alignment() == 4096 and h.get_use_direct_io()
+    assert h.get_alignment() == 512 * h.get_intra_op_parallelism() and h.get_use_direct_io()
     custom = AIOHandle(8192, 16, True, True, 3, use_direct_io=False, backend=backend)
     got = (custom.get_block_size(), custom.get_queue_depth(), custom.get_single_submit())
     assert got == (8192, 16, True)
