@@ -38,6 +38,7 @@ import torch
 import kernels.aio as aio
 from kernels.compat.deepspeed import AsyncIOBuilder as CompatAsyncIOBuilder
 from op_builder.toolchain import probe_library
+from tests.kernels._deepspeed import import_deepspeed
 
 PAGE = 4096
 THREADS = 2
@@ -46,22 +47,7 @@ THREADS = 2
 SETTINGS = (4 * PAGE, 4, False, True, THREADS)
 
 
-def _import_deepspeed_aio_builder() -> Any:
-    """DeepSpeed's AsyncIOBuilder class, or skip the module when DeepSpeed is not installed."""
-    # Without it DeepSpeed probes for CUDA / other accelerators at import, noisily, on this CPU build.
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        from deepspeed.ops.op_builder import AsyncIOBuilder
-    except ImportError as exc:
-        pytest.skip(
-            f'DeepSpeed is not installed ({exc}); install it with `pip install -e ".[parity]"` '
-            "(`make` installs it) to compare our AIO handle with DeepSpeed's",
-            allow_module_level=True,
-        )
-    return AsyncIOBuilder
-
-
-DeepSpeedAsyncIOBuilder = _import_deepspeed_aio_builder()
+DeepSpeedAsyncIOBuilder = import_deepspeed("ops.op_builder", "our AIO handle").AsyncIOBuilder
 
 
 # ---------------------------------------------------------------- fixtures and helpers

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import inspect
 import io
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,34 +28,27 @@ import torch
 from torch import Tensor
 
 from kernels.compat import deepspeed as ours
+from tests.kernels._deepspeed import import_deepspeed
 
 
-def _import_deepspeed_optimizers() -> dict[str, Any]:
-    """DeepSpeed's optimizer classes, or skip the module when DeepSpeed is not installed."""
-    # Without it DeepSpeed probes for CUDA / other accelerators at import, noisily, on a CPU build.
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
-        from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
-        from deepspeed.ops.lamb import FusedLamb
-        from deepspeed.ops.lion import DeepSpeedCPULion, FusedLion
-    except ImportError as exc:
-        pytest.skip(
-            f'DeepSpeed is not installed ({exc}); install it with `pip install -e ".[parity]"` '
-            "(`make` installs it) to compare the compat optimizers with DeepSpeed's",
-            allow_module_level=True,
-        )
+def _deepspeed_optimizers() -> dict[str, Any]:
+    """DeepSpeed's optimizer classes by name (the test module skips without DeepSpeed)."""
+    compared = "the compat optimizers"
+    adam = import_deepspeed("ops.adam", compared)
+    adagrad = import_deepspeed("ops.adagrad", compared)
+    lion = import_deepspeed("ops.lion", compared)
+    lamb = import_deepspeed("ops.lamb", compared)
     return {
-        "DeepSpeedCPUAdam": DeepSpeedCPUAdam,
-        "DeepSpeedCPUAdagrad": DeepSpeedCPUAdagrad,
-        "DeepSpeedCPULion": DeepSpeedCPULion,
-        "FusedAdam": FusedAdam,
-        "FusedLion": FusedLion,
-        "FusedLamb": FusedLamb,
+        "DeepSpeedCPUAdam": adam.DeepSpeedCPUAdam,
+        "DeepSpeedCPUAdagrad": adagrad.DeepSpeedCPUAdagrad,
+        "DeepSpeedCPULion": lion.DeepSpeedCPULion,
+        "FusedAdam": adam.FusedAdam,
+        "FusedLion": lion.FusedLion,
+        "FusedLamb": lamb.FusedLamb,
     }
 
 
-THEIRS = _import_deepspeed_optimizers()
+THEIRS = _deepspeed_optimizers()
 STEPS = 20
 SIZES = (1, 7, 64, 1031, 4101)  # SIMD tails and more than one vector block
 # Which of DeepSpeed's state entries is which of ours (Adagrad's accumulator is "sum", as torch's).
