@@ -147,8 +147,8 @@ def test_bf16_state_as_deepspeeds() -> None:
 def test_fused_adam_steps_as_deepspeeds() -> None:
     # DeepSpeed's CPU FusedAdam (its cpu fused_adam op) against ours (the PyTorch fallback on a CPU).
     settings = {"lr": 1e-2, "weight_decay": 0.1}
-    with pytest.warns(RuntimeWarning, match="PyTorch fallback"):
-        mine = stepped(ours.FusedAdam, torch.float32, settings)
+    mine = stepped(ours.FusedAdam, torch.float32, settings)
+    assert mine[1].backend == "fallback"  # its warning comes once per process, so not asserted
     theirs = stepped(THEIRS["FusedAdam"], torch.float32, settings)
     assert_same_run("FusedAdam", mine, theirs, 1e-2)
 
