@@ -181,7 +181,7 @@ class AIOHandle:
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
         """Free a locked tensor this or any live handle made (DeepSpeed's manager is process-wide)."""
-        return self._io.free_cpu_locked_tensor(tensor) or free_managed(tensor)
+        return free_managed(tensor)  # every handle's registry, this one's included
 
     def is_pinned(self, buffer: torch.Tensor) -> bool:
         """DeepSpeed's: whether ``buffer`` needs no bounce copy: torch-pinned, or within (a view of)

@@ -35,7 +35,7 @@ import torch
 
 from kernels._op_load import _outside_stacklevel
 
-__all__ = ["LockedTensors", "is_managed"]
+__all__ = ["LockedTensors", "free_managed", "is_managed"]
 
 _warned = threading.Event()
 
