@@ -6,13 +6,20 @@ and op_builder's share that root), and ``ImagegenGroup.invoke`` turns them into 
 failed, 2 bad input, 3 no engine. An error marked ``reported`` (the command printed its whole
 answer already) only sets the exit code. Commands never exit themselves.
 ``IMAGEGEN_DEBUG=1`` prints the traceback as well.
+
+Ctrl-C and SIGTERM (what CI timeouts, job cancellation and ``timeout`` send) stop a command the
+same way: SIGTERM is raised as ``Terminated``, a KeyboardInterrupt, so the cleanup that runs on
+Ctrl-C (the build cancelled, the verify container and the staged context removed) runs for it
+too. Exit 130 after Ctrl-C, 143 after SIGTERM, with one message (a JSON error under --json).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
+from types import FrameType
 from typing import Any, cast
 
 import typer
@@ -27,12 +34,23 @@ from imagegen.commands import (
     new_op,
     ops,
     report_error,
+    standins,
     verify,
 )
-from imagegen.errors import BadInputError, ImagegenError, UserFacingError
+from imagegen.errors import (
+    BadInputError,
+    ImagegenError,
+    InterruptedByUser,
+    TerminatedBySignal,
+    UserFacingError,
+)
 
-# 128 + SIGINT, as shells report a command stopped by Ctrl-C.
-INTERRUPTED_EXIT_CODE = 130
+# 128 + SIGINT, as shells report a command stopped by Ctrl-C; 128 + SIGTERM.
+INTERRUPTED_EXIT_CODE = InterruptedByUser.exit_code
+TERMINATED_EXIT_CODE = TerminatedBySignal.exit_code
+_CLEANED_UP = (
+    "what the command had started (a build, a verify container, the staged context) was stopped and removed"
+)
 # click's UsageError (unknown option, a value of the wrong type, a missing argument), reached
 # through typer's public BadParameter: newer typer versions vendor click under a private name.
 _USAGE_ERROR: type[Exception] = typer.BadParameter.__bases__[0]
@@ -60,9 +78,31 @@ class ImagegenGroup(TyperGroup):
             if not (isinstance(exc, ImagegenError) and exc.reported):
                 report_error(exc, as_json=bool(ctx.meta.get(JSON_META_KEY)))
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            raise typer.Exit(INTERRUPTED_EXIT_CODE) from None
+        except KeyboardInterrupt as exc:
+            stopped: InterruptedByUser = (
+                TerminatedBySignal("terminated (SIGTERM)", hint=_CLEANED_UP)
+                if isinstance(exc, Terminated)
+                else InterruptedByUser("interrupted (Ctrl-C)", hint=_CLEANED_UP)
+            )
+            report_error(stopped, as_json=wants_json or bool(ctx.meta.get(JSON_META_KEY)))
+            raise typer.Exit(stopped.exit_code) from None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, as Python raises KeyboardInterrupt for Ctrl-C."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    # Raised once: a second SIGTERM must not cut the cleanup the first one started (it is
+    # bounded: a cancelled build gets 15 s, a verify container's removal 10 s). SIGKILL still
+    # stops the process at once.
+    signal.signal(signal.SIGTERM, _ignore)
+    raise Terminated
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    # A Python-level no-op rather than SIG_IGN, which child processes would inherit.
+    return None
 
 
 app = typer.Typer(
@@ -80,8 +120,13 @@ app.command("verify")(verify.verify)
 app.command("matrix")(matrix.matrix)
 app.command("doctor")(doctor.doctor)
 app.command("new-op")(new_op.new_op)
+app.command("standins")(standins.standins)
 
 
 def main() -> None:
     """Console-script entry point (``imagegen = imagegen.cli:main``)."""
-    app(prog_name="imagegen")
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        app(prog_name="imagegen")
+    finally:
+        signal.signal(signal.SIGTERM, previous)

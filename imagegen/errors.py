@@ -17,6 +17,8 @@ __all__ = [
     "BuildFailedError",
     "EngineUnavailableError",
     "ImagegenError",
+    "InterruptedByUser",
+    "TerminatedBySignal",
     "UserFacingError",
     "VerificationFailedError",
 ]
@@ -51,3 +53,15 @@ class EngineUnavailableError(ImagegenError):
     """No container engine answers."""
 
     exit_code: ClassVar[int] = 3
+
+
+class InterruptedByUser(ImagegenError):
+    """Ctrl-C (SIGINT) stopped the command; 128 + SIGINT, as shells report it."""
+
+    exit_code: ClassVar[int] = 130
+
+
+class TerminatedBySignal(InterruptedByUser):
+    """SIGTERM (a CI timeout, a cancelled job, ``timeout``) stopped the command; 128 + SIGTERM."""
+
+    exit_code: ClassVar[int] = 143

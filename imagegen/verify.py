@@ -4,7 +4,9 @@ The container has no network, a read-only root file system, no capabilities, run
 non-root user, and gets only a small tmpfs at /tmp. Inside it ``python -m op_builder
 verify --json OPS`` loads each op with JIT disabled; an op passes only if it loaded from
 its ahead-of-time module (``source == "aot"``). A requested op the image does not report
-fails too. The container is always removed, Ctrl-C included.
+fails too. The container is always removed, Ctrl-C and SIGTERM included.
+
+Why an image could not be verified is worded in ``imagegen.verify_errors``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,19 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from imagegen.engine.client import docker_client
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.reference import check_reference
+from imagegen.verify_errors import (
+    StreamTail,
+    in_image_error,
+    no_report_error,
+    start_error,
+)
 from op_builder.errors import UnknownOpError
 from op_builder.registry import ALL_OPS
 from op_builder.report import OpVerification, VerifyReport
@@ -33,7 +41,9 @@ VERIFY_LABEL = "io.imagegen.verify"
 OPS_LABEL = "io.imagegen.ops"
 # The user a verify container runs as when the image itself says root (or nothing).
 FALLBACK_USER = "65534:65534"
-OUTPUT_TAIL_LINES = 30
+# The longest --timeout taken: a day is far more than any image's ops need, and larger values
+# overflow the socket timeouts below them (1e11 s was reported as "no daemon answers").
+MAX_TIMEOUT_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -82,11 +92,15 @@ def parse_verify_output(
 
     Verdicts are recomputed (``op_builder.report``) rather than trusted, and every requested
     op (or, with none requested, every reported op, of which there must be at least one)
-    must be reported and pass.
+    must be reported and pass. The verifier's own error document (``{"error": ...}``: it could
+    not check any op) raises VerificationFailedError with its message.
     """
     data = _last_json_object(stdout)
     if data is None:
         return None
+    error = data.get("error")
+    if isinstance(error, Mapping) and not data.get("ops"):
+        raise in_image_error(image, error)
     report = VerifyReport.from_json(data)
     reported = {op.name: op for op in report.ops}
     names = list(requested) if requested else list(reported)
@@ -192,35 +206,11 @@ def check_verify_input(image: str, timeout: float) -> None:
             f"--timeout {timeout:g} is not a positive number of seconds",
             hint="for example --timeout 300 (the default)",
         )
-
-
-def no_report_error(image: str, command: str, exit_code: int, output: str) -> VerificationFailedError:
-    """Why the verifier printed no report, in words (exit 1: the image cannot be verified)."""
-    tail = "\n".join(output.strip().splitlines()[-OUTPUT_TAIL_LINES:])
-    if "No module named op_builder" in output:
-        return VerificationFailedError(
-            f"{image} has python but not op_builder (this project) installed, so it cannot be verified",
-            hint="verify images built by `imagegen build`; its output:\n" + tail,
+    if timeout > MAX_TIMEOUT_S:
+        raise BadInputError(
+            f"--timeout {timeout:g} is longer than a day ({MAX_TIMEOUT_S:.0f} seconds), the most taken",
+            hint="for example --timeout 300 (the default), or 3600 for slow GPU self-tests",
         )
-    return VerificationFailedError(
-        f"could not verify {image}: `{command}` exited {exit_code} without a report",
-        hint="the image needs python with this project installed on PATH; its output:\n" + tail,
-    )
-
-
-def start_error(image: str, explanation: str) -> VerificationFailedError:
-    """The engine's refusal to start the verifier, in words; an image without python is the usual case."""
-    if "executable file not found" in explanation or "no such file or directory" in explanation:
-        return VerificationFailedError(
-            f"{image} has no `python` on its PATH, so op_builder cannot be verified in it",
-            hint="the verifier runs `python -m op_builder verify` in the image: verify images built "
-            "by `imagegen build`, or any image with python and this project (op_builder) installed",
-        )
-    lines = explanation.strip().splitlines()
-    return VerificationFailedError(
-        f"could not start the verifier in {image}: {lines[0] if lines else 'no reason given'}",
-        hint="check the image with `docker run --rm IMAGE python -m op_builder verify`",
-    )
 
 
 # --------------------------------------------------------------------------- running
@@ -264,7 +254,7 @@ def verify_image(
             exit_code, stdout, stderr = _run_sealed(client, image, name, config, command, timeout, gpus)
         finally:
             # By name, so a Ctrl-C that lands between create() and the assignment still cleans up.
-            with _sigint_deferred():
+            with _interrupts_deferred():
                 _remove(client, name)
     finally:
         client.close()
@@ -310,7 +300,10 @@ def _run_sealed(
     try:
         container = client.containers.create(
             image,
-            command=list(command),
+            # The image's ENTRYPOINT (a shell, tini, a server) would get the verifier's command
+            # as its arguments: the verifier is the entrypoint instead.
+            entrypoint=list(command[:1]),
+            command=list(command[1:]),
             device_requests=device_requests(gpus),
             name=name,
             user=run_user(str(config.get("User") or "")),
@@ -320,7 +313,7 @@ def _run_sealed(
         )
         container.start()
     except docker.errors.APIError as exc:  # the edge where the engine's refusals enter: translated once
-        raise start_error(image, str(exc.explanation or exc)) from exc
+        raise start_error(image, str(exc.explanation or exc), gpus) from exc
     try:
         status = container.wait(timeout=timeout)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
@@ -328,9 +321,15 @@ def _run_sealed(
             f"verifying {image} did not finish within {timeout:.0f}s",
             hint="an op may hang while loading; pass a longer timeout or check the image by hand",
         ) from exc
-    stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-    stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    stdout = _log_tail(container.logs(stdout=True, stderr=False, stream=True, follow=False))
+    stderr = _log_tail(container.logs(stdout=False, stderr=True, stream=True, follow=False))
     return int(status.get("StatusCode", -1)), stdout, stderr
+
+
+def _log_tail(chunks: Iterable[bytes]) -> str:
+    # Streamed and cut to a tail: an image that prints hundreds of megabytes at start must not
+    # cost that much memory here, nor end up in an error message.
+    return StreamTail().feed_all(chunks).text()
 
 
 # How long a removal waits for a container the engine is still creating (see _remove).
@@ -364,10 +363,10 @@ def _remove(client: Any, name: str, grace: float = CREATE_GRACE_S) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold a second Ctrl-C until the cleanup inside is done (main thread only)."""
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold a second Ctrl-C or SIGTERM until the cleanup inside is done (main thread only)."""
     try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     except (AttributeError, ValueError, OSError):
         yield
         return

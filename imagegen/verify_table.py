@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -9,8 +12,36 @@ from imagegen.verify import VerifyResult
 from op_builder.binary import Audit
 from op_builder.report import SelfTestResult
 
+# Columns a narrow terminal drops, least useful first: the title has the total time, and an op
+# that did not load ahead of time says where it loaded from in its problem.
+DROPPABLE = ("seconds", "loaded from")
+ELLIPSIS = "…"
 
-def render_table(result: VerifyResult) -> Table:
+
+def render_table(result: VerifyResult, width: int | None = None) -> Table:
+    """The table of ``result``; ``width``: the terminal's columns, to fit into.
+
+    Op names stay whole (they are what a user copies into ``--ops``): where the table is too
+    wide, the other columns wrap, then the least useful ones are dropped (``DROPPABLE``).
+    """
+    table = _table(result, ())
+    for n in range(1, len(DROPPABLE) + 1):
+        if width is None or _fits(table, width):
+            break
+        table = _table(result, DROPPABLE[:n])
+    return table
+
+
+def _fits(table: Table, width: int) -> bool:
+    # Rendered, not measured: rich's minimum width is not what its layout keeps, and the layout
+    # marks every cell it had to cut with an ellipsis.
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(table)
+    given = sum(str(cell).count(ELLIPSIS) for column in table.columns for cell in column.cells)
+    return out.getvalue().count(ELLIPSIS) <= given
+
+
+def _table(result: VerifyResult, dropped: tuple[str, ...]) -> Table:
     runtime = f"torch {result.torch}"
     if result.cuda:
         runtime += f", CUDA {result.cuda}"
@@ -18,19 +49,26 @@ def render_table(result: VerifyResult) -> Table:
         runtime += f", HIP {result.hip}"
     verdict = "[green]ok[/green]" if result.ok else "[red]FAILED[/red]"
     table = Table(title=f"{escape(result.image)} — {runtime} — {verdict} ({result.seconds:.1f}s)")
-    for name in ("op", "ok", "loaded from", "self-test", "device code", "seconds"):
-        table.add_column(name, justify="right" if name == "seconds" else "left")
+    columns = [
+        c for c in ("op", "ok", "loaded from", "self-test", "device code", "seconds") if c not in dropped
+    ]
+    for name in columns:
+        table.add_column(
+            name,
+            justify="right" if name == "seconds" else "left",
+            no_wrap=name in ("op", "ok"),  # never cut: `cpu_adagr…` is no name to copy
+        )
     table.add_column("problem", overflow="fold")
     for op in result.ops:
-        table.add_row(
-            op.name,
-            "[green]yes[/green]" if op.ok else "[red]no[/red]",
-            op.source or "-",
-            _selftest(op.selftest),
-            _device_code(op.binary),
-            f"{op.seconds:.3f}",
-            escape("; ".join(op.problems())),
-        )
+        cells = {
+            "op": op.name,
+            "ok": "[green]yes[/green]" if op.ok else "[red]no[/red]",
+            "loaded from": op.source or "-",
+            "self-test": _selftest(op.selftest),
+            "device code": _device_code(op.binary),
+            "seconds": f"{op.seconds:.3f}",
+        }
+        table.add_row(*(cells[c] for c in columns), escape("; ".join(op.problems())))
     skipped = result.gpu_selftests_skipped
     if skipped:
         # Said plainly: these ops loaded and their GPU code was audited, but no kernel of theirs ran.

@@ -49,6 +49,12 @@ _OP_MARKERS = (
 _OP_PREFIX = re.compile(r"^\s*\[([a-z][a-z0-9_]*)\] ?(.*)$")
 # op_builder's line after each op compiled (op_builder/setup_support.py).
 _OP_BUILT = re.compile(r"\bop_builder: built ([a-z][a-z0-9_]*) in (\d+(?:\.\d+)?)s\b")
+# op_builder's own error line in the build stage (op_builder/setup_support.py): a garbled or
+# unknown DS_BUILD_* name, an op that cannot be built for the target. It says why in one line.
+_OP_BUILDER_ERROR = re.compile(r"\bop_builder: error: (.+)$")
+# Characters of a step's title put into a message: the build stage's RUN line runs to a
+# thousand characters, which buried the reason after it.
+TITLE_CHARS = 100
 # A full disk fails whatever step writes next (a compiler, strip, pip): not that step's fault.
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b")
 _BASE_MISSING = re.compile(
@@ -248,13 +254,21 @@ def describe_failure(
     full = [line for line in [*output, *joined.splitlines()] if _DISK_FULL.search(line)]
     if full:
         return BuildFailedError(
-            f"building {tag} failed: the disk ran out of space" + (f" at step {title}" if title else ""),
+            f"building {tag} failed: the disk ran out of space"
+            + (f" at step {short_title(title)}" if title else ""),
             hint=f"{full[0]}\nthe disk where the engine keeps its data is full: `docker system df` shows "
             "what images and build cache hold there; `docker builder prune` frees the build cache, "
             "`docker image prune` unused images",
         )
+    said = next((m.group(1).strip() for m in map(_OP_BUILDER_ERROR.search, output) if m), None)
     if op is not None:
         message = f"building {tag} failed: op {op} did not compile"
+    elif said is not None:
+        # op_builder said why; the step it said it in comes after, in the hint.
+        parts = [f"at step {short_title(title)}"] if title else []
+        if excerpt:
+            parts += ["from the failed step's output:", *excerpt]
+        return BuildFailedError(f"building {tag} failed: {said}", hint="\n".join(parts) or None)
     elif _BASE_MISSING.search(joined):
         return BuildFailedError(
             f"building {tag} failed: a base image is not available locally and could not be pulled",
@@ -264,11 +278,16 @@ def describe_failure(
             ),
         )
     elif title:
-        message = f"building {tag} failed at step {title}"
+        message = f"building {tag} failed at step {short_title(title)}"
     else:
         message = f"building {tag} failed" + (f": {engine_error}" if engine_error else "")
     hint = "from the failed step's output:\n" + "\n".join(excerpt) if excerpt else None
     return BuildFailedError(message, hint=hint)
+
+
+def short_title(title: str, limit: int = TITLE_CHARS) -> str:
+    """A step's title cut to ``limit`` characters (the stage and the command's start tell it)."""
+    return title if len(title) <= limit else title[: limit - 3].rstrip() + "..."
 
 
 def op_sources() -> dict[str, tuple[str, ...]]:

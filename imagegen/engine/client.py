@@ -20,6 +20,10 @@ ENSURE_DOCKER_HINT = (
     "or point DOCKER_HOST at one you can reach"
 )
 NO_DAEMON = "no Docker daemon answers"
+BAD_DOCKER_HOST_HINT = (
+    "set DOCKER_HOST to unix:///var/run/docker.sock, tcp://HOST:PORT (a port from 1 to 65535) or "
+    "ssh://USER@HOST, or unset it to use the local socket"
+)
 
 
 def docker_client(env: Mapping[str, str] = os.environ, timeout: float | None = 120) -> docker.DockerClient:
@@ -36,10 +40,33 @@ def docker_client(env: Mapping[str, str] = os.environ, timeout: float | None = 1
         raise EngineUnavailableError(
             "the docker Python package is missing", hint="pip install 'imagegen[cli]'"
         ) from exc
+    check_docker_host(env)
     try:
         return docker.from_env(environment=dict(env), timeout=timeout)
     except docker.errors.DockerException as exc:
         raise daemon_unavailable(first_line(str(exc))) from exc
+
+
+def check_docker_host(env: Mapping[str, str]) -> None:
+    """EngineUnavailableError naming ``DOCKER_HOST`` when it is not an address the SDK can use.
+
+    The SDK parses it with urllib, which raises ValueError (not a DockerException) for a bad
+    port or bracket (``tcp://host:abc``, ``http://[::1``); parsed here, first, so every such
+    value is the one error that names the variable instead of a traceback or "no daemon".
+    """
+    host = env.get("DOCKER_HOST")
+    if not host:  # unset or empty: the SDK uses the local socket
+        return
+    import docker
+    from docker.utils import parse_host
+
+    try:
+        parse_host(host, False, tls=bool(env.get("DOCKER_TLS_VERIFY")))
+    except (ValueError, docker.errors.DockerException) as exc:
+        raise EngineUnavailableError(
+            f"DOCKER_HOST={host!r} is not a Docker daemon address: {first_line(str(exc))}",
+            hint=BAD_DOCKER_HOST_HINT,
+        ) from exc
 
 
 def daemon_unavailable(why: str | None) -> EngineUnavailableError:
