@@ -22,6 +22,7 @@ _HINTS = {
     errno.EROFS: "that file system is read-only: pick another folder",
     errno.ENOSPC: "the disk is full: free some space or pick another folder",
     errno.EDQUOT: "the disk quota is used up: free some space or pick another folder",
+    errno.ENAMETOOLONG: "use a shorter path: a file name has at most 255 bytes on most file systems",
 }
 
 
@@ -50,7 +51,30 @@ def output_error(path: Path, exc: OSError) -> BadInputError:
         )
     reason = exc.strerror or str(exc)
     hint = _HINTS.get(exc.errno or 0, "check the path, its permissions and the free space")
-    return BadInputError(f"cannot write {path}: {reason.lower()}", hint=hint)
+    return BadInputError(f"cannot write {_shown(path)}: {reason.lower()}", hint=hint)
+
+
+def _shown(path: Path) -> str:
+    """``path`` for a message: a name too long for the file system is cut, not printed whole."""
+    text = str(path)
+    return text if len(text) <= 240 else text[:120] + "..." + text[-40:]
+
+
+def stat_input(path: Path, what: str) -> os.stat_result | None:
+    """``stat(path)`` of a path the user named: None when nothing is there.
+
+    A path the file system cannot even look up (a name longer than it allows, a loop of
+    symbolic links, a folder we may not search) is bad input naming ``what`` (``-o``,
+    ``--out``, ``--op-source``), not an OSError escaping as a traceback.
+    """
+    try:
+        return path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        hint = _HINTS.get(exc.errno or 0, "check the path and its permissions")
+        raise BadInputError(f"cannot use {what} {_shown(path)}: {reason}", hint=hint) from None
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -111,7 +135,7 @@ def make_dirs(path: Path) -> None:
     except OSError as exc:
         reason = (exc.strerror or str(exc)).lower()
         hint = _HINTS.get(exc.errno or 0, "check the path, its permissions and the free space")
-        raise BadInputError(f"cannot create the folder {path}: {reason}", hint=hint) from None
+        raise BadInputError(f"cannot create the folder {_shown(path)}: {reason}", hint=hint) from None
 
 
 def write_if_changed(path: Path, text: str) -> bool:

@@ -10,12 +10,13 @@ their content changes.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagegen import catalog
-from imagegen.files import make_dirs, write_if_changed
+from imagegen.files import make_dirs, stat_input, write_if_changed
 from imagegen.render import render
 from imagegen.spec import ImageSpec, SpecInput, build_spec
 
@@ -127,7 +128,17 @@ def stale_files(out_dir: Path, op_sources: Sequence[str] = (), platforms: Sequen
     """Relative paths whose content on disk differs from what the code renders (or is missing)."""
     stale = []
     for relative, text in sorted(render_matrix(op_sources, platforms).items()):
-        path = out_dir / relative
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        if _read(out_dir / relative) != text:
             stale.append(relative)
     return stale
+
+
+def _read(path: Path) -> str | None:
+    """The text of the generated file at ``path``; None when it is missing or is no UTF-8 file."""
+    found = stat_input(path, "--out")  # a path too long for the file system is bad input
+    if found is None or not stat.S_ISREG(found.st_mode):
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # unreadable: not what the code renders either
+        return None

@@ -11,6 +11,7 @@ paths never appear in the text.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import replace
 from functools import lru_cache
 
@@ -25,14 +26,6 @@ EXTRAS_DIR = "_imagegen"
 CA_PATH = f"{EXTRAS_DIR}/ca.crt"
 WHEELHOUSE_PATH = f"{EXTRAS_DIR}/wheelhouse"
 
-# The .pth line that keeps torch quiet about a numpy the image leaves out (the template says
-# why). Python code placed in single quotes in the shell, so it holds no single quote itself:
-# \x27 is one inside its string, and the message is matched from its start, case-insensitively.
-NUMPY_ABSENT_FILTER = (
-    'import warnings; warnings.filterwarnings("ignore", '
-    r'message="Failed to initialize NumPy: No module named \x27numpy\x27", category=UserWarning)'
-)
-NUMPY_ABSENT_PTH = "imagegen-numpy-absent.pth"
 # Puts the op packages' folder on sys.path, so `import acme_ops` works in every process.
 OP_SOURCES_PTH = "imagegen-op-sources.pth"
 
@@ -81,6 +74,15 @@ def runtime_packages(spec: ImageSpec) -> tuple[str, ...]:
     if spec.keep_ca_cert:
         packages.add("ca-certificates")
     return tuple(sorted(packages))
+
+
+def shell_words(words: tuple[str, ...]) -> str:
+    """``words`` as one shell command line's arguments, each quoted where it needs it.
+
+    The spec has checked every value already (package names, the index URL); quoting here too
+    means no value can ever become a second command of a RUN line.
+    """
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def build_environment(spec: ImageSpec) -> tuple[str, ...]:
@@ -181,7 +183,7 @@ def _pip_sources(spec: ImageSpec, index: str | None) -> str:
     if spec.wheelhouse is not None:
         flags.append("--find-links /wheelhouse")
     if index is not None:
-        flags.append(f"--index-url {index}")
+        flags.append(f"--index-url {shlex.quote(index)}")
     return "".join(flag + " " for flag in flags)
 
 
@@ -212,19 +214,18 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "op_sources_pth": OP_SOURCES_PTH,
         "keep_ca_cert": spec.keep_ca_cert,
         "wheelhouse": spec.wheelhouse is not None,
-        "devel_packages": devel_packages(spec),
-        "runtime_packages": runtime_packages(spec),
+        "devel_packages": shell_words(devel_packages(spec)),
+        "runtime_packages": shell_words(runtime_packages(spec)),
         "runtime_python": not runtime_base_has_python(spec),
         "build_tools": tuple(f'"{tool}"' for tool in catalog.BUILD_TOOLS),
         "runtime_drops": catalog.BUILD_ONLY_TOOLS,
         "tool_source": _pip_sources(spec, None),
         "torch_source": _pip_sources(spec, spec.torch_index),
         "torch_requirement": spec.torch_requirement,
+        "numpy_requirement": spec.numpy_requirement or "",
         "torch_build_check": torch_build_check(spec),
         "build_env": build_environment(spec),
         "max_jobs": "" if spec.max_jobs is None else str(spec.max_jobs),
         "per_job_gib": _GIB_PER_JOB[spec.accelerator],
         "labels": labels(spec),
-        "numpy_absent_filter": NUMPY_ABSENT_FILTER,
-        "numpy_absent_pth": NUMPY_ABSENT_PTH,
     }

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from imagegen.errors import BadInputError
+from imagegen.files import stat_input
 
 SOURCE_FILES = ("setup.py", "pyproject.toml", "README.md")
 SOURCE_DIRS = ("op_builder", "kernels")
@@ -26,7 +27,7 @@ def source_root() -> Path:
 
 
 def check_sources(root: Path) -> None:
-    missing = [n for n in (*SOURCE_FILES, *SOURCE_DIRS) if not (root / n).exists()]
+    missing = [n for n in (*SOURCE_FILES, *SOURCE_DIRS) if stat_input(root / n, "--source") is None]
     if missing:
         raise BadInputError(
             f"the project's sources are not at {root} (missing: {', '.join(missing)})",

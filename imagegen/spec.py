@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from imagegen import catalog
 from imagegen import spec_checks as checks
 from imagegen.catalog import Accelerator
@@ -25,6 +27,14 @@ from imagegen.spec_checks import DEFAULT_BYTECODE, ENV_PREFIX
 from op_builder.env import env_flag
 from op_builder.op_sources import split_dirs
 from op_builder.registry import Registry, registry_for
+
+# torch up to 2.2 is built against NumPy 1.x and cannot load NumPy 2's C API; 2.3 gained NumPy 2
+# support late in its release branch (pytorch/builder#1770). Up to 2.3, NumPy 1.x is kept:
+# it works with every one of them. From 2.4 on, the newest NumPy for the image's Python.
+NUMPY2_SINCE_TORCH = (2, 4)
+NUMPY_LOWEST = "1.22"  # a floor, as the build tools have; pip picks the newest the image's Python takes
+# What --no-numpy adds to the default tag, so the two images never share one.
+NO_NUMPY_TAG_SUFFIX = "-nonumpy"
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class SpecInput:
     verify: bool = True
     standins: bool | None = None
     bytecode: str | None = None
+    numpy: bool | None = None  # --numpy/--no-numpy
     op_sources: tuple[str, ...] = ()  # op package folders (--op-source, repeatable)
     platform: str | None = None  # "linux/amd64" / "linux/arm64"
 
@@ -87,6 +98,16 @@ class ImageSpec:
     warnings: tuple[str, ...] = field(default=())
     op_packages: tuple[OpPackage, ...] = ()  # the op packages whose ops the image holds
     platform: str = catalog.DEFAULT_PLATFORM  # the OCI platform the image is built for
+    numpy: bool = True  # NumPy in the runtime venv, from torch's sources
+
+    @property
+    def numpy_requirement(self) -> str | None:
+        """What pip installs next to torch (a lower bound, as for the build tools: pip picks the newest)."""
+        if not self.numpy:
+            return None
+        if Version(self.torch).release[:2] < NUMPY2_SINCE_TORCH:
+            return f"numpy>={NUMPY_LOWEST},<2"
+        return f"numpy>={NUMPY_LOWEST}"
 
     @property
     def registry(self) -> Registry:
@@ -199,11 +220,14 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     python = checks.python(
         _pick(inp.python, env, "PYTHON"), target, distro, standins, base_devel, base_runtime
     )
-    torch_index_flag = _pick(inp.torch_index, env, "TORCH_INDEX")
+    torch_index_flag = checks.index_url(_pick(inp.torch_index, env, "TORCH_INDEX"))
     warnings: list[str] = []
     torch, variant = checks.torch(_pick(inp.torch, env, "TORCH"), target, python, torch_index_flag, warnings)
-    registry, packages = resolve_packages(op_source_dirs(inp.op_sources, env))
+    source_dirs = op_source_dirs(inp.op_sources, env)
+    checks.op_source_paths(source_dirs)
+    registry, packages = resolve_packages(source_dirs)
     names, from_all = checks.ops(_pick(inp.ops, env, "OPS"), target, registry)
+    checks.system_packages(names, registry)
     cuda_archs, rocm_archs = checks.archs(_pick(inp.arch, env, "ARCH"), target, platform)
     names, op_archs = checks.per_op_archs(
         names, cuda_archs, registry, explicit=not from_all, warnings=warnings
@@ -240,10 +264,12 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
             hint="drop --no-verify, or push the image yourself",
         )
     bytecode = checks.bytecode(_pick(inp.bytecode, env, "BYTECODE"))
+    numpy = _pick_bool(inp.numpy, env, "NUMPY", True)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, "TAG") or (
         f"imagegen:{target.name}{catalog.platform_tag_suffix(platform)}-torch{torch}-py{python}-"
         f"{content_hash(names, archs, packages)}{BYTECODE_TAG_SUFFIX[bytecode]}"
+        f"{'' if numpy else NO_NUMPY_TAG_SUFFIX}"
     )
     check_reference("--tag", tag, allow_digest=False)
     return ImageSpec(
@@ -273,4 +299,5 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         warnings=tuple(warnings),
         op_packages=packages,
         platform=platform,
+        numpy=numpy,
     )

@@ -7,10 +7,14 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
+from urllib.parse import urlsplit
+
+from packaging.version import InvalidVersion, Version
 
 from imagegen import catalog
 from imagegen.catalog import Accelerator, Target
 from imagegen.errors import BadInputError
+from imagegen.files import stat_input
 from op_builder import CUDAOpBuilder
 from op_builder import archs as arch_lib
 from op_builder.registry import Registry, check_op_names
@@ -110,9 +114,9 @@ def standins(target: Target, platform: str) -> tuple[str, str]:
     have = ", ".join(f"{name} ({where})" for name, where in catalog.STANDINS)
     if target.accelerator == "cuda" and platform == catalog.AMD64:
         hint = (
-            "NVIDIA's wheels hold a whole compiler from CUDA 13 on (12.x: only ptxas), so older "
-            "versions have no stand-in: build on the real nvidia/cuda bases (pull them, or pass "
-            "--base-devel/--base-runtime)"
+            "NVIDIA's wheels hold a whole compiler from CUDA 13 on (12.x: only ptxas) and Debian "
+            "packages 12.4 only, so other versions have no stand-in: build on the real nvidia/cuda "
+            "bases (pull them, or pass --base-devel/--base-runtime)"
         )
     else:
         hint = "pull the real bases, or pass --base-devel/--base-runtime"
@@ -121,7 +125,7 @@ def standins(target: Target, platform: str) -> tuple[str, str]:
 
 def distro(value: str | None, target: Target, standins: bool) -> str:
     if value is None:
-        return catalog.STANDIN_DISTRO if standins else target.distros[0]
+        return catalog.standin_distro(target.name) if standins else target.distros[0]
     if value not in target.distros:
         suggestion = did_you_mean(value, target.distros)
         raise BadInputError(
@@ -153,17 +157,17 @@ def python(
     base_devel: str | None,
     base_runtime: str | None,
 ) -> str:
-    default = catalog.STANDIN_PYTHON if standins else target.default_python(distro)
+    default = catalog.standin_python(target.name) if standins else target.default_python(distro)
     if value is None:
         return default
     if not _VERSION_RE.match(value):
         raise BadInputError(f"--python {value!r} is not a Python version", hint="use MAJOR.MINOR, e.g. 3.11")
     if base_devel and base_runtime:
         return value  # the user's own bases decide which Python there is
-    if standins and value != catalog.STANDIN_PYTHON:
+    if standins and value != default:
         raise BadInputError(
-            f"the stand-in bases have Python {catalog.STANDIN_PYTHON}, not {value}",
-            hint=f"drop --python, or pass --python {catalog.STANDIN_PYTHON}",
+            f"the stand-in bases have Python {default}, not {value}",
+            hint=f"drop --python, or pass --python {default}",
         )
     if target.accelerator == "cpu":
         if value not in catalog.CPU_PYTHONS:
@@ -182,21 +186,20 @@ def python(
     return value
 
 
+# A torch release as the catalog names them: X.Y (its newest patch) or X.Y.Z, nothing more.
+_TORCH_RELEASE_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+
+
 def torch(
     value: str | None, target: Target, python: str, custom_index: str | None, warnings: list[str]
 ) -> tuple[str, str]:
     built = target.torch_versions()
+    known = True
     if value is None:
         torch = target.default_torch
     else:
-        resolved = catalog.resolve_torch_release(value)
-        if resolved is None:
-            raise BadInputError(
-                f"torch {value} is not a torch release we know",
-                hint=f"torch built for {target.name}: {_span(built)}",
-            )
-        torch = resolved
-    torch_range = target.torch_range(torch)
+        torch, known = _torch_release(value, target, custom_index)
+    torch_range = target.torch_range(torch) if known else None
     if torch_range is None:
         if custom_index is None:
             raise BadInputError(
@@ -206,9 +209,17 @@ def torch(
             )
         # With the user's own index we cannot know what it holds: say so once and go on.
         variant = target.torch[-1].variant
-        warnings.append(
-            f"torch {torch} is not in the catalog for {target.name}; trusting --torch-index {custom_index}"
-        )
+        if known:
+            warnings.append(
+                f"torch {torch} is not in the catalog for {target.name}; "
+                f"trusting --torch-index {custom_index}"
+            )
+        else:  # nor which Pythons it has wheels for: the devel stage's pip finds out
+            warnings.append(
+                f"torch {torch} is not a release in the catalog; trusting --torch-index {custom_index} "
+                f"to have it for {target.name} and Python {python}"
+            )
+            return torch, variant
     else:
         variant = torch_range.variant
     if not catalog.torch_supports_python(torch, python):
@@ -222,10 +233,74 @@ def torch(
     return torch, variant
 
 
+def _torch_release(value: str, target: Target, custom_index: str | None) -> tuple[str, bool]:
+    """``--torch`` as a release: (version, whether the catalog knows it).
+
+    Only final releases: ``2.13.0rc1``, ``2.13.0.post1`` or ``2.13.0+cpu`` would otherwise be
+    read as ``2.13.0`` and silently pin another build than the one asked for. A release the
+    catalog does not list is accepted only from the user's own index (``--torch-index``).
+    """
+    releases = f"torch built for {target.name}: {_span(target.torch_versions())}"
+    if not _TORCH_RELEASE_RE.match(value):
+        try:
+            parsed: Version | None = Version(value)
+        except InvalidVersion:
+            parsed = None
+        if parsed is not None and (parsed.is_prerelease or parsed.is_postrelease):
+            kind = (
+                "a development release"
+                if parsed.is_devrelease
+                else "a pre-release"
+                if parsed.pre is not None
+                else "a post-release"
+            )
+            raise BadInputError(
+                f"torch {value} is {kind}: imagegen pins final releases only",
+                hint=f"pre-, post- and development releases are not in the catalog; {releases}",
+            )
+        if parsed is not None and parsed.local is not None:
+            raise BadInputError(
+                f"torch {value} has a local label (+{parsed.local}): the target decides the build",
+                hint=f"pass the release alone, e.g. --torch {parsed.base_version}; {releases}",
+            )
+        raise BadInputError(f"torch {value!r} is not a torch release", hint=f"use X.Y or X.Y.Z; {releases}")
+    resolved = catalog.resolve_torch_release(value)
+    if resolved is not None:
+        return resolved, True
+    if custom_index is None:
+        raise BadInputError(
+            f"torch {value} is not a torch release we know",
+            hint=f"{releases} (or pass --torch-index for your own index, which may have others)",
+        )
+    if value.count(".") == 1:  # X.Y: its newest patch is known only for releases in the catalog
+        raise BadInputError(
+            f"torch {value} is not in the catalog, so its newest patch release is unknown",
+            hint=f"name the release your index has, e.g. --torch {value}.0",
+        )
+    return str(Version(value)), False
+
+
 def _span(versions: tuple[str, ...]) -> str:
     if not versions:
         return "none"
     return f"{versions[0]} to {versions[-1]}" if len(versions) > 2 else ", ".join(versions)
+
+
+def op_list(
+    value: str, empty_hint: str, all_hint: str = "did you mean all? (--ops all: every op of the target)"
+) -> tuple[str, ...]:
+    """The names of a comma-separated ``--ops``, each once, in the order given.
+
+    An empty list is bad input (it would otherwise mean "no ops" or "every op", depending on
+    the command), and so is ``all`` spelt in another case: op names are lower case.
+    """
+    tokens = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+    if not tokens:
+        raise BadInputError("--ops is empty", hint=empty_hint)
+    for token in tokens:
+        if token != "all" and token.lower() == "all":
+            raise BadInputError(f"unknown op {token!r}", hint=all_hint)
+    return tokens
 
 
 def ops(value: str | None, target: Target, registry: Registry) -> tuple[tuple[str, ...], bool]:
@@ -237,14 +312,12 @@ def ops(value: str | None, target: Target, registry: Registry) -> tuple[tuple[st
             "no ops given",
             hint="pass --ops A,B or --ops all; ops for " + target.name + ": " + ", ".join(fits),
         )
-    tokens = [t.strip() for t in value.split(",") if t.strip()]
-    if not tokens:
-        raise BadInputError("--ops is empty", hint="for example --ops cpu_adam,cpu_lion, or --ops all")
-    if tokens == ["all"]:
+    tokens = op_list(value, empty_hint="for example --ops cpu_adam,cpu_lion, or --ops all")
+    if tokens == ("all",):
         return fits, True
     if "all" in tokens:
         raise BadInputError("--ops all cannot be combined with op names", hint="pass either all or a list")
-    check_op_names(tokens, registry)
+    check_op_names(list(tokens), registry)
     for name in tokens:
         if name not in fits:
             raise BadInputError(
@@ -253,6 +326,34 @@ def ops(value: str | None, target: Target, registry: Registry) -> tuple[tuple[st
             )
     wanted = set(tokens)
     return tuple(n for n in known if n in wanted), False
+
+
+# Debian policy 5.6.1: lower-case letters, digits, '+', '-' and '.'; at least two characters,
+# starting with a letter or digit. Names are rendered into apt-get's command line.
+_DEBIAN_PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+
+
+def system_packages(names: tuple[str, ...], registry: Registry) -> None:
+    """Every Debian package the selected ops name is a package name, and nothing else.
+
+    An op package's builder is code from outside the project, and its package names land in
+    the image's ``apt-get install`` lines: ``"a; touch /pwned"`` must not become a command.
+    """
+    for name in names:
+        builder = registry.ops[name]
+        for kind, packages in (
+            ("runtime_packages", builder.all_runtime_packages()),
+            ("build_packages", builder.build_packages()),
+        ):
+            for package in packages:
+                if isinstance(package, str) and _DEBIAN_PACKAGE_RE.fullmatch(package):
+                    continue
+                where = registry.origins[name].describe()
+                raise BadInputError(
+                    f"op {name} ({where}) lists {package!r} in its {kind}: not a Debian package name",
+                    hint="a Debian package name has lower-case letters, digits, '+', '-' and '.', "
+                    "at least two characters, e.g. libaio1; fix the op's builder",
+                )
 
 
 def archs(
@@ -369,4 +470,56 @@ def max_jobs(flag: int | None, env: Mapping[str, str]) -> int | None:
     jobs = int(value)
     if jobs < 1:
         raise BadInputError(f"max jobs {jobs} is below 1", hint="for example --max-jobs 4, or leave it out")
+    if jobs > MAX_JOBS_LIMIT:
+        shown = str(jobs) if len(str(jobs)) <= 20 else str(jobs)[:20] + "..."
+        raise BadInputError(
+            f"max jobs {shown} is more than {MAX_JOBS_LIMIT}",
+            hint="for example --max-jobs 4, or leave it out: the build then picks from its cores and memory",
+        )
     return jobs
+
+
+# More compile jobs than any build machine has cores is a typo, and a number this large would
+# be passed to make and ninja as it is.
+MAX_JOBS_LIMIT = 1024
+
+
+_INDEX_SCHEMES = ("https", "http", "file")
+# RFC 3986's characters (unreserved, reserved and '%'): no white space, no control character,
+# no quote or backslash that could end the shell word the URL is rendered into.
+_URL_CHARS_RE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&()*+,;=%]+")
+
+
+def index_url(value: str | None) -> str | None:
+    """``--torch-index``: a URL pip can take as ``--index-url``, or bad input naming what is wrong."""
+    if value is None:
+        return None
+    hint = "pass the index's URL, e.g. --torch-index https://pypi.example.com/simple (or file:///srv/index)"
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    if not _URL_CHARS_RE.fullmatch(value):
+        raise BadInputError(
+            f"--torch-index {shown!r} is not a URL: it has characters a URL cannot hold",
+            hint=hint + "; percent-encode spaces and quotes",
+        )
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises ValueError for a port out of range)
+    except ValueError as exc:
+        raise BadInputError(f"--torch-index {shown!r} is not a URL: {exc}", hint=hint) from None
+    if parts.scheme.lower() not in _INDEX_SCHEMES:
+        raise BadInputError(
+            f"--torch-index {shown!r} is not a URL pip can use: "
+            + (f"scheme {parts.scheme!r}" if parts.scheme else "it has no scheme"),
+            hint=hint,
+        )
+    if parts.scheme.lower() != "file" and not parts.hostname:
+        raise BadInputError(f"--torch-index {shown!r} names no host", hint=hint)
+    if parts.scheme.lower() == "file" and not parts.path.startswith("/"):
+        raise BadInputError(f"--torch-index {shown!r} names no absolute path", hint=hint)
+    return value
+
+
+def op_source_paths(dirs: tuple[str, ...]) -> None:
+    """Each ``--op-source`` folder can at least be looked up (a name too long is bad input here)."""
+    for folder in dirs:
+        stat_input(Path(folder).expanduser(), "--op-source")

@@ -52,7 +52,7 @@ CUDA_DIR="${CUDA_HOME:-/usr/local/cuda}"
 PREFIX="${STANDIN_PREFIX:-imagegen-standin}"
 LABEL_KEY=io.imagegen.standin
 # Bump when a recipe below changes: images with another revision are rebuilt.
-REVISION=2
+REVISION=3
 REVISION_KEY=io.imagegen.standin.revision
 HOST_CUDA_VERSION=13.0  # what a bare --cuda copies (this machine's toolkit)
 
@@ -302,8 +302,10 @@ derive() {
     # shellcheck disable=SC2016  # the quoted script expands in the container's sh
     "$DOCKER" run --name "$container" \
         -v "$CA_BUNDLE:/run/host-ca.crt:ro" \
-        -e DEBIAN_FRONTEND=noninteractive \
         "$BASE_TAG" sh -euc '
+            # Set here, not with `docker run -e`: `docker commit` keeps the environment of
+            # the container, and the images built on the stand-ins would inherit it.
+            export DEBIAN_FRONTEND=noninteractive
             apt_opts="-o Acquire::https::CAInfo=/run/host-ca.crt -o Acquire::Retries=3"
             apt-get $apt_opts update -qq
             apt-get $apt_opts install -y -qq --no-install-recommends "$@" >/dev/null

@@ -181,6 +181,15 @@ BytecodeOption = Annotated[
         rich_help_panel=_BUILD,
     ),
 ]
+NumpyOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--numpy/--no-numpy",
+        help="NumPy in the runtime venv, from torch's index or wheelhouse (default: yes; without it "
+        "torch warns at every import that it cannot initialize NumPy). (env: IMAGEGEN_NUMPY)",
+        rich_help_panel=_IMAGE,
+    ),
+]
 MaxJobsOption = Annotated[
     Optional[int],
     typer.Option(
@@ -200,3 +209,16 @@ TagOption = Annotated[
         rich_help_panel=_BUILD,
     ),
 ]
+
+# The longest `imagegen verify --timeout` takes: a day. Verifying takes minutes, and a number
+# past what the Docker client's socket can wait for would be reported as "no daemon answers".
+VERIFY_TIMEOUT_MAX = 86400.0
+
+
+def bounded_timeout(value: float) -> float:
+    """``--timeout``'s callback: refuse more than ``VERIFY_TIMEOUT_MAX`` as a malformed command line."""
+    if value > VERIFY_TIMEOUT_MAX:
+        raise typer.BadParameter(
+            f"{value:g} seconds is more than a day ({VERIFY_TIMEOUT_MAX:g}); verifying takes minutes"
+        )
+    return value

@@ -22,6 +22,7 @@ from imagegen.commands._options import (
     JsonOption,
     KeepCaCertOption,
     MaxJobsOption,
+    NumpyOption,
     OfflineOption,
     OpsOption,
     OpSourceOption,
@@ -73,6 +74,7 @@ def build(
     keep_ca_cert: KeepCaCertOption = False,
     buildkit: BuildkitOption = None,
     bytecode: BytecodeOption = None,
+    numpy: NumpyOption = None,
     max_jobs: MaxJobsOption = None,
     tag: TagOption = None,
     no_verify: NoVerifyOption = False,
@@ -85,8 +87,8 @@ def build(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=platform, python=python, torch=torch, arch=arch,
         distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
         torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
-        keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs, tag=tag,
-        push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
+        keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
+        tag=tag, push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     report = pipeline.build(spec, verify=not no_verify, source=source)
     if json:

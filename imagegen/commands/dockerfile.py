@@ -21,6 +21,7 @@ from imagegen.commands._options import (
     DistroOption,
     KeepCaCertOption,
     MaxJobsOption,
+    NumpyOption,
     OfflineOption,
     OpsOption,
     OpSourceOption,
@@ -66,6 +67,7 @@ def dockerfile(
     keep_ca_cert: KeepCaCertOption = False,
     buildkit: BuildkitOption = None,
     bytecode: BytecodeOption = None,
+    numpy: NumpyOption = None,
     max_jobs: MaxJobsOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -74,7 +76,7 @@ def dockerfile(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=platform, python=python, torch=torch, arch=arch,
         distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
         torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
-        keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, max_jobs=max_jobs,
+        keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
         op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     text = render(spec)

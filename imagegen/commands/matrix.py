@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +13,7 @@ from imagegen import log
 from imagegen.commands._options import JsonOption, OpSourceOption
 from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.files import stat_input
 from imagegen.matrix import stale_files, write_matrix
 from imagegen.op_packages import STAGED_DIR
 from imagegen.spec import op_source_dirs
@@ -45,7 +47,8 @@ def matrix(
     """Render dockerfiles/<target>[-arm64]/Dockerfile for the standard matrix, and docker-bake.hcl."""
     sources = op_source_dirs(op_source or (), os.environ)
     platforms = tuple(platform_name(p) for p in platform or ())
-    if out.exists() and not out.is_dir():
+    found = stat_input(out, "--out")
+    if found is not None and not stat.S_ISDIR(found.st_mode):
         raise BadInputError(
             f"--out {out} is a file, not a folder",
             hint="name the folder to write into, e.g. --out dockerfiles",

@@ -20,6 +20,7 @@ import os
 import secrets
 import shlex
 import shutil
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,7 +33,7 @@ import typer
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError
-from imagegen.files import make_dirs
+from imagegen.files import make_dirs, stat_input
 from op_builder.op_sources import OP_NAME
 from op_builder.registry import current
 
@@ -150,9 +151,10 @@ def check_package_name(package: str, root: Path) -> None:
 
 
 def check_target(root: Path) -> None:
-    if not root.exists() and not root.is_symlink():
+    found = stat_input(root, "the folder")  # a name too long for the file system: bad input
+    if found is None and not root.is_symlink():
         return
-    if not root.is_dir():
+    if found is None or not stat.S_ISDIR(found.st_mode):
         raise BadInputError(f"{root} exists and is not a folder", hint="pick another folder (-o DIR)")
     if any(root.iterdir()):
         raise BadInputError(

@@ -8,20 +8,23 @@ from typing import Annotated, Optional
 import typer
 
 from imagegen import verify as verify_lib
-from imagegen.commands._options import JsonOption
+from imagegen.commands._options import JsonOption, bounded_timeout
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import VerificationFailedError
+from imagegen.spec_checks import op_list
 from imagegen.verify_table import render_table
 from op_builder.registry import ALL_OPS, check_op_names
 from op_builder.suggest import closest
 
+_EMPTY_OPS = "leave --ops out to check every op of the image's io.imagegen.ops label, or name some"
 ImageArgument = Annotated[str, typer.Argument(metavar="IMAGE", help="Image tag or id.")]
 VerifyOpsOption = Annotated[
     Optional[str],
     typer.Option("--ops", help="Comma-separated ops to check. Default: the image's io.imagegen.ops label."),
 ]
 TimeoutOption = Annotated[
-    float, typer.Option("--timeout", metavar="SECONDS", help="Give up after this long.")
+    float,
+    typer.Option("--timeout", metavar="SECONDS", help="Give up after this long.", callback=bounded_timeout),
 ]
 GpusOption = Annotated[
     Optional[str],
@@ -47,7 +50,9 @@ def verify(
     json: JsonOption = False,
 ) -> None:
     """Verify IMAGE: every op loads ahead of time, passes its self-test, and holds its planned GPU code."""
-    names = [n.strip() for n in (ops or "").split(",") if n.strip()] or None
+    # Each op once, in the order given; an empty --ops is bad input, not "every op".
+    lower_case = "op names are lower case; " + _EMPTY_OPS
+    names = None if ops is None else list(op_list(ops, _EMPTY_OPS, all_hint=lower_case))
     # A misspelt op of ours is caught here, before the engine is asked; other names may be an op
     # package's, which only the image knows (verify_image checks them against its labels).
     check_op_names([n for n in names or () if n in ALL_OPS or closest(n, ALL_OPS)])

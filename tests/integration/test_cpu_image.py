@@ -84,6 +84,28 @@ def test_runs_as_non_root_with_jit_disabled(cpu_image: dict[str, Any], docker_cl
     assert int(uid) != 0 and jit == "jit=1"
 
 
+def test_runtime_environment_has_no_build_settings(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    """DEBIAN_FRONTEND is for apt while building; a job's environment must not inherit it."""
+    env = docker_client.api.inspect_image(CPU_TAG)["Config"]["Env"]
+    assert not [e for e in env if e.startswith("DEBIAN_FRONTEND=")], env
+    code, out = run_in(docker_client, CPU_TAG, ["sh", "-c", 'echo "frontend=${DEBIAN_FRONTEND-unset}"'])
+    assert code == 0 and out.strip() == "frontend=unset", out
+
+
+def test_runtime_venv_has_numpy(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    """NumPy comes with torch (tests/integration/test_quiet_start.py runs it with torch)."""
+    probe = "import numpy; print(numpy.__file__)"
+    code, out = run_in(docker_client, CPU_TAG, ["python", "-c", probe], **SEALED)
+    assert code == 0, out
+    assert out.strip().startswith("/opt/venv/"), out
+
+
+def test_verify_checks_each_named_op_once_in_order(cpu_image: dict[str, Any]) -> None:
+    result = imagegen("verify", CPU_TAG, "--ops", "cpu_lion,cpu_adam,cpu_lion", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [op["name"] for op in result.json()["ops"]] == ["cpu_lion", "cpu_adam"]
+
+
 def test_runtime_has_no_compiler(cpu_image: dict[str, Any], docker_client: Any) -> None:
     compilers = "c++ g++ gcc cc clang nvcc ccache"
     _, out = run_in(docker_client, CPU_TAG, ["sh", "-c", f"which {compilers}; exit 0"])

@@ -14,15 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 
 from imagegen import verify as verify_lib
+from imagegen.commands._options import VERIFY_TIMEOUT_MAX, bounded_timeout
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.reference import reference_problem
 from imagegen.spec import SpecInput, build_spec
+from imagegen.spec_checks import op_list
+from tests.op_package_files import builder_source, unique, write_package
 from tests.unit.contract import DOCKERFILE, PEM, assert_json_error, assert_reported, invoke
 
 # Commands with a --json option (dockerfile writes a Dockerfile, never JSON).
-JSON_COMMANDS = {"build", "verify", "matrix", "ops"}
+JSON_COMMANDS = {"build", "verify", "matrix", "ops", "new-op"}
+# A name longer than a file system allows (255 bytes): every path option meets it as bad input.
+LONG = "a" * 300
 
 
 class EngineTouched(AssertionError):
@@ -260,6 +266,37 @@ TABLE: list[tuple[list[str], str]] = [
     (["dockerfile", "--cpu", "--ops", "cpu_adam", "-o", "{tmp}/no/Dockerfile"], "does not exist"),
     (["dockerfile", "--cpu", "--ops", "cpu_adam", "-o", "{file}/Dockerfile"], "not a folder"),
     (["dockerfile", "--cpu", "--ops", "cpu_adam", "--frobnicate"], "No such option"),
+    # pre-, post- and development releases and local labels would pin another torch than asked
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.13.0rc1"], "pre-release"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.13.0a0"], "pre-release"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.13.0.post1"], "post-release"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.13.0.dev2"], "development release"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.13.0+cpu"], "local label"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.16.0"], "not a torch release we know"),
+    (
+        ["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.16", "--torch-index", "https://i.x/s"],
+        "patch",
+    ),
+    # text rendered into the Dockerfile
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "http://x\nRUN echo pwned"], "not a URL"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "not a url"], "not a URL"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "x' && touch /p '"], "not a URL"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "pypi.example.com/simple"], "no scheme"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "ftp://h/simple"], "scheme 'ftp'"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "https:///simple"], "no host"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "https://h:99999/s"], "not a URL"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "file:relative"], "absolute path"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--max-jobs", "99999999999999999999"], "more than 1024"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--max-jobs", "1025"], "more than 1024"),
+    (["dockerfile", "--cpu", "--ops", "ALL"], "unknown op 'ALL'"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam,All"], "unknown op 'All'"),
+    # paths longer than the file system takes
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "-o", "{tmp}/" + LONG], "file name too long"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--op-source", "{tmp}/" + LONG], "--op-source"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--wheelhouse", "{tmp}/" + LONG], "not a directory"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--ca-cert", "{tmp}/" + LONG], "file name too long"),
+    (["new-op", LONG], "file name too long"),
+    (["new-op", "acme_long", "-o", "{tmp}/" + LONG + "/acme_ops"], "file name too long"),
     (["dockerfile", "--cpu", "--ops"], "requires an argument"),
     # build: the same spec, plus its own options, all before any engine work
     (["build", "--cpu", "--ops", "nope"], "unknown op"),
@@ -272,6 +309,8 @@ TABLE: list[tuple[list[str], str]] = [
     (["build", "--cpu", "--ops", "cpu_adam", "--ca-cert", "{ca_dir}"], "is a directory"),
     (["build", "--cpu", "--ops", "cpu_adam", "--source", "{tmp}"], "sources"),
     (["build", "--cpu", "--ops", "cpu_adam", "--max-jobs", "1.5"], "--max-jobs"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--source", "{tmp}/" + LONG], "--source"),
+    (["build", "--cpu", "--ops", "cpu_adam", "--op-source", "{tmp}/" + LONG + "/x"], "file name too long"),
     # verify
     (["verify", ""], "empty"),
     (["verify", "UPPER::x"], "not a valid image reference"),
@@ -281,11 +320,19 @@ TABLE: list[tuple[list[str], str]] = [
     (["verify", "imagegen:cpu", "--timeout", "nan"], "--timeout"),
     (["verify", "imagegen:cpu", "--timeout", "abc"], "--timeout"),
     (["verify", "imagegen:cpu", "--ops", "cpu_adm"], "unknown op"),
+    (["verify", "imagegen:cpu", "--ops", ""], "--ops is empty"),
+    (["verify", "imagegen:cpu", "--ops", " , "], "--ops is empty"),
+    (["verify", "imagegen:cpu", "--ops", "ALL"], "unknown op 'ALL'"),
+    (["verify", "imagegen:cpu", "--timeout", "99999999999"], "--timeout"),
+    (["verify", "imagegen:cpu", "--timeout", "inf"], "--timeout"),
     (["verify"], "Missing argument"),
     # matrix
     (["matrix", "--out", "{file}"], "is a file"),
     (["matrix", "--out", "{file}", "--check"], "is a file"),
     (["matrix", "--out", "{file}/sub"], "a file is in the way"),
+    (["matrix", "--out", "{tmp}/" + LONG], "file name too long"),
+    (["matrix", "--out", "{tmp}/" + LONG, "--check"], "file name too long"),
+    (["matrix", "--out", "{tmp}/out", "--op-source", "{tmp}/" + LONG], "--op-source"),
     # ops, and the root
     (["ops", "--frobnicate"], "No such option"),
     (["ops", "extra"], "unexpected extra argument"),
@@ -339,3 +386,84 @@ def test_odd_option_values_never_crash(workdir: Path, target: str, option: str, 
         assert "Traceback" not in result.stderr
     else:
         assert_reported(result)
+
+
+# ------------------------------------------------------------------ inputs of issue 28
+
+
+def test_all_in_another_case_is_refused_with_a_suggestion(workdir: Path) -> None:
+    result = invoke(["dockerfile", "--cpu", "--ops", "ALL"])
+    assert_reported(result, fragment="'ALL'")
+    assert "hint: did you mean all?" in result.stderr
+
+
+def test_op_lists_keep_each_op_once_in_the_order_given() -> None:
+    assert op_list("cpu_lion, cpu_adam,cpu_lion,,cpu_adam", empty_hint="-") == ("cpu_lion", "cpu_adam")
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_lion,cpu_adam,cpu_lion"), {})
+    assert spec.ops == ("cpu_adam", "cpu_lion")  # the spec's own order: the registry's
+
+
+@pytest.mark.parametrize(
+    "packages",
+    [
+        '("a; touch /pwned",)',
+        '("libfoo1 libbar2",)',
+        '("$(touch /pwned)",)',
+        '("libfoo\\nRUN touch /pwned",)',
+        '("-y",)',
+        '("LibFoo",)',
+        '("x",)',
+    ],
+)
+def test_an_op_packages_runtime_packages_must_be_debian_package_names(
+    no_engine: None, workdir: Path, packages: str
+) -> None:
+    op = unique("bad_pkg_op")
+    root = write_package(
+        workdir,
+        unique("bad_pkg"),
+        builder_source("SquareBuilder", op, extra=f"runtime_packages = {packages}"),
+    )
+    before = sorted(p.name for p in workdir.rglob("*"))
+    result = invoke(["dockerfile", "--cpu", "--op-source", str(root), "--ops", op])
+    assert_reported(result, fragment="not a Debian package name")
+    assert op in result.stderr and "runtime_packages" in result.stderr
+    assert_json_error(invoke(["build", "--cpu", "--op-source", str(root), "--ops", op, "--json"]))
+    assert sorted(p.name for p in workdir.rglob("*")) == before
+
+
+def test_an_op_package_with_debian_package_names_renders_them(workdir: Path) -> None:
+    op = unique("good_pkg_op")
+    extra = 'runtime_packages = ("libfoo1", "libstdc++6", "libbar-2.0-0")'
+    root = write_package(workdir, unique("good_pkg"), builder_source("SquareBuilder", op, extra=extra))
+    result = invoke(["dockerfile", "--cpu", "--op-source", str(root), "--ops", op])
+    assert result.exit_code == 0, result.stderr
+    assert "--no-install-recommends libbar-2.0-0 libfoo1 libstdc++6 \\\n" in result.stdout
+
+
+def test_a_torch_outside_the_catalog_is_accepted_from_your_own_index_with_a_warning(workdir: Path) -> None:
+    """docs/imagegen.md: with your own index, a torch version outside the catalog is accepted."""
+    index = "https://pypi.example.com/simple"
+    result = invoke([*DOCKERFILE, "--torch", "2.16.0", "--torch-index", index])
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "2.16.0" in warnings[0] and index in warnings[0]
+    assert f'pip install --index-url {index} "torch==2.16.0"' in result.stdout
+    assert 'io.imagegen.torch="2.16.0"' in result.stdout
+    # Known releases from your own index: the catalog's checks still apply (Python support).
+    too_new = invoke([*DOCKERFILE, "--torch", "2.1.0", "--python", "3.13", "--torch-index", index])
+    assert_reported(too_new, fragment="no wheels for Python 3.13")
+
+
+def test_dash_output_is_stdout_not_a_file(workdir: Path) -> None:
+    result = invoke([*DOCKERFILE, "-o", "-"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("# imagegen ops image: cpu")
+    assert list(workdir.iterdir()) == []
+
+
+def test_verify_timeout_is_bounded_at_a_day() -> None:
+    assert bounded_timeout(VERIFY_TIMEOUT_MAX) == VERIFY_TIMEOUT_MAX
+    assert bounded_timeout(0.5) == 0.5  # non-positive ones are verify_image's to refuse
+    with pytest.raises(typer.BadParameter, match="more than a day"):
+        bounded_timeout(VERIFY_TIMEOUT_MAX + 1)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from imagegen.render import expected_torch_build, render, render_classic, torch_build_check
 from imagegen.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec
@@ -269,31 +270,77 @@ def test_max_jobs_is_a_build_arg_with_a_computed_default() -> None:
     assert "ARG MAX_JOBS=3\n" in fixed
 
 
-# As torch words it (torch/csrc/utils/tensor_numpy.cpp) when numpy is not installed.
-NUMPY_ABSENT = "Failed to initialize NumPy: No module named 'numpy' (Triggered internally at ...)"
+def _torch_install(devel: str) -> list[str]:
+    """The arguments of the devel stage's `pip install` of torch, as the shell splits them."""
+    line = next(line for line in devel.splitlines() if '"torch==' in line)
+    words = shlex.split(line.split("pip install", 1)[1].rstrip(" \\"))
+    return words
 
 
-@pytest.mark.parametrize("flags", [{"cpu": True}, {"cuda": "13.0"}, {"rocm": "6.2", "buildkit": False}])
-def test_the_venv_keeps_torch_quiet_about_absent_numpy_and_nothing_else(flags: dict[str, object]) -> None:
-    """The .pth line as the shell writes it, run here: only torch's numpy-absent warning goes."""
-    build = stages(render(spec(ops="all", **flags)))["build"]
-    written = re.search(r"printf '%s\\n' '([^']*)' >\"\$site/(\S+\.pth)\"", build)
-    assert written, "the build stage writes no .pth into the venv"
-    # Written into the venv the runtime copies, before the op check (so that run is quiet too).
-    assert build.index(written[0]) < build.index("python -m op_builder verify")
-    assert written[1].startswith("import ")  # site runs only .pth lines that start so
-    with warnings.catch_warnings(record=True) as shown:
-        warnings.simplefilter("always")
-        exec(written[1], {})  # the rendered line itself, as site would run it
-        warnings.warn(NUMPY_ABSENT, UserWarning, stacklevel=1)
-        # A numpy that is there but does not load, or lacks a part, still warns; so does the rest.
-        warnings.warn("Failed to initialize NumPy: _ARRAY_API not found", UserWarning, stacklevel=1)
-        warnings.warn("Failed to initialize NumPy: No module named 'numpy.core'", UserWarning, stacklevel=1)
-        warnings.warn("Failed to initialize NumPy: No module named 'numpy'", DeprecationWarning, stacklevel=1)
-        warnings.warn("something else", UserWarning, stacklevel=1)
-    assert [str(w.message) for w in shown] == [
-        "Failed to initialize NumPy: _ARRAY_API not found",
-        "Failed to initialize NumPy: No module named 'numpy.core'",
-        "Failed to initialize NumPy: No module named 'numpy'",
-        "something else",
-    ]
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"cpu": True},
+        {"cuda": "13.0"},
+        {"rocm": "6.2", "buildkit": False},
+        {"cpu": True, "offline": True},
+        {"cpu": True, "torch_index": "https://pypi.example.com/simple"},
+    ],
+)
+def test_numpy_comes_with_torch_from_the_same_sources(tmp_path: Path, flags: dict[str, object]) -> None:
+    """One pip command installs torch and NumPy: the same index, wheelhouse and --no-index."""
+    text = render(spec(ops="all", wheelhouse=str(tmp_path), **flags))
+    words = _torch_install(stages(text)["devel"])
+    torch_at = next(i for i, w in enumerate(words) if w.startswith("torch=="))
+    numpy_at = next(i for i, w in enumerate(words) if w.startswith("numpy"))
+    assert numpy_at == torch_at + 1  # the same command, after the same source flags
+    assert all(w.startswith("--") or words[i - 1].startswith("--") for i, w in enumerate(words[:torch_at]))
+    assert Requirement(words[numpy_at]).name == "numpy"
+    # No warning filter of any kind is written into the image.
+    assert ".pth" not in text.replace("imagegen-op-sources.pth", "")
+    assert "filterwarnings" not in text and "PYTHONWARNINGS" not in text
+
+
+@pytest.mark.parametrize(
+    ("torch", "numpy2"), [("2.0.1", False), ("2.3.1", False), ("2.4.0", True), ("2.13.0", True)]
+)
+def test_torch_built_against_numpy_1_gets_numpy_1(torch: str, numpy2: bool) -> None:
+    """torch up to 2.3 loads NumPy 1.x only: the requirement must not let pip pick 2.x."""
+    requirement = Requirement(spec(cpu=True, ops="cpu_adam", torch=torch).numpy_requirement or "")
+    assert requirement.specifier.contains("1.26.4")
+    assert requirement.specifier.contains("2.1.0") is numpy2
+
+
+def test_no_numpy_leaves_it_out_honestly_and_names_the_tag() -> None:
+    with_numpy = spec(cpu=True, ops="cpu_adam")
+    without = spec(cpu=True, ops="cpu_adam", numpy=False)
+    text = render(without)
+    assert not any(w.startswith("numpy") for w in _torch_install(stages(text)["devel"]))
+    assert "filterwarnings" not in text  # torch's warning about the absent NumPy stays: it is true
+    assert without.tag == with_numpy.tag + "-nonumpy"
+    assert build_spec(SpecInput(cpu=True, ops="cpu_adam"), {"IMAGEGEN_NUMPY": "0"}).numpy is False
+
+
+@pytest.mark.parametrize("flags", [{"cpu": True}, {"cuda": "13.0"}, {"rocm": "6.4"}])
+def test_debian_frontend_is_a_build_argument_never_the_images_environment(flags: dict[str, object]) -> None:
+    """ARG values reach the RUN steps of their stage only; ENV would stay in the runtime image."""
+    text = render(spec(ops="all", **flags))
+    # devel (build inherits it) and runtime, each for its apt-get
+    args = re.findall(r"^ARG DEBIAN_FRONTEND=noninteractive$", text, flags=re.M)
+    assert args == ["ARG DEBIAN_FRONTEND=noninteractive"] * 2
+    envs = re.findall(r"^ENV (?:.*\\\n)*.*$", text, flags=re.M)
+    assert envs and not any("DEBIAN_FRONTEND" in env for env in envs)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://pypi.example.com/simple",
+        "https://user:p%40ss@pypi.example.com:8443/a;b/simple?x=1&y=$(id)",
+        "file:///srv/index",
+    ],
+)
+def test_the_torch_index_is_one_shell_word(url: str) -> None:
+    """Whatever characters a valid URL has, the shell hands pip exactly that URL."""
+    words = _torch_install(stages(render(spec(cpu=True, ops="cpu_adam", torch_index=url)))["devel"])
+    assert words[words.index("--index-url") + 1] == url
