@@ -2,7 +2,7 @@
 
 The reference is always torch's own ops differentiated by autograd: ``s = x + b + r`` and
 ``F.layer_norm(s)``. The fallback implements the kernels' formulas (sum added in the math
-dtype and rounded once, shifted LayerNorm statistics, the explicit backward with the sum's
+dtype and rounded once, two-pass LayerNorm statistics, the explicit backward with the sum's
 own gradient added to dx), so these tests check the math the kernels implement;
 tests/gpu/test_gpu_residual_layer_norm.py checks the kernels against the same references.
 """
@@ -22,7 +22,7 @@ from kernels.transformer import FusedResidualLayerNorm, layer_norm, residual_lay
 pytestmark = pytest.mark.filterwarnings("ignore:.*using the PyTorch fallback:RuntimeWarning")
 
 # (rtol, atol) of the fallback against torch in each math dtype: the same formulas with
-# other summation orders (and shifted statistics), so a few ulps.
+# other summation orders (and two-pass statistics), so a few ulps.
 FORWARD_TOL = {torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-5)}
 GRAD_TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-4, 1e-4)}
 
@@ -184,7 +184,7 @@ def test_half_inputs_round_the_sum_once(dtype: torch.dtype) -> None:
 
 
 def test_large_mean_small_spread() -> None:
-    """The shifted statistics keep fp32 accurate where the sum's mean dwarfs its spread."""
+    """The two-pass statistics keep fp32 accurate where the sum's mean dwarfs its spread."""
     gen = torch.Generator().manual_seed(11)
     x = 600.0 + torch.randn(4, 4097, generator=gen) * 0.01
     r = 400.0 + torch.randn(4, 4097, generator=gen) * 0.01
