@@ -209,16 +209,3 @@ TagOption = Annotated[
         rich_help_panel=_BUILD,
     ),
 ]
-
-# The longest `imagegen verify --timeout` takes: a day. Verifying takes minutes, and a number
-# past what the Docker client's socket can wait for would be reported as "no daemon answers".
-VERIFY_TIMEOUT_MAX = 86400.0
-
-
-def bounded_timeout(value: float) -> float:
-    """``--timeout``'s callback: refuse more than ``VERIFY_TIMEOUT_MAX`` as a malformed command line."""
-    if value > VERIFY_TIMEOUT_MAX:
-        raise typer.BadParameter(
-            f"{value:g} seconds is more than a day ({VERIFY_TIMEOUT_MAX:g}); verifying takes minutes"
-        )
-    return value

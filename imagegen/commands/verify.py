@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from imagegen import verify as verify_lib
-from imagegen.commands._options import JsonOption, bounded_timeout
+from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import VerificationFailedError
 from imagegen.spec_checks import op_list
@@ -23,8 +23,7 @@ VerifyOpsOption = Annotated[
     typer.Option("--ops", help="Comma-separated ops to check. Default: the image's io.imagegen.ops label."),
 ]
 TimeoutOption = Annotated[
-    float,
-    typer.Option("--timeout", metavar="SECONDS", help="Give up after this long.", callback=bounded_timeout),
+    float, typer.Option("--timeout", metavar="SECONDS", help="Give up after this long.")
 ]
 GpusOption = Annotated[
     Optional[str],

@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
 from imagegen import verify as verify_lib
-from imagegen.commands._options import VERIFY_TIMEOUT_MAX, bounded_timeout
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.reference import reference_problem
 from imagegen.spec import SpecInput, build_spec
@@ -460,10 +458,3 @@ def test_dash_output_is_stdout_not_a_file(workdir: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert result.stdout.startswith("# imagegen ops image: cpu")
     assert list(workdir.iterdir()) == []
-
-
-def test_verify_timeout_is_bounded_at_a_day() -> None:
-    assert bounded_timeout(VERIFY_TIMEOUT_MAX) == VERIFY_TIMEOUT_MAX
-    assert bounded_timeout(0.5) == 0.5  # non-positive ones are verify_image's to refuse
-    with pytest.raises(typer.BadParameter, match="more than a day"):
-        bounded_timeout(VERIFY_TIMEOUT_MAX + 1)
