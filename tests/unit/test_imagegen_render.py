@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -271,10 +270,17 @@ def test_max_jobs_is_a_build_arg_with_a_computed_default() -> None:
 
 
 def _torch_install(devel: str) -> list[str]:
-    """The arguments of the devel stage's `pip install` of torch, as the shell splits them."""
+    """The arguments the devel stage's `pip install` of torch gets, as bash itself hands them on.
+
+    The rendered line runs in bash with printf in pip's place, so quoting (or its absence) is
+    judged by the shell the image uses, not by a reimplementation of its rules.
+    """
     line = next(line for line in devel.splitlines() if '"torch==' in line)
-    words = shlex.split(line.split("pip install", 1)[1].rstrip(" \\"))
-    return words
+    command = line.split("pip install", 1)[1].rstrip(" \\")
+    done = subprocess.run(
+        ["bash", "-c", "printf '%s\\n' " + command], capture_output=True, text=True, timeout=30, check=True
+    )
+    return done.stdout.splitlines()
 
 
 @pytest.mark.parametrize(
