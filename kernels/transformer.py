@@ -511,10 +511,14 @@ def bias_gelu(
     """``F.gelu(x + bias, approximate=approximate)`` with bias of shape ``[x.shape[-1]]``."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if x.dim() == 0:
+        raise ValueError("bias_gelu: x must have at least one dimension (the bias's)")
     cols = x.shape[-1]
     if tuple(bias.shape) != (cols,):
         raise ValueError(f"bias_gelu: bias has shape {tuple(bias.shape)}, expected ({cols},)")
-    x2 = x.reshape(-1, cols).contiguous()
+    # The rows are the leading dims' product: with no columns reshape(-1, 0) has nothing to
+    # infer them from, where F.gelu returns an empty tensor.
+    x2 = x.reshape(math.prod(x.shape[:-1]), cols).contiguous()
     b = bias.contiguous()
     module = _OP.resolve([x2, b], use_kernel)
     if module is not None and b.dtype != x2.dtype:

@@ -335,6 +335,12 @@ def test_empty_inputs(device: torch.device) -> None:
     y = bias_gelu(x, b, use_kernel=True)
     dx, db = torch.autograd.grad(y, (x, b), torch.empty_like(y))
     assert dx.shape == (0, 768) and torch.equal(db, torch.zeros_like(b))
+    for shape in ((4, 0), (2, 0, 3), (0,)):  # no columns or no rows: F.gelu's empty result
+        x = torch.empty(shape, device=device, requires_grad=True)
+        b = torch.zeros(shape[-1], device=device, requires_grad=True)
+        y = bias_gelu(x, b, use_kernel=True)
+        dx, db = torch.autograd.grad(y, (x, b), torch.ones_like(y))
+        assert y.shape == dx.shape == shape and torch.equal(db, torch.zeros_like(b))
     s = torch.empty(0, 3, 5, 7, device=device, requires_grad=True)
     out = scaled_masked_softmax(s, causal=True, use_kernel=True)
     (ds,) = torch.autograd.grad(out, s, torch.empty_like(out))

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
 from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
-from kernels.transformer import layer_norm, scaled_masked_softmax
+from kernels.transformer import bias_gelu, layer_norm, scaled_masked_softmax
 from op_builder.context import OpFlags
 from op_builder.plan import make_plan
 from tests.kernels.test_gpu_fallbacks import _fp8_encode, _int_reference, _lamb_numpy
@@ -216,6 +216,26 @@ def test_layer_norm_backward_without_rows() -> None:
     assert grads[0].shape == (0, 5)
     for ours, theirs in zip(grads[1:], ref[1:]):
         assert torch.equal(ours, torch.zeros(5)) and torch.equal(theirs, torch.zeros(5))
+
+
+@pytest.mark.parametrize("shape", [(4, 0), (0, 5), (2, 0, 3), (3, 2, 0), (0,)])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_bias_gelu_of_empty_inputs(shape: tuple[int, ...], approximate: str) -> None:
+    """No rows or no columns: F.gelu's empty result, and empty or zero gradients as autograd's."""
+    x = torch.empty(shape, requires_grad=True)
+    bias = torch.zeros(shape[-1], requires_grad=True)
+    y = bias_gelu(x, bias, approximate)  # type: ignore[arg-type]
+    ref = F.gelu(x + bias, approximate=approximate)
+    assert y.shape == ref.shape == shape
+    grads = torch.autograd.grad(y, (x, bias), torch.ones_like(y))
+    expected = torch.autograd.grad(ref, (x, bias), torch.ones_like(ref))
+    for ours, theirs in zip(grads, expected):
+        assert ours.shape == theirs.shape and torch.equal(ours, theirs)
+
+
+def test_bias_gelu_refuses_a_scalar() -> None:
+    with pytest.raises(ValueError, match="at least one dimension"):
+        bias_gelu(torch.tensor(1.0), torch.zeros(1))
 
 
 def test_layer_norm_one_column_dx_is_exactly_zero() -> None:
