@@ -23,7 +23,7 @@ from op_builder.suggest import did_you_mean
 # Environment variables read as the middle layer of the cascade.
 ENV_PREFIX = "IMAGEGEN_"
 
-_VERSION_RE = re.compile(r"^\d+\.\d+$")
+_VERSION_RE = re.compile(r"\d+\.\d+\Z")  # \Z: "$" would let a trailing newline through
 
 # Which compiled bytecode (.pyc) the runtime venv keeps, and the suffix each adds to the
 # default tag. "startup": only what a process imports to start torch and load the image's ops.
@@ -187,7 +187,7 @@ def python(
 
 
 # A torch release as the catalog names them: X.Y (its newest patch) or X.Y.Z, nothing more.
-_TORCH_RELEASE_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+_TORCH_RELEASE_RE = re.compile(r"\d+\.\d+(?:\.\d+)?\Z")
 
 
 def torch(

@@ -275,7 +275,9 @@ TABLE: list[tuple[list[str], str]] = [
         ["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.16", "--torch-index", "https://i.x/s"],
         "patch",
     ),
-    # text rendered into the Dockerfile
+    # text rendered into the Dockerfile ("$" in a pattern would let a trailing newline through)
+    ([*DOCKERFILE, "--python", "3.11\n", "--base-devel", "a", "--base-runtime", "b"], "not a Python"),
+    (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch", "2.13.0\n"], "not a torch release"),
     (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "http://x\nRUN echo pwned"], "not a URL"),
     (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "not a url"], "not a URL"),
     (["dockerfile", "--cpu", "--ops", "cpu_adam", "--torch-index", "x' && touch /p '"], "not a URL"),
