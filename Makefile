@@ -34,8 +34,9 @@ docker: system-deps
 PLATFORM ?= linux/amd64
 ARM64 := $(filter linux/arm64,$(PLATFORM))
 
-standins: docker
-	bash scripts/standin-images.sh --platform $(PLATFORM)
+# `imagegen standins` (imagegen/standins/): the CPU stand-ins, cached by tag and recipe revision.
+standins: setup docker
+	$(VENV)/bin/imagegen standins --platform $(PLATFORM)
 
 # Every tier that can run here: unit, kernels, loader, CUDA device-code compile (when nvcc
 # is present), and the Docker integration tier (skipped, with the reason, when no engine).
@@ -90,28 +91,31 @@ images: setup standins
 	  $(if $(ARM64),--torch $(ARM64_TORCH) --wheelhouse $(ARM64_WHEELHOUSE),$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))) \
 	  $(if $(CA_CERT),--ca-cert $(CA_CERT))
 
-# A CUDA 13.x image of the GPU ops from the CUDA stand-ins (CUDA=13.0: this machine's toolkit;
-# another 13.x: NVIDIA's compiler wheels of exactly that release, scripts/standin-images.sh
-# --cuda X.Y), with torch's CUDA 13 build from the index this machine's pip installs from (PIP_INDEX_URL,
+# A CUDA image of the GPU ops from the CUDA stand-ins (`imagegen standins --cuda X.Y`; CUDA=12.4:
+# Debian trixie's nvidia-cuda-toolkit; CUDA=13.0: this machine's toolkit; another 13.x: NVIDIA's
+# compiler wheels of exactly that release), for the catalog's default arch list of that CUDA unless
+# CUDA_ARCH names one, with torch's matching build (12.4: 2.6.0, whose wheels on the index are cu124;
+# 13.x: 2.15.0, a CUDA 13.2 build) from the index this machine's pip installs from (PIP_INDEX_URL,
 # pip.conf, else pip's default; scripts/pip_index.py), so a corporate mirror works as it is:
 # without --torch-index imagegen would go to the catalog's download.pytorch.org index, which
 # a mirror-only network cannot reach. CUDA_TORCH_INDEX (or IMAGEGEN_TORCH_INDEX) overrides.
 # Several GB to download, and ~30 GB of disk with the build cache (`docker builder prune`
 # gives it back). Not in CI. torch 2.15.0 on PyPI is a CUDA 13.2 build: CUDA=13.2 matches it exactly.
+# Figures (cold build, compile seconds per op, sizes) in docs/benchmarks.md.
 CUDA ?= 13.0
-CUDA_TORCH ?= 2.15.0
+CUDA_TORCH ?= $(if $(filter 12.4,$(CUDA)),2.6.0,2.15.0)
 CUDA_TORCH_INDEX ?= $(IMAGEGEN_TORCH_INDEX)
-CUDA_ARCH ?= 8.0;9.0+PTX
+CUDA_ARCH ?=
 CUDA_IMAGE_OPS ?= fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer
 image-cuda: setup docker
-	bash scripts/standin-images.sh $(if $(filter 13.0,$(CUDA)),--cuda,--cuda $(CUDA))
+	$(VENV)/bin/imagegen standins --cuda $(CUDA)
 	index='$(CUDA_TORCH_INDEX)' && index="$${index:-$$($(PY) scripts/pip_index.py)}" \
-	&& $(VENV)/bin/imagegen build --cuda $(CUDA) --standins --ops $(CUDA_IMAGE_OPS) --arch "$(CUDA_ARCH)" \
+	&& $(VENV)/bin/imagegen build --cuda $(CUDA) --standins --ops $(CUDA_IMAGE_OPS) $(if $(CUDA_ARCH),--arch "$(CUDA_ARCH)") \
 	  --torch $(CUDA_TORCH) --torch-index "$$index" $(if $(CA_CERT),--ca-cert $(CA_CERT))
 
 # Image figures: runtime/devel size of the CPU and the CUDA image, and the rebuild ratio.
 bench-images: setup standins
-	bash scripts/standin-images.sh --cuda
+	$(VENV)/bin/imagegen standins --cuda 13.0
 	$(PY) bench/image_size.py
 	$(PY) bench/image_size.py --bytecode all
 	$(PY) bench/image_size.py --bytecode none

@@ -10,10 +10,10 @@ and so is the time ``import torch`` takes in a sealed (read-only, no network) co
 the runtime image, since the bytecode mode trades that time against size.
 
 The CPU image takes torch from the local wheelhouse. The CUDA image (``--cuda``) is built on
-the CUDA 13.0 stand-ins (this machine's toolkit, scripts/standin-images.sh --cuda) with
+the CUDA 13.0 stand-ins (this machine's toolkit, `imagegen standins --cuda 13.0`) with
 torch's CUDA 13 wheels from the index this machine's pip uses (scripts/pip_index.py) unless
 --torch-index or IMAGEGEN_TORCH_INDEX names one (several GB to download the first time).
-Needs Docker and the stand-ins (scripts/ensure-docker.sh, scripts/standin-images.sh).
+Needs Docker and the stand-ins (scripts/ensure-docker.sh, `imagegen standins`).
 """
 
 from __future__ import annotations

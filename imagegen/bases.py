@@ -6,8 +6,12 @@ from imagegen import catalog
 from imagegen.engine.images import local_images
 from imagegen.spec import ImageSpec
 
-STANDIN_SCRIPT = "scripts/standin-images.sh"
-STANDIN_TAGS = ("imagegen-standin/debian:bookworm", catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
+STANDIN_SCRIPT = "imagegen standins"
+STANDIN_TAGS = (
+    f"{catalog.STANDIN_PREFIX}/debian:{catalog.STANDIN_DISTRO}",
+    catalog.STANDIN_DEVEL,
+    catalog.STANDIN_RUNTIME,
+)
 
 
 def standin_command(target: str = "cpu", platform: str = catalog.DEFAULT_PLATFORM) -> str:

@@ -229,25 +229,32 @@ CPU_TARGET = Target(
     "cpu", None, None, ("bookworm", "trixie"), (TorchRange("2.0", "2.15", "cpu"),), "2.13.0", PLATFORMS
 )
 
-# Local stand-ins for the bases, made by scripts/standin-images.sh (no registry needed):
-# (target, platform) -> (devel, runtime). `--cuda X.Y` lays NVIDIA's 13.x compiler wheels out as
-# a CUDA home of exactly that release (a bare `--cuda` copies this machine's 13.0 toolkit); the
-# 12.x wheels hold only ptxas, so no CUDA 12 stand-in exists. `--platform linux/arm64` makes
-# the arm64 pair under qemu.
+# Local stand-ins for the bases, made by `imagegen standins` (imagegen/standins/; no registry
+# needed): (target, platform) -> (devel, runtime). CPU: Debian bookworm's Python 3.11, amd64 and
+# arm64 (under qemu). CUDA 13.x: NVIDIA's compiler wheels of exactly that release laid out as a
+# CUDA home (13.0: this machine's toolkit when CUDA_HOME holds 13.0); the 12.x wheels hold only
+# ptxas. CUDA 12.4: Debian trixie's non-free `nvidia-cuda-toolkit` (12.4.131), with trixie's
+# Python 3.13. Other 12.x releases have no Debian package here: rendered only.
+STANDIN_PREFIX = "imagegen-standin"
 STANDIN_PYTHON = "3.11"
 STANDIN_DISTRO = "bookworm"
 STANDIN_CUDA_SINCE = "13.0"
+# CUDA releases below STANDIN_CUDA_SINCE with a stand-in from Debian's packages: version ->
+# the Debian suite whose non-free component has that toolkit.
+STANDIN_DEBIAN_CUDA: dict[str, str] = {"12.4": "trixie"}
+# The python3 of each Debian suite a stand-in is made from.
+STANDIN_SUITE_PYTHON: dict[str, str] = {"bookworm": "3.11", "trixie": "3.13"}
 
 
 def _standin_pair(target: str, platform: str) -> tuple[str, str]:
     suffix = platform_tag_suffix(platform)
     if target == "cpu":
         return (
-            f"imagegen-standin/python:{STANDIN_PYTHON}-devel{suffix}",
-            f"imagegen-standin/python:{STANDIN_PYTHON}-runtime{suffix}",
+            f"{STANDIN_PREFIX}/python:{STANDIN_PYTHON}-devel{suffix}",
+            f"{STANDIN_PREFIX}/python:{STANDIN_PYTHON}-runtime{suffix}",
         )
     version = target.removeprefix("cuda")
-    return (f"imagegen-standin/cuda:{version}-devel{suffix}", f"imagegen-standin/cuda:{version}-base{suffix}")
+    return (f"{STANDIN_PREFIX}/cuda:{version}-devel{suffix}", f"{STANDIN_PREFIX}/cuda:{version}-base{suffix}")
 
 
 def platform_tag_suffix(platform: str) -> str:
@@ -255,16 +262,17 @@ def platform_tag_suffix(platform: str) -> str:
     return "" if platform == DEFAULT_PLATFORM else "-" + platform.rsplit("/", 1)[-1]
 
 
+def _has_standins(target: Target) -> bool:
+    version = target.version or "0"
+    return version in STANDIN_DEBIAN_CUDA or Version(version) >= Version(STANDIN_CUDA_SINCE)
+
+
 STANDINS: dict[tuple[str, str], tuple[str, str]] = {
     (name, platform): _standin_pair(name, platform)
     for name, platform in (
         ("cpu", AMD64),
         ("cpu", ARM64),
-        *(
-            (t.name, AMD64)
-            for t in CUDA_TARGETS.values()
-            if Version(t.version or "0") >= Version(STANDIN_CUDA_SINCE)
-        ),
+        *((t.name, AMD64) for t in CUDA_TARGETS.values() if _has_standins(t)),
     )
 }
 STANDIN_DEVEL, STANDIN_RUNTIME = STANDINS[("cpu", AMD64)]
@@ -273,6 +281,21 @@ STANDIN_DEVEL, STANDIN_RUNTIME = STANDINS[("cpu", AMD64)]
 def standin_bases(target: str, platform: str = DEFAULT_PLATFORM) -> tuple[str, str] | None:
     """The (devel, runtime) stand-ins of ``target`` on ``platform``, or None when there are none."""
     return STANDINS.get((target, platform))
+
+
+def standin_suite(target: str) -> str:
+    """The Debian suite ``target``'s stand-ins are made from (``cuda12.4``: trixie)."""
+    return STANDIN_DEBIAN_CUDA.get(target.removeprefix("cuda"), STANDIN_DISTRO)
+
+
+def standin_distro(target: str) -> str:
+    """The distro a ``--standins`` build of ``target`` installs run-time packages for."""
+    return standin_suite(target)
+
+
+def standin_python(target: str) -> str:
+    """The Python of ``target``'s stand-in bases."""
+    return STANDIN_SUITE_PYTHON[standin_suite(target)]
 
 
 # The images `imagegen matrix` renders (ops=all, catalog defaults for everything else):

@@ -114,7 +114,7 @@ StandinsOption = Annotated[
     Optional[bool],
     typer.Option(
         "--standins",
-        help="Use the local stand-in bases (scripts/standin-images.sh) for --cpu. (env: IMAGEGEN_STANDINS=1)",
+        help="Use the local stand-in bases (`imagegen standins`) for the target. (env: IMAGEGEN_STANDINS=1)",
         rich_help_panel=_IMAGE,
     ),
 ]

@@ -274,7 +274,8 @@ def describe_failure(
             f"building {tag} failed: a base image is not available locally and could not be pulled",
             hint=(
                 "no registry may be reachable from here: build local stand-ins with "
-                "scripts/standin-images.sh and pass --base-devel/--base-runtime\n" + "\n".join(lines[-5:])
+                "`imagegen standins` and pass --standins (or --base-devel/--base-runtime)\n"
+                + "\n".join(lines[-5:])
             ),
         )
     elif title:

@@ -1,7 +1,7 @@
 """Integration tier: real Docker builds from local stand-in bases.
 
 The session starts a daemon if it can (scripts/ensure-docker.sh) and makes the stand-in base
-images (scripts/standin-images.sh, cached by tag). With no engine every test here is
+images (`imagegen standins`, cached by tag). With no engine every test here is
 skipped, with the reason printed. One CPU image (cpu_adam, cpu_lion) is built once per
 session through the real CLI and shared by the tests that inspect it; rebuilds reuse
 BuildKit's layer and ccache caches, so only the first run on a machine compiles.
@@ -41,11 +41,11 @@ def _skip_reason() -> str | None:
     if ensure.returncode != 0:
         return "no Docker engine: " + (ensure.stderr.strip().splitlines() or ["ensure-docker.sh failed"])[-1]
     standins = subprocess.run(
-        [str(REPO / "scripts" / "standin-images.sh")], capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "imagegen", "standins"], capture_output=True, text=True, timeout=900, cwd=REPO
     )
     if standins.returncode != 0:
         # An engine that answers but cannot make the bases is a failure, not a skip.
-        pytest.fail("scripts/standin-images.sh failed:\n" + standins.stderr[-3000:])
+        pytest.fail("imagegen standins failed:\n" + standins.stderr[-3000:])
     if not any(WHEELHOUSE.glob("torch-*.whl")):
         return f"no torch wheel in {WHEELHOUSE} (set IMAGEGEN_IT_WHEELHOUSE)"
     return None

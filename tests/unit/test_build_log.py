@@ -192,7 +192,7 @@ def test_missing_base_image_points_at_the_standins() -> None:
     ]
     err = describe_failure(log, "buildkit", SOURCES, "img")
     assert "base image" in err.message
-    assert err.hint is not None and "scripts/standin-images.sh" in err.hint
+    assert err.hint is not None and "imagegen standins" in err.hint
 
 
 def test_a_full_disk_is_named_rather_than_the_step_or_op_it_hit() -> None:

@@ -165,6 +165,8 @@ def test_every_cuda_13_target_has_standins(version: str) -> None:
     assert (spec.python, spec.distro) == (catalog.STANDIN_PYTHON, catalog.STANDIN_DISTRO)
 
 
-def test_no_cuda_12_standins() -> None:
-    # NVIDIA's 12.x wheels hold only ptxas: no CUDA 12 home can be laid out without a registry.
-    assert not [name for name, _ in catalog.STANDINS if name.startswith("cuda12")]
+def test_cuda_12_standins_are_debians_only() -> None:
+    # NVIDIA's 12.x wheels hold only ptxas: the one CUDA 12 home here is Debian trixie's 12.4.
+    assert [name for name, _ in catalog.STANDINS if name.startswith("cuda12")] == ["cuda12.4"]
+    assert (catalog.standin_python("cuda12.4"), catalog.standin_distro("cuda12.4")) == ("3.13", "trixie")
+    assert (catalog.standin_python("cpu"), catalog.standin_distro("cuda13.2")) == ("3.11", "bookworm")

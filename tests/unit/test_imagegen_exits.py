@@ -100,9 +100,9 @@ def test_doctor_lists_cuda_and_arm64_standins_as_optional(monkeypatch: pytest.Mo
     assert data["ok"] is True
     cuda = checks[f"stand-in {cuda_devel}"]
     assert cuda["ok"] is False and cuda["required"] is False
-    assert cuda["fix"] == "scripts/standin-images.sh --cuda 13.2"
+    assert cuda["fix"] == "imagegen standins --cuda 13.2"
     arm64 = checks[f"stand-in {arm64_runtime}"]
-    assert arm64["fix"] == "scripts/standin-images.sh --platform linux/arm64"
+    assert arm64["fix"] == "imagegen standins --platform linux/arm64"
     assert checks[f"stand-in {doctor_lib.STANDIN_TAGS[1]}"]["required"] is True
     text = runner.invoke(app, ["doctor"])
     assert text.exit_code == 0 and "optional" in text.stdout

@@ -184,16 +184,18 @@ def test_arm64_standins() -> None:
         spec(cuda="13.2", platform="linux/arm64", standins=True)
 
 
-def test_standin_script_refuses_bad_platforms_and_cuda_12(tmp_path: Path) -> None:
+def test_standin_shim_passes_the_old_spellings_on(tmp_path: Path) -> None:
+    # scripts/standin-images.sh is kept for callers: its flags reach `imagegen standins`,
+    # whose bad-input errors (exit 2) come back through it.
     if shutil.which("bash") is None:
         pytest.skip("needs bash")
     script = REPO / "scripts" / "standin-images.sh"
     for args, message in (
         (["--platform", "linux/s390x"], "not one the stand-ins are made for"),
-        (["--cuda", "12.8"], "from CUDA 13 on only"),
-        (["--arm64", "--cuda"], "for linux/arm64 name a version"),
+        (["--cuda", "12.8"], "no stand-in for CUDA 12.8"),
+        (["--arm64", "--cuda", "12.4"], "on linux/arm64 only NVIDIA's 13.x wheels"),
     ):
-        done = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and message in done.stderr, done.stderr
 
 

@@ -1,0 +1,77 @@
+"""``imagegen standins``: make the local stand-in base images the catalog names (no registry needed).
+
+Exit codes: 0 made or current; 1 a recipe failed (apt, debootstrap, pip, the engine's build);
+2 bad input (a platform or CUDA version without stand-ins, --cpu with --cuda); 3 no engine.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from imagegen import catalog
+from imagegen.commands._options import JsonOption
+from imagegen.commands._output import console, emit_json
+from imagegen.errors import BadInputError
+from imagegen.standins import mirrors as mirrors_lib
+from imagegen.standins import plan as plan_lib
+from imagegen.standins.make import make
+
+CudaVersionsOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--cuda",
+        metavar="X.Y",
+        help="Also the CUDA X.Y stand-ins (repeatable): 12.4 from Debian trixie's nvidia-cuda-toolkit, "
+        "13.0 this machine's toolkit (CUDA_HOME) when it is 13.0, other 13.x NVIDIA's compiler wheels.",
+    ),
+]
+CpuOnlyOption = Annotated[
+    bool, typer.Option("--cpu", help="Only the CPU stand-ins (the default when no --cuda is given).")
+]
+StandinPlatformOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--platform",
+        metavar="OS/ARCH",
+        help="linux/amd64 (default) or linux/arm64 (tags end in -arm64; made under qemu-user-static).",
+    ),
+]
+ForceOption = Annotated[bool, typer.Option("--force", help="Remake them even when current.")]
+MirrorsOption = Annotated[
+    bool, typer.Option("--mirrors", help="Print the Debian mirrors a base would be made from, and exit.")
+]
+
+
+def standins(
+    cuda: CudaVersionsOption = None,
+    cpu: CpuOnlyOption = False,
+    platform: StandinPlatformOption = None,
+    force: ForceOption = False,
+    mirrors: MirrorsOption = False,
+    json: JsonOption = False,
+) -> None:
+    """Make the stand-in bases (debootstrap + apt; cached by tag and recipe revision): the CPU pair,
+    and with --cuda each version's devel and runtime pair. Environment: STANDIN_MIRROR,
+    STANDIN_SECURITY_MIRROR, STANDIN_CA, STANDIN_PYTHON, STANDIN_PREFIX, CUDA_HOME."""
+    if cpu and cuda:
+        raise BadInputError("--cpu and --cuda exclude each other", hint="--cpu makes only the CPU stand-ins")
+    req = plan_lib.request(cuda or (), platform, os.environ)
+    if mirrors:
+        found = mirrors_lib.resolve(catalog.STANDIN_DISTRO, os.environ)
+        if json:
+            emit_json({"mirror": found.main, "security_mirror": found.security})
+        else:
+            print(f"STANDIN_MIRROR={found.main}\nSTANDIN_SECURITY_MIRROR={found.security}")
+        return
+    report = make(req, force=force, env=os.environ)
+    if json:
+        emit_json(report.to_json())
+        return
+    table = Table("stand-in", "status", "seconds")
+    for image in report.images:
+        table.add_row(image.tag, image.action, f"{image.seconds:.0f}" if image.action == "built" else "")
+    console().print(table)
