@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -190,6 +191,41 @@ def test_layer_norm_backward_without_rows(device: torch.device, dtype: torch.dty
     grads = torch.autograd.grad(y, leaves, torch.empty_like(y))
     assert grads[0].shape == (0, cols)
     assert torch.equal(grads[1], torch.zeros_like(w)) and torch.equal(grads[2], torch.zeros_like(w))
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "parts"),
+    [(256, 131072, lambda sms: min(4, sms)), (1001, 768, lambda sms: min(math.ceil(1001 / 16), sms))],
+    ids=["loop", "register"],
+)
+def test_layer_norm_backward_workspace_is_what_its_path_writes(
+    device: torch.device, rows: int, cols: int, parts: Any
+) -> None:
+    """The backward's scratch is sized by the path it takes: the loop path writes 2 * min(ceil(rows
+    / 64), SMs) partial rows of fp32 (256 x 131072 fp16: 4 MiB, where 2 * min(rows, SMs) rows were
+    allocated, 132 MiB on an H100's 132 SMs); the register path one pair per block of its persistent
+    grid (768 fp16 columns: one warp a row, 16 rows a block). Measured as the peak the call adds
+    beyond dx, dweight and dbias."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    module = transformer._OP.load()
+    x, w, b, dy = _inputs(device, torch.float16, rows, cols, 5)
+    _, mean, rstd = module.layer_norm_forward(x, w, b, 1e-5)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    dx, dw, db = module.layer_norm_backward(dy, x, w, mean, rstd, True)
+    torch.cuda.synchronize(device)
+    outputs = sum(t.numel() * t.element_size() for t in (dx, dw, db))
+    scratch = torch.cuda.max_memory_allocated(device) - before - outputs
+    expected = 2 * parts(sms) * cols * 4
+    # The caching allocator rounds each block up (to 2 MiB for large ones): at most one round-up.
+    assert expected <= scratch <= expected + (2 << 20), (scratch, expected)
+    ref_leaves = [t.float().requires_grad_(True) for t in (x, w, b)]
+    ref_grads = torch.autograd.grad(
+        F.layer_norm(ref_leaves[0], (cols,), ref_leaves[1], ref_leaves[2]), ref_leaves, dy.float()
+    )
+    _close(dw, ref_grads[1], torch.float16, scale=math.sqrt(rows) * 4)
+    _close(db, ref_grads[2], torch.float16, scale=math.sqrt(rows) * 4)
 
 
 @pytest.mark.parametrize("offset", [1, 2])

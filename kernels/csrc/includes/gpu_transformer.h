@@ -3,13 +3,15 @@
 // is the storage type of every non-fp32 buffer of a call.
 #pragma once
 
+#include <initializer_list>
+
 #include "gpu_runtime.h"
 
 namespace gpu_ops {
 
 // Column reductions (dbias; dgamma, dbeta) first sum slices of rows into fp32
 // partials, then add the partials; the bindings size bias + GeLU's scratch with this
-// (LayerNorm's: layer_norm_backward_workspace).
+// (LayerNorm's: layer_norm_backward_plan).
 inline int64_t col_reduce_parts(int64_t rows) {
   const int64_t parts = (rows + 63) / 64;
   return parts < 1 ? 1 : (parts > 256 ? 256 : parts);
@@ -20,12 +22,34 @@ gpuError_t layer_norm_forward(const void* x, const void* gamma, const void* beta
                               float* rstd, int64_t rows, int64_t cols, float eps, DType dtype,
                               gpuStream_t stream);
 
+// How a LayerNorm backward (plain or residual) runs one call, decided before its workspace is
+// allocated: the vector width its buffers allow and the current device's multiprocessor count,
+// read once, from which the launch takes its kernels and grid, and `workspace`, the floats of
+// fp32 partial column sums that grid writes (dgamma's and dbeta's: 2 * parts * cols, parts one
+// per block of the persistent register grid or per slice of rows of the loop path). A launch
+// refuses a plan made for another shape, element size or less aligned buffers.
+struct LayerNormBackwardPlan {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int elem_bytes = 0;
+  int vec = 1;
+  int multiprocessors = 1;
+  int64_t workspace = 0;
+};
+
+// The plan for a backward of [rows, cols] `dtype` over `buffers`: every buffer of the call (dy,
+// x, gamma, dx, and the residual variant's dsum and dresidual; null ones are skipped). Made
+// with the buffers' device current.
+LayerNormBackwardPlan layer_norm_backward_plan(int64_t rows, int64_t cols, DType dtype,
+                                               std::initializer_list<const void*> buffers);
+
 // dgamma and dbeta may be null (no affine parameters); `workspace` then may be too,
-// else it holds layer_norm_backward_workspace(rows, cols) floats, sized on the device
-// of the call (the current one). With no rows, dgamma and dbeta are set to zeros.
+// else it holds plan.workspace floats (`plan` made for this call). With no rows, dgamma and
+// dbeta are set to zeros.
 gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
                                const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
-                               int64_t rows, int64_t cols, DType dtype, gpuStream_t stream);
+                               const LayerNormBackwardPlan& plan, int64_t rows, int64_t cols, DType dtype,
+                               gpuStream_t stream);
 
 // LayerNorm of a residual sum (DeepSpeed's layer_norm_residual_store_pre_ln_res), in one
 // pass: sum = (x + hidden_bias) + residual in fp32, rounded to `dtype` and written to
@@ -43,14 +67,9 @@ gpuError_t residual_layer_norm_forward(const void* x, const void* residual, cons
 // [rows, cols]; the hidden bias's gradient is the column sum of dx, left to the caller.
 gpuError_t residual_layer_norm_backward(const void* dy, const void* sum, const void* gamma, const float* mean,
                                         const float* rstd, const void* dsum, void* dx, void* dresidual,
-                                        void* dgamma, void* dbeta, float* workspace, int64_t rows, int64_t cols,
-                                        DType dtype, gpuStream_t stream);
-
-// Floats of workspace layer_norm_backward and residual_layer_norm_backward need for
-// dgamma / dbeta on the current device: fp32 partial column sums, one row per block of
-// their persistent grid (sized by the multiprocessor count), for each of the two. 0
-// without rows.
-int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols);
+                                        void* dgamma, void* dbeta, float* workspace,
+                                        const LayerNormBackwardPlan& plan, int64_t rows, int64_t cols, DType dtype,
+                                        gpuStream_t stream);
 
 enum class GeluApprox : int { kNone = 0, kTanh = 1 };
 

@@ -69,6 +69,7 @@ struct LnBackward {
   at::Tensor dx;
   c10::optional<at::Tensor> dweight, dbias;
   at::Tensor workspace;
+  gpu_ops::LayerNormBackwardPlan plan;
 };
 
 // Checks dy (shaped as x), weight and the per-row statistics; the outputs are not allocated yet.
@@ -86,18 +87,23 @@ LnBackward check_ln_backward(const at::Tensor& dy, const at::Tensor& x, const c1
     TORCH_CHECK(stat->scalar_type() == at::kFloat && stat->numel() == shape.rows,
                 "mean and rstd must be float32 with one value per row");
   }
-  return {dtype, shape, at::Tensor(), c10::nullopt, c10::nullopt, at::Tensor()};
+  return {dtype, shape, at::Tensor(), c10::nullopt, c10::nullopt, at::Tensor(), gpu_ops::LayerNormBackwardPlan()};
 }
 
-// dx, and with affine_grads dweight, dbias and the workspace of their column sums. Under
-// x's device guard: the workspace is sized for the current device.
-void allocate_ln_backward(LnBackward& b, const at::Tensor& x, bool affine_grads) {
+// dx, the launch's plan over every buffer of the call (dy, x, weight, dx and the residual
+// variant's dx_add / dx2: null for the plain one), and with affine_grads dweight, dbias and the
+// workspace the plan sizes. Under x's device guard: the plan is for the current device.
+void allocate_ln_backward(LnBackward& b, const at::Tensor& dy, const at::Tensor& x,
+                          const c10::optional<at::Tensor>& weight, bool affine_grads, const void* dx_add = nullptr,
+                          const void* dx2 = nullptr) {
   b.dx = at::empty_like(x);
+  b.plan = gpu_ops::layer_norm_backward_plan(b.shape.rows, b.shape.cols, b.dtype,
+                                             {dy.data_ptr(), x.data_ptr(), optional_ptr(weight), b.dx.data_ptr(),
+                                              dx_add, dx2});
   if (affine_grads) {
     b.dweight = at::empty({b.shape.cols}, x.options());
     b.dbias = at::empty({b.shape.cols}, x.options());
-    b.workspace = at::empty({gpu_ops::layer_norm_backward_workspace(b.shape.rows, b.shape.cols)},
-                            x.options().dtype(at::kFloat));
+    b.workspace = at::empty({b.plan.workspace}, x.options().dtype(at::kFloat));
   }
 }
 
@@ -110,12 +116,12 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>> lay
     const at::Tensor& rstd, bool affine_grads) {
   LnBackward b = check_ln_backward(dy, x, weight, mean, rstd, "x");
   const c10::cuda::CUDAGuard guard(x.device());
-  allocate_ln_backward(b, x, affine_grads);
+  allocate_ln_backward(b, dy, x, weight, affine_grads);
   gpu_bind::check_launch(
       gpu_ops::layer_norm_backward(dy.data_ptr(), x.data_ptr(), optional_ptr(weight), mean.data_ptr<float>(),
                                    rstd.data_ptr<float>(), b.dx.data_ptr(), optional_out(b.dweight),
-                                   optional_out(b.dbias), workspace_ptr(b), b.shape.rows, b.shape.cols, b.dtype,
-                                   gpu_bind::current_stream()),
+                                   optional_out(b.dbias), workspace_ptr(b), b.plan, b.shape.rows, b.shape.cols,
+                                   b.dtype, gpu_bind::current_stream()),
       "layer_norm_backward");
   return {b.dx, b.dweight, b.dbias};
 }
@@ -163,15 +169,15 @@ residual_layer_norm_backward(const at::Tensor& dy, const at::Tensor& sum, const 
                 sum.sizes());
   }
   const c10::cuda::CUDAGuard guard(sum.device());
-  allocate_ln_backward(b, sum, affine_grads);
   c10::optional<at::Tensor> dresidual;
   if (residual_grad) dresidual = at::empty_like(sum);
+  allocate_ln_backward(b, dy, sum, weight, affine_grads, optional_ptr(grad_sum), optional_out(dresidual));
   gpu_bind::check_launch(
       gpu_ops::residual_layer_norm_backward(dy.data_ptr(), sum.data_ptr(), optional_ptr(weight),
                                             mean.data_ptr<float>(), rstd.data_ptr<float>(), optional_ptr(grad_sum),
                                             b.dx.data_ptr(), optional_out(dresidual), optional_out(b.dweight),
-                                            optional_out(b.dbias), workspace_ptr(b), b.shape.rows, b.shape.cols,
-                                            b.dtype, gpu_bind::current_stream()),
+                                            optional_out(b.dbias), workspace_ptr(b), b.plan, b.shape.rows,
+                                            b.shape.cols, b.dtype, gpu_bind::current_stream()),
       "residual_layer_norm_backward");
   return {b.dx, dresidual, b.dweight, b.dbias};
 }

@@ -24,7 +24,10 @@
 //   and each thread loads the next row it will handle before working on the current
 //   one, which keeps loads in flight through the row reductions.
 // * Rows too long for the register slices take the generic loop kernels at the end,
-//   which re-read the row: rare sizes, correct, slower. The register kernels hold up
+//   which re-read the row: rare sizes, correct, slower. Their forward statistics come from
+//   one read (Welford / Chan: each thread's count, mean and sum of squared deviations,
+//   merged across the row), as accurate as the two passes without a third read of the row.
+//   The register kernels hold up
 //   to 16384 (fp16/bf16) or 12288 (fp32) columns forward, 12288 or 8192 backward, and
 //   6144 forward / 5120 backward when not vectorizable (odd hidden size, misaligned).
 // * The residual variant (DeepSpeed's layer_norm_residual_store_pre_ln_res) is the same
@@ -443,29 +446,67 @@ __global__ void ln_params_finalize_kernel(const float* __restrict__ partial, int
 
 // ---------------------------------------------------------------- generic loop kernels
 
+// Count, mean and sum of squared deviations from that mean (m2) of some of a row's values.
+struct RowMoments {
+  float n;
+  float mean;
+  float m2;
+};
+
+// The moments of the union of two disjoint sets (Chan, Golub and LeVeque): m2 grows by
+// non-negative terms only, so nothing cancels however far the values sit from their mean (a
+// one-pass E[d^2] - E[d]^2 loses the variance there). An empty side returns the other as it is.
+__device__ __forceinline__ RowMoments merge_moments(const RowMoments& a, const RowMoments& b) {
+  if (b.n == 0.0f) return a;
+  if (a.n == 0.0f) return b;
+  const float n = a.n + b.n;
+  const float delta = b.mean - a.mean;
+  const float wb = gpu_div_rn(b.n, n);
+  return RowMoments{n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * (a.n * wb)};
+}
+
+// The moments of the row (the blockDim.x threads with this threadIdx.y), in every one of its
+// threads; all threads of the block must call it. The merge is not symmetric in its rounding,
+// so each pair of lanes merges (lower lane, upper lane) and both get the same bits, and the
+// warps are merged in warp order: every thread holds the same result, the same on every run.
+__device__ __forceinline__ RowMoments row_moments(RowMoments v, RowMoments* scratch) {
+  const int tx = static_cast<int>(blockDim.x);
+  const int width = tx < GPU_WARP_SIZE ? tx : GPU_WARP_SIZE;
+  for (int offset = width / 2; offset > 0; offset >>= 1) {
+    RowMoments other;
+    other.n = gpu_shfl_xor(v.n, offset, width);
+    other.mean = gpu_shfl_xor(v.mean, offset, width);
+    other.m2 = gpu_shfl_xor(v.m2, offset, width);
+    v = (threadIdx.x & offset) != 0 ? merge_moments(other, v) : merge_moments(v, other);
+  }
+  if (tx <= GPU_WARP_SIZE) return v;
+  const int warps = tx / GPU_WARP_SIZE;
+  RowMoments* slots = scratch + threadIdx.y * warps;  // written once per launch: no barrier before
+  if (threadIdx.x % GPU_WARP_SIZE == 0) slots[threadIdx.x / GPU_WARP_SIZE] = v;
+  __syncthreads();
+  RowMoments total = slots[0];
+  for (int w = 1; w < warps; ++w) total = merge_moments(total, slots[w]);
+  return total;
+}
+
 // For rows longer than the register slices hold. One block per row group as in
-// gpu_row_launch; the row is read twice (statistics, then output), with the
-// statistics of d = x - x0 from one pass (sums of d and d^2). kResidual as in
-// ln_forward_reg_kernel: the first pass forms and writes the sum, the second reads it back
-// (each thread the elements it wrote).
+// gpu_row_launch; the row is read twice: statistics, then output. Each thread keeps the
+// moments of its elements, merging in those of each VEC-element vector (its mean, then the
+// squared deviations from it: two passes over registers), and the row merges the threads'.
+// kResidual as in ln_forward_reg_kernel: the first pass forms and writes the sum, the second
+// reads it back (each thread the elements it wrote).
 template <typename T, int VEC, bool kResidual>
 __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
                                        const T* __restrict__ beta, T* __restrict__ y, float* __restrict__ mean_out,
                                        float* __restrict__ rstd_out, int64_t rows, int64_t cols, float eps,
                                        const T* __restrict__ residual, const T* __restrict__ hidden_bias,
                                        T* __restrict__ sum_out) {
-  __shared__ float2 scratch[kGpuMaxWarps];
+  __shared__ RowMoments scratch[kGpuMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;
   const int64_t offset = (active ? row : 0) * cols;
   const T* xr = x + offset;
-  float shift;
-  if constexpr (kResidual) {
-    shift = residual_sum_first(x, residual, hidden_bias, offset);
-  } else {
-    shift = to_float(xr[0]);
-  }
-  float2 acc = make_float2(0.0f, 0.0f);
+  RowMoments acc{0.0f, 0.0f, 0.0f};
   if (active) {
     for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < cols; i += static_cast<int64_t>(blockDim.x) * VEC) {
       float v[VEC];
@@ -474,22 +515,25 @@ __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restr
       } else {
         load_as_float<VEC>(v, xr + i);
       }
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) sum += v[k];
+      const float vec_mean = sum * (1.0f / VEC);  // VEC is 1 or 4: exact
+      float m2 = 0.0f;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const float d = v[k] - shift;
-        acc.x += d;
-        acc.y += d * d;
+        const float d = v[k] - vec_mean;
+        m2 += d * d;
       }
+      acc = merge_moments(acc, RowMoments{static_cast<float>(VEC), vec_mean, m2});
     }
   }
-  acc = row_reduce(acc, GpuSumOp(), scratch);
+  acc = row_moments(acc, scratch);
   if (!active) return;  // after the block-wide reduction
-  const float n = static_cast<float>(cols);
-  const float shifted_mean = gpu_div_rn(acc.x, n);
-  const float var = fmaxf(gpu_div_rn(acc.y, n) - shifted_mean * shifted_mean, 0.0f);
-  const float rstd = rsqrtf(var + eps);
+  const float mean = acc.mean;
+  const float rstd = rsqrtf(gpu_div_rn(acc.m2, static_cast<float>(cols)) + eps);
   if (threadIdx.x == 0) {
-    mean_out[row] = shift + shifted_mean;
+    mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
   T* yr = y + row * cols;
@@ -503,7 +547,7 @@ __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restr
     load_params<VEC>(g, gamma, i, 1.0f);
     load_params<VEC>(b, beta, i, 0.0f);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = ((v[k] - shift) - shifted_mean) * rstd * g[k] + b[k];
+    for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * rstd * g[k] + b[k];
     store_from_float<VEC>(yr + i, v);
   }
 }
@@ -590,18 +634,6 @@ __global__ void ln_backward_params_loop_kernel(const T* __restrict__ dy, const T
 
 // ---------------------------------------------------------------- host side
 
-// Multiprocessors of the current device: the backward grid, and the workspace the
-// binding allocates for it, are sized by it (both ask on the same device, the binding
-// having made x's device current). The runtime answers from cached properties.
-int multiprocessor_count() { return std::max(1, gpu_multiprocessor_count()); }
-
-// Most partial rows (per parameter) the backward writes: its grid for the register
-// kernel, its `parts` for the loop kernel.
-int64_t max_param_parts(int64_t rows) {
-  const int64_t blocks = static_cast<int64_t>(multiprocessor_count()) * kBackwardBlocksPerSm;
-  return std::max<int64_t>(1, std::min(rows, blocks));
-}
-
 struct RegShape {
   int tpr = 0;  // threads per row
   int nv = 0;   // vectors per thread; 0: the row does not fit in registers
@@ -680,6 +712,43 @@ int pick_vec(int64_t cols, std::initializer_list<const T*> pointers) {
   return kVec;
 }
 
+// The backward's buffers are handed over untyped to its plan, before the launch sees them typed.
+template <typename T>
+int pick_vec(int64_t cols, std::initializer_list<const void*> pointers) {
+  constexpr int kVec = vec_width<T>();
+  if (cols % kVec != 0) return 1;
+  for (const void* p : pointers) {
+    if (p != nullptr && !gpu_is_aligned(static_cast<const T*>(p), kVec)) return 1;
+  }
+  return kVec;
+}
+
+// The backward's kernels and grid for a shape: the register kernel's row group (shape.nv 0:
+// the loop kernels) and blocks, and `parts`, the partial rows of dgamma (and of dbeta) it
+// writes: one per block of the persistent register grid, or one per slice of rows of the loop
+// path's column kernel, at most `multiprocessors` * kBackwardBlocksPerSm either way. The plan
+// (the workspace) and the launch (the grid) both take it from here, with the same count.
+struct BackwardGrid {
+  RegShape shape;
+  int per_block = 0;  // row groups per block of the register kernel
+  int64_t parts = 1;
+};
+
+template <typename T, int VEC>
+BackwardGrid backward_grid(int64_t rows, int64_t cols, int multiprocessors) {
+  BackwardGrid grid;
+  grid.shape = BackwardSlices<T, VEC>::pick(cols / VEC);
+  const int64_t blocks = static_cast<int64_t>(std::max(1, multiprocessors)) * kBackwardBlocksPerSm;
+  if (grid.shape.nv == 0) {
+    grid.parts = std::min(gpu_ops::col_reduce_parts(rows), blocks);
+  } else {
+    grid.per_block = std::max(1, kBackwardBlockThreads / grid.shape.tpr);
+    grid.parts = std::min(gpu_ceil_div(rows, grid.per_block), blocks);
+  }
+  grid.parts = std::max<int64_t>(1, grid.parts);
+  return grid;
+}
+
 template <typename T>
 int loop_vec(int64_t cols, std::initializer_list<const T*> pointers) {
   if (cols % 4 != 0) return 1;
@@ -733,20 +802,29 @@ gpuError_t forward_typed(const T* x, const T* residual, const T* hidden_bias, co
 
 // `residual`: the residual variant's kernels, with dx_add and dx2 (either may be null);
 // otherwise the plain LayerNorm ones (dx_add and dx2 null).
+// The kernels, grid and vector width come from `plan` (made for these buffers and this
+// device); the workspace holds plan.workspace floats.
 template <typename T>
 gpuError_t backward_typed(bool residual, const T* dy, const T* x, const T* gamma, const float* mean,
                           const float* rstd, T* dx, const T* dx_add, T* dx2, T* dgamma, T* dbeta, float* workspace,
-                          int64_t rows, int64_t cols, gpuStream_t stream) {
+                          const gpu_ops::LayerNormBackwardPlan& plan, int64_t rows, int64_t cols,
+                          gpuStream_t stream) {
   const bool params = dgamma != nullptr || dbeta != nullptr;
   if (params && workspace == nullptr) return gpuErrorInvalidValue;
   float* partial = params ? workspace : nullptr;
-  const int vec = pick_vec<T>(cols, {dy, x, gamma, dx, dx_add, dx2});
+  const int vec = plan.vec;
+  // A plan made for other buffers: its vectors may not fit these, nor its workspace this grid.
+  if (plan.rows != rows || plan.cols != cols || plan.elem_bytes != static_cast<int>(sizeof(T)) ||
+      (vec != 1 && pick_vec<T>(cols, {dy, x, gamma, dx, dx_add, dx2}) != vec)) {
+    return gpuErrorInvalidValue;
+  }
   const auto launch = [&](auto vec_tag, auto residual_tag) -> gpuError_t {
     constexpr int VEC = decltype(vec_tag)::value;
     constexpr bool kResidual = decltype(residual_tag)::value;
     using Slices = BackwardSlices<T, VEC>;
-    const RegShape shape = Slices::pick(cols / VEC);
-    int64_t parts = 0;
+    const BackwardGrid planned = backward_grid<T, VEC>(rows, cols, plan.multiprocessors);
+    const RegShape shape = planned.shape;
+    const int64_t parts = planned.parts;
     if (shape.nv == 0) {
       const GpuRowLaunch loop = gpu_row_launch(rows, cols, 8);
       if (loop_vec<T>(cols, {dy, x, gamma, dx, dx_add, dx2}) == 4) {
@@ -758,14 +836,12 @@ gpuError_t backward_typed(bool residual, const T* dy, const T* x, const T* gamma
       }
       gpuError_t err = gpuGetLastError();
       if (err != gpuSuccess || !params) return err;
-      parts = std::min(gpu_ops::col_reduce_parts(rows), max_param_parts(rows));
       const dim3 grid(static_cast<unsigned>(gpu_ceil_div(cols, kColTileX)), static_cast<unsigned>(parts));
       ln_backward_params_loop_kernel<T><<<grid, dim3(kColTileX, kColTileY), 0, stream>>>(dy, x, mean, rstd, partial,
                                                                                          rows, cols, parts);
     } else {
-      const int per_block = std::max(1, kBackwardBlockThreads / shape.tpr);
+      const int per_block = planned.per_block;
       const dim3 block(static_cast<unsigned>(shape.tpr), static_cast<unsigned>(per_block));
-      parts = std::min(gpu_ceil_div(rows, per_block), max_param_parts(rows));
       const size_t smem = params ? 2 * sizeof(float) * VEC * shape.tpr * per_block : 0;
       const gpuError_t err = Slices::with(shape.nv, [&](auto nv_tag) {
         constexpr int NV = decltype(nv_tag)::value;
@@ -817,16 +893,32 @@ gpuError_t residual_layer_norm_forward(const void* x, const void* residual, cons
   });
 }
 
-int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols) {
-  if (rows <= 0 || cols <= 0) return 0;
-  return 2 * max_param_parts(rows) * cols;
+LayerNormBackwardPlan layer_norm_backward_plan(int64_t rows, int64_t cols, DType dtype,
+                                               std::initializer_list<const void*> buffers) {
+  LayerNormBackwardPlan plan;
+  plan.rows = rows;
+  plan.cols = cols;
+  // The runtime answers from cached properties; the caller has made the buffers' device current.
+  plan.multiprocessors = std::max(1, gpu_multiprocessor_count());
+  if (rows <= 0 || cols <= 0) return plan;
+  (void)gpu_dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    plan.elem_bytes = static_cast<int>(sizeof(T));
+    plan.vec = pick_vec<T>(cols, buffers);
+    const int64_t parts = plan.vec == 1 ? backward_grid<T, 1>(rows, cols, plan.multiprocessors).parts
+                                        : backward_grid<T, vec_width<T>()>(rows, cols, plan.multiprocessors).parts;
+    plan.workspace = 2 * parts * cols;
+    return gpuSuccess;
+  });
+  return plan;
 }
 
 namespace {
 
 gpuError_t backward_any(bool residual, const void* dy, const void* x, const void* gamma, const float* mean,
                         const float* rstd, void* dx, const void* dx_add, void* dx2, void* dgamma, void* dbeta,
-                        float* workspace, int64_t rows, int64_t cols, DType dtype, gpuStream_t stream) {
+                        float* workspace, const LayerNormBackwardPlan& plan, int64_t rows, int64_t cols, DType dtype,
+                        gpuStream_t stream) {
   if (cols == 0) return gpuSuccess;
   if (rows == 0) {
     // No rows to sum: dgamma and dbeta are zeros, which the callers allocate uninitialized.
@@ -844,7 +936,7 @@ gpuError_t backward_any(bool residual, const void* dy, const void* x, const void
     return backward_typed<T>(residual, static_cast<const T*>(dy), static_cast<const T*>(x),
                              static_cast<const T*>(gamma), mean, rstd, static_cast<T*>(dx),
                              static_cast<const T*>(dx_add), static_cast<T*>(dx2), static_cast<T*>(dgamma),
-                             static_cast<T*>(dbeta), workspace, rows, cols, stream);
+                             static_cast<T*>(dbeta), workspace, plan, rows, cols, stream);
   });
 }
 
@@ -852,17 +944,19 @@ gpuError_t backward_any(bool residual, const void* dy, const void* x, const void
 
 gpuError_t layer_norm_backward(const void* dy, const void* x, const void* gamma, const float* mean,
                                const float* rstd, void* dx, void* dgamma, void* dbeta, float* workspace,
-                               int64_t rows, int64_t cols, DType dtype, gpuStream_t stream) {
-  return backward_any(false, dy, x, gamma, mean, rstd, dx, nullptr, nullptr, dgamma, dbeta, workspace, rows, cols,
-                      dtype, stream);
+                               const LayerNormBackwardPlan& plan, int64_t rows, int64_t cols, DType dtype,
+                               gpuStream_t stream) {
+  return backward_any(false, dy, x, gamma, mean, rstd, dx, nullptr, nullptr, dgamma, dbeta, workspace, plan, rows,
+                      cols, dtype, stream);
 }
 
 gpuError_t residual_layer_norm_backward(const void* dy, const void* sum, const void* gamma, const float* mean,
                                         const float* rstd, const void* dsum, void* dx, void* dresidual,
-                                        void* dgamma, void* dbeta, float* workspace, int64_t rows, int64_t cols,
-                                        DType dtype, gpuStream_t stream) {
-  return backward_any(true, dy, sum, gamma, mean, rstd, dx, dsum, dresidual, dgamma, dbeta, workspace, rows, cols,
-                      dtype, stream);
+                                        void* dgamma, void* dbeta, float* workspace,
+                                        const LayerNormBackwardPlan& plan, int64_t rows, int64_t cols, DType dtype,
+                                        gpuStream_t stream) {
+  return backward_any(true, dy, sum, gamma, mean, rstd, dx, dsum, dresidual, dgamma, dbeta, workspace, plan, rows,
+                      cols, dtype, stream);
 }
 
 }  // namespace gpu_ops
