@@ -3,6 +3,10 @@ is remade; bad flags are bad input (exit 2)."""
 
 from __future__ import annotations
 
+import fcntl
+import threading
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -10,6 +14,7 @@ from imagegen import catalog
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.spec import SpecInput, build_spec
+from imagegen.standins import make as make_lib
 from imagegen.standins import plan as plan_lib
 from imagegen.standins.plan import Image, plan, request, to_make
 
@@ -138,3 +143,24 @@ def test_cuda_12_4_standins_build_with_trixies_python() -> None:
     assert (spec.python, spec.distro, spec.torch) == ("3.13", "trixie", "2.6.0")
     with pytest.raises(BadInputError, match=r"the stand-in bases have Python 3\.13, not 3\.11"):
         build_spec(SpecInput(cuda="12.4", ops="all", standins=True, python="3.11"), {})
+
+
+def test_two_runs_take_turns(tmp_path: Path) -> None:
+    # A second `imagegen standins` waits for the first (then finds the images current).
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    (tmp_path / "imagegen").mkdir()
+    held = (tmp_path / "imagegen" / "standins.lock").open("a")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    entered = threading.Event()
+
+    def second() -> None:
+        with make_lib._one_at_a_time(env):
+            entered.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    assert not entered.wait(0.5)  # still waiting for the first run
+    fcntl.flock(held, fcntl.LOCK_UN)
+    held.close()
+    assert entered.wait(10)
+    thread.join()
