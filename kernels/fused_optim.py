@@ -481,10 +481,13 @@ class FusedLion(_FusedOptimizer):
         m = state["exp_avg"]
         work = _math_view(p)
         g = grad.to(work.dtype)
-        direction = m.mul(beta1).add_(g, alpha=1.0 - beta1).sign_()
+        # Each product rounded on its own, then the sum, as the kernel does: add_(g, alpha=...)
+        # is one fused multiply-add in torch's vector code, and sign() turns the ulp that moves
+        # near zero into a step of 2 * lr.
+        direction = m.mul(beta1).add_(g.mul(1.0 - beta1)).sign_()
         if decay != 0.0:
             work.mul_(1.0 - lr * decay)
-        work.add_(direction, alpha=-lr)
-        m.mul_(beta2).add_(g, alpha=1.0 - beta2)
+        work.add_(direction, alpha=-lr)  # lr * direction is exact
+        m.mul_(beta2).add_(g.mul(1.0 - beta2))
         if work is not p:
             p.copy_(work)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -144,10 +145,10 @@ OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], dict[str, Any]]] = {
 }
 
 
-# Steps to compare over. Lion takes one: from its second step on, sign(beta1 * m + (1 - beta1) * g)
-# of the kernel and of the PyTorch rule can differ where that sum is within rounding of 0 (their
-# fp32 constants and operation order differ), a jump of 2 * lr that a large tensor hits somewhere.
-STEPS = {"adam": 3, "lamb": 3, "lion": 1}
+# Steps to compare over. Lion's kernel rounds every product and sum as the PyTorch rule does
+# (no fused multiply-add, denormals kept), so sign(beta1 * m + (1 - beta1) * g) agrees near 0 too
+# and later steps compare as well as the first (test_fused_lion_near_zero_is_the_rules_bits).
+STEPS = {"adam": 3, "lamb": 3, "lion": 3}
 
 
 def _pair(name: str, ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> list[torch.optim.Optimizer]:
@@ -268,3 +269,98 @@ def test_optimizers_use_the_current_stream(device: torch.device, name: str) -> N
     cls(theirs, use_kernel=False, **kwargs).step()
     on_side_stream(device, [p.grad for p in ours if p.grad is not None], opt.step)
     _assert_same(ours, theirs, torch.float32)
+
+
+# ----------------------------------------------------------------------------- Lion near zero
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_lion_near_zero_is_the_rules_bits(device: torch.device, dtype: torch.dtype) -> None:
+    """Momenta and grads with beta1 * m + (1 - beta1) * g at or within a few ulps of 0 (a quarter
+    of them with denormal products), then two steps of ordinary grads: the kernel's params and
+    momenta equal the PyTorch rule's bit for bit. A fused multiply-add, or fast math's flush of a
+    denormal product, gives some of these the other direction (a step 2 * lr away)."""
+    n = 3 * 65536 + 5
+    gen = torch.Generator(device=device).manual_seed(21)
+    m0 = torch.randn(n, device=device, generator=gen)
+    m0[: n // 4] *= 1e-38
+    grads = [(-m0.double() * 0.9 / (1 - 0.9)).float().to(dtype)]
+    grads += [torch.randn(n, device=device, generator=gen).to(dtype) for _ in range(2)]
+    start = torch.randn(n, device=device, generator=gen).to(dtype)
+    ours, theirs = [torch.nn.Parameter(start.clone())], [torch.nn.Parameter(start.clone())]
+    opts = [
+        FusedLion(ours, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, use_kernel=True),
+        FusedLion(theirs, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, use_kernel=False),
+    ]
+    for opt, params in zip(opts, (ours, theirs)):
+        opt.state[params[0]]["exp_avg"] = m0.clone()
+    for g in grads:
+        ours[0].grad, theirs[0].grad = g.clone(), g.clone()
+        for opt in opts:
+            opt.step()
+    assert opts[0].backend == "kernel" and opts[1].backend == "fallback"  # type: ignore[attr-defined]
+    assert torch.equal(ours[0], theirs[0])
+    assert torch.equal(opts[0].state[ours[0]]["exp_avg"], opts[1].state[theirs[0]]["exp_avg"])
+
+
+# ----------------------------------------------------------------------------- NaN and inf grads
+
+
+def _with_nonfinite(g: torch.Tensor, step: int) -> torch.Tensor:
+    """g with NaN, +inf and -inf at a few places (other places each step)."""
+    g = g.clone()
+    flat = g.view(-1)
+    for k, value in enumerate((math.nan, math.inf, -math.inf)):
+        flat[(step * 7 + k * 3) % flat.numel() :: 997] = value
+    return g
+
+
+def _assert_same_with_nonfinite(
+    a: list[torch.Tensor], b: list[torch.Tensor], dtype: torch.dtype, reach: list[torch.Tensor], exact: bool
+) -> None:
+    """NaN and infinities at the same places (the same infinities); the finite values as
+    _assert_same compares them, or bit for bit (``exact``)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        ours, ref = x.detach().float().reshape(-1), y.detach().float().reshape(-1)
+        assert torch.equal(ours.isnan(), ref.isnan()), f"param {i}: NaN at other places"
+        inf = ref.isinf()
+        assert torch.equal(ours.isinf(), inf) and torch.equal(ours[inf], ref[inf]), f"param {i}: inf differs"
+        finite = ref.isfinite()
+        if exact:
+            assert torch.equal(ours[finite], ref[finite]), f"param {i}"
+        else:
+            _assert_same([ours[finite]], [ref[finite]], dtype, [reach[i].reshape(-1)[finite]])
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_and_inf_grads_as_the_rule(device: torch.device, name: str, dtype: torch.dtype) -> None:
+    """Grads with NaN, +inf and -inf in some tensors (one tensor stays finite), three steps: the
+    kernel's params and state are non-finite exactly where the PyTorch rule's are, and agree
+    elsewhere (Lion bit for bit: a NaN momentum gives direction 0, as torch.sign(NaN) is 0). Lamb:
+    a tensor whose update norm is NaN takes ratio 1 in both."""
+    sizes = (7, 4097, 65536 + 3, 129)
+    ours = _params(device, dtype, sizes)
+    theirs = _clone(ours)
+    opts = _pair(name, ours, theirs)
+    reach = [p.detach().abs().float() for p in theirs]
+    for step in range(3):
+        gen = torch.Generator(device=device).manual_seed(40 + step)
+        grads = [torch.randn(n, device=device, generator=gen).to(dtype) for n in sizes]
+        grads[:3] = [_with_nonfinite(g, step) for g in grads[:3]]
+        for params in (ours, theirs):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+        for opt in opts:
+            opt.step()
+        for r, p in zip(reach, theirs):
+            torch.maximum(r, p.detach().abs().float().nan_to_num(0.0, 0.0, 0.0), out=r)
+    assert opts[0].backend == "kernel"  # type: ignore[attr-defined]
+    # The case is about them (Lion's params stay finite: sign(NaN) is 0, as torch.sign gives).
+    state = [opts[1].state[p]["exp_avg"] for p in theirs]
+    assert any(bool(t.detach().isnan().any()) for t in (*theirs, *state))
+    _assert_same_with_nonfinite(ours, theirs, dtype, reach, exact=name == "lion")
+    for key in ("exp_avg", "exp_avg_sq") if name != "lion" else ("exp_avg",):
+        states = [[opt.state[p][key] for p in params] for opt, params in zip(opts, (ours, theirs))]
+        state_reach = [t.abs().nan_to_num(0.0, 0.0, 0.0) for t in states[1]]
+        _assert_same_with_nonfinite(states[0], states[1], torch.float32, state_reach, exact=name == "lion")

@@ -335,3 +335,50 @@ def test_zero_element_params_in_the_list(cls: type[torch.optim.Optimizer]) -> No
     assert ours[0].numel() == 0 and ours[2].numel() == 0
     for a, b in zip([p for p in ours if p.numel()], theirs):
         assert torch.equal(a, b)
+
+
+# ----------------------------------------------------------------------------- Lion near zero
+
+
+def _lion_cancelling_inputs(n: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """Momenta and grads with beta1 * m + (1 - beta1) * g at or near zero: g = -m * 0.9 / 0.1
+    rounded to fp32 (the sum is a few ulps of the products, of either sign, or 0), a quarter of
+    them scaled to denormal products."""
+    gen = torch.Generator().manual_seed(21)
+    m = torch.randn(n, generator=gen)
+    m[: n // 4] *= 1e-38
+    g = (-m.double() * 0.9 / (1 - 0.9)).float()
+    return m, g
+
+
+def _lion_chain(p: np.ndarray, m: np.ndarray, g: np.ndarray, fused: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One Lion step in fp32, element by element (numpy's float32 scalars round every product and
+    sum and keep denormals); ``fused``: beta1 * m + (1 - beta1) * g as one fused multiply-add."""
+    b1, b2, lr, decay = np.float32(0.9), np.float32(0.99), np.float32(1e-3), np.float32(1 - 1e-3 * 0.1)
+    one_b1, one_b2 = np.float32(1 - 0.9), np.float32(1 - 0.99)
+    p, m = p.copy(), m.copy()
+    for i in range(p.size):
+        if fused:  # the fp32 product is exact in fp64: one rounding of the whole sum (nearly)
+            c = np.float32(np.float64(m[i]) * np.float64(b1) + np.float64(g[i] * one_b1))
+        else:
+            c = m[i] * b1 + g[i] * one_b1
+        p[i] = p[i] * decay - lr * np.float32(np.sign(c))
+        m[i] = m[i] * b2 + g[i] * one_b2
+    return p, m
+
+
+def test_fused_lion_fallback_rounds_each_product_near_zero() -> None:
+    """The fallback's direction near zero is the unfused chain's, bit for bit (the kernel rounds
+    the same way); a fused multiply-add flips or zeroes the direction of some of these inputs."""
+    m0, g = _lion_cancelling_inputs()
+    p = torch.nn.Parameter(torch.randn(m0.shape, generator=torch.Generator().manual_seed(22)))
+    p0 = p.detach().numpy().copy()
+    opt = FusedLion([p], lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, use_kernel=False)
+    opt.state[p]["exp_avg"] = m0.clone()
+    p.grad = g.clone()
+    opt.step()
+    expected_p, expected_m = _lion_chain(p0, m0.numpy(), g.numpy(), fused=False)
+    assert np.array_equal(p.detach().numpy(), expected_p)
+    assert np.array_equal(opt.state[p]["exp_avg"].numpy(), expected_m)
+    fused_p, _ = _lion_chain(p0, m0.numpy(), g.numpy(), fused=True)
+    assert (fused_p != expected_p).sum() > 10  # the inputs do tell the two roundings apart

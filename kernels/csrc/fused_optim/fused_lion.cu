@@ -1,13 +1,16 @@
 // Multi-tensor Lion: p -= lr * (sign(beta1 * m + (1 - beta1) * g) + wd * p);
 // m = beta2 * m + (1 - beta2) * g. fp32 state and math, one pass per element.
+//
+// sign() turns a one-ulp difference near zero into a step of 2 * lr, so every product and sum is
+// rounded on its own, denormals kept, as the fallback's chain of torch ops does (the CPU Lion does
+// the same): a fused multiply-add, or the fast-math flush of a tiny product to zero, gave some
+// elements near zero the other direction.
 #include "gpu_fused_optim.h"
 #include "gpu_multi_tensor.h"
 
 namespace {
 
 static_assert(sizeof(TensorListMeta<3>) + sizeof(gpu_ops::LionConfig) <= kMtArgBytes, "kernel arguments too large");
-
-__device__ __forceinline__ float sign_of(float x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
 
 template <typename T>
 __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
@@ -31,9 +34,11 @@ __global__ void __launch_bounds__(kMtBlockThreads, kMtMinBlocks)
     for (int u = 0; u < U; ++u) {
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float direction = sign_of(cfg.beta1 * mr[u][k] + cfg.one_minus_beta1 * gr[u][k]);
-        pr[u][k] = pr[u][k] * cfg.decay - cfg.lr * direction;
-        mr[u][k] = cfg.beta2 * mr[u][k] + cfg.one_minus_beta2 * gr[u][k];
+        const float direction = gpu_sign(
+            gpu_add_rn_denorm(gpu_mul_rn_denorm(mr[u][k], cfg.beta1), gpu_mul_rn_denorm(gr[u][k], cfg.one_minus_beta1)));
+        // lr * direction is exact (+-lr or 0); p * decay is rounded before the subtraction.
+        pr[u][k] = gpu_add_rn_denorm(gpu_mul_rn_denorm(pr[u][k], cfg.decay), -(cfg.lr * direction));
+        mr[u][k] = gpu_add_rn_denorm(gpu_mul_rn_denorm(mr[u][k], cfg.beta2), gpu_mul_rn_denorm(gr[u][k], cfg.one_minus_beta2));
       }
     }
     mt_store(p, pr, span);

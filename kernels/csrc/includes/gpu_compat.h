@@ -89,6 +89,40 @@ __device__ __forceinline__ float gpu_mul_rn(float a, float b) {
 #endif
 }
 
+// Correctly rounded product and sum that are never fused and keep denormals whatever the
+// build's fast-math flags (--use_fast_math implies -ftz=true, which flushes them to zero, inputs
+// and results): each rounds as torch's own CUDA ops do. For values whose sign is taken (Lion's
+// update direction), where a fused or flushed rounding near zero gives the opposite sign.
+__device__ __forceinline__ float gpu_mul_rn_denorm(float a, float b) {
+#ifdef GPU_ROCM
+#pragma clang fp contract(off)
+  return a * b;  // HIP keeps fp32 denormals unless -fgpu-flush-denormals-to-zero, which we never pass
+#else
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#endif
+}
+__device__ __forceinline__ float gpu_add_rn_denorm(float a, float b) {
+#ifdef GPU_ROCM
+#pragma clang fp contract(off)
+  return a + b;
+#else
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#endif
+}
+
+// torch.sign: -1 or +1, and 0 for zeros and NaN (torch's (0 < x) - (x < 0)), read from the bits:
+// under -ftz=true a comparison flushes a denormal to zero, where torch gives it its sign.
+__device__ __forceinline__ float gpu_sign(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude == 0u || magnitude > 0x7F800000u) return 0.0f;
+  return (bits >> 31) != 0u ? -1.0f : 1.0f;
+}
+
 // max / min that return NaN when either operand is NaN, as torch.amax / amin /
 // maximum do. fmaxf / fminf return the other operand instead, which would let a
 // NaN vanish from a group's range. Otherwise fmaxf / fminf (-0 vs +0 included).
