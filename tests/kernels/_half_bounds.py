@@ -34,7 +34,8 @@ def assert_half_trajectory_close(
     ours: Tensor, ref: Tensor, reach: Tensor, dtype: torch.dtype, ulps: float = 2.0, atol: float = 1e-5
 ) -> None:
     """``ours`` within ``ulps`` ulps of ``dtype`` at the element's largest magnitude along the
-    way (``reach``, or the final reference value where larger), plus ``atol``."""
+    way (``reach``, tracked on either side: they stay within an ulp of each other, or the final
+    reference value where larger), plus ``atol``."""
     a, b = ours.detach().float().reshape(-1), ref.detach().float().reshape(-1)
     scale = torch.maximum(reach.reshape(-1), b.abs())
     bound = ulps * torch.finfo(dtype).eps * scale + atol
