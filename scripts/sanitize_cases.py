@@ -105,6 +105,8 @@ def bias_gelu_cases(device: torch.device, use_kernel: bool, dtypes: Sequence[tor
     ):
         name = f"bias_gelu {_short(dtype)} cols={cols} {approximate}{'' if aligned else ' misaligned'}"
         yield name, partial(_bias_gelu, cols, dtype, device, aligned, approximate, use_kernel)
+    # Rows of no elements: the zero-size paths.
+    yield "bias_gelu empty (5, 0)", partial(_bias_gelu, 0, torch.float32, device, True, "none", use_kernel)
 
 
 def _softmax(
