@@ -12,6 +12,7 @@ import signal
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from imagegen.engine.build_log import without_tracebacks
 from imagegen.errors import VerificationFailedError
 
 # Lines of the verifier's output put into a hint, and characters kept of each.
@@ -37,6 +38,16 @@ _SIGNAL_CAUSES = {
 def tail_lines(output: str, lines: int = OUTPUT_TAIL_LINES, chars: int = OUTPUT_LINE_CHARS) -> str:
     """The last ``lines`` lines of ``output``, each cut to ``chars`` characters."""
     kept = output.strip().splitlines()[-lines:]
+    return _cut(kept, chars)
+
+
+def output_tail(output: str) -> str:
+    """What a hint quotes of the verifier's output: its last lines, without Python tracebacks
+    (the message already has a traceback's last line, and the CLI never shows one)."""
+    return _cut(without_tracebacks(output.strip().splitlines())[-OUTPUT_TAIL_LINES:], OUTPUT_LINE_CHARS)
+
+
+def _cut(kept: list[str], chars: int) -> str:
     return "\n".join(line if len(line) <= chars else line[:chars] + " [...]" for line in kept)
 
 
@@ -52,7 +63,7 @@ def signal_of(exit_code: int) -> signal.Signals | None:
 
 def no_report_error(image: str, command: str, exit_code: int, output: str) -> VerificationFailedError:
     """Why the verifier printed no report, in words (exit 1: the image cannot be verified)."""
-    tail = tail_lines(output)
+    tail = output_tail(output)
     if "No module named op_builder" in output:
         return VerificationFailedError(
             f"{image} has python but not op_builder (this project) installed, so it cannot be verified",
@@ -67,9 +78,12 @@ def no_report_error(image: str, command: str, exit_code: int, output: str) -> Ve
         )
     said = _error_line(output)
     if said is not None:
+        by_hand = f"docker run --rm --entrypoint python {image} {command.split(' ', 1)[-1]}"
         return VerificationFailedError(
             f"could not verify {image}: the verifier said: {said}",
-            hint=f"`{command}` exited {exit_code} without a report; its output:\n" + tail,
+            hint=f"`{command}` exited {exit_code} without a report"
+            + (f"; its output:\n{tail}" if tail else "")
+            + f"\nrun it by hand to see all of it: {by_hand}",
         )
     return VerificationFailedError(
         f"could not verify {image}: `{command}` exited {exit_code} without a report",

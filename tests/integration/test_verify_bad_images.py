@@ -8,14 +8,20 @@ verification. No verify container is left behind either way.
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 import tarfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from imagegen.verify import VERIFY_LABEL
-from tests.integration.conftest import imagegen
+from tests.integration.conftest import REPO, imagegen
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -52,14 +58,14 @@ def _no_verify_containers(client: Any) -> bool:
     return not client.api.containers(all=True, quiet=True, filters={"label": VERIFY_LABEL})
 
 
-def _assert_failed(image: str, fragment: str, client: Any) -> None:
-    result = imagegen("verify", image)
+def _assert_failed(image: str, fragment: str, client: Any, *args: str) -> None:
+    result = imagegen("verify", image, *args)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and fragment in errors[0], result.stderr
     assert "hint: " in result.stderr
-    as_json = imagegen("verify", image, "--json")
+    as_json = imagegen("verify", image, *args, "--json")
     assert as_json.returncode == 1
     error = as_json.json()["error"]
     assert error["exit_code"] == 1 and fragment in error["message"] and error["hint"]
@@ -83,6 +89,8 @@ def test_an_image_without_op_builder_fails_verification_by_name(odd_images: None
         (["verify", ""], "empty"),
         (["verify", "Imagegen-Standin/Debian:bookworm"], "upper-case"),
         (["verify", DEBIAN, "--timeout", "0"], "--timeout"),
+        # Was "no Docker daemon answers" (exit 3): the value overflowed the socket timeouts.
+        (["verify", DEBIAN, "--timeout", "99999999999"], "--timeout"),
         (["verify", "imagegen-it/no-such-image:latest"], "no image"),
     ],
 )
@@ -95,3 +103,180 @@ def test_bad_verify_input_is_exit_2_with_a_live_engine(
     assert error["exit_code"] == 2 and fragment in error["message"] and error["hint"]
     assert "Traceback" not in result.stderr
     assert _no_verify_containers(docker_client)
+
+
+# ---------------------------------------------------------------- images that fail in other ways
+#
+# Tiny images derived from the runtime stand-in by a COPY of a few files (no RUN, no compile).
+# Those "with op_builder" carry this checkout's op_builder (and `packaging`, its one
+# dependency) on PYTHONPATH but no torch: enough for the verifier to start, read the image's
+# manifest and refuse what it cannot check.
+
+IT_ROOT = "/opt/imagegen-it"
+WITH_OP_BUILDER = "imagegen-it/with-op-builder:latest"
+ENTRYPOINT = "imagegen-it/with-entrypoint:latest"
+CORRUPT_MANIFEST = "imagegen-it/corrupt-manifest:latest"
+UNKNOWN_OP_LABEL = "imagegen-it/unknown-op-label:latest"
+SIGBUS = "imagegen-it/sigbus:latest"
+CHATTY = "imagegen-it/chatty:latest"
+
+# A `python` that dies as one with a truncated module does: it maps a file, the file is cut
+# short, and reading the mapped page past the new end raises SIGBUS (delivered even to PID 1).
+SIGBUS_PYTHON = b"""#!/usr/bin/python3
+import mmap, os
+with open("/tmp/module.so", "w+b") as f:
+    f.write(b"x" * 8192)
+    f.flush()
+    mapped = mmap.mmap(f.fileno(), 8192)
+    os.truncate(f.name, 0)
+    mapped[4096]
+"""
+CHATTY_BYTES = 100 * 1024 * 1024
+# A `python` that prints 100 MiB on one line (as a runaway start-up log does), then fails.
+CHATTY_PYTHON = f"""#!/bin/sh
+head -c {CHATTY_BYTES} /dev/zero | tr '\\0' y
+echo
+echo 'error: the model server needs MODEL_PATH' >&2
+exit 1
+""".encode()
+
+
+def _tar_add(archive: tarfile.TarFile, name: str, data: bytes | None = None, *, link: str | None = None,
+             mode: int = 0o644) -> None:  # fmt: skip
+    info = tarfile.TarInfo(name)
+    if link is not None:
+        info.type, info.linkname = tarfile.SYMTYPE, link
+        archive.addfile(info)
+        return
+    assert data is not None
+    info.size, info.mode = len(data), mode
+    archive.addfile(info, io.BytesIO(data))
+
+
+def _package_files(package: Path) -> Iterator[tuple[str, bytes]]:
+    for path in sorted(package.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            yield f"{package.name}/{path.relative_to(package)}", path.read_bytes()
+
+
+def _derive(client: Any, tag: str, base: str, files: dict[str, bytes], links: dict[str, str],
+            lines: tuple[str, ...] = (), executable: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Build ``tag``: ``base`` plus ``files`` and ``links`` (absolute paths) and Dockerfile ``lines``."""
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as archive:
+        dockerfile = "\n".join([f"FROM {base}", "COPY root/ /", *lines]) + "\n"
+        _tar_add(archive, "Dockerfile", dockerfile.encode())
+        root = tarfile.TarInfo("root")
+        root.type, root.mode = tarfile.DIRTYPE, 0o755
+        archive.addfile(root)  # there even when no file is added
+        for path, data in files.items():
+            _tar_add(archive, "root" + path, data, mode=0o755 if path in executable else 0o644)
+        for path, target in links.items():
+            _tar_add(archive, "root" + path, link=target)
+    context.seek(0)
+    client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True)
+
+
+@pytest.fixture(scope="module")
+def failing_images(docker_client: Any) -> Iterator[None]:
+    import packaging
+
+    import op_builder
+
+    sources = dict(_package_files(Path(op_builder.__file__).parent))
+    sources.update(_package_files(Path(packaging.__file__).parent))
+    python = {"/usr/local/bin/python": "/usr/bin/python3"}
+    _derive(
+        docker_client, WITH_OP_BUILDER, PYTHON_RUNTIME,
+        {f"{IT_ROOT}/{name}": data for name, data in sources.items()}, python,
+        (f"ENV PYTHONPATH={IT_ROOT}", "LABEL io.imagegen.ops=cpu_adam"),
+    )  # fmt: skip
+    _derive(docker_client, ENTRYPOINT, WITH_OP_BUILDER, {}, {},
+            ("""ENTRYPOINT ["/bin/sh", "-c", "echo 'usage: serve MODEL' >&2; exit 64"]""",))  # fmt: skip
+    manifest = {f"{IT_ROOT}/kernels/_ops/manifest.json": b'{"ops": {"cpu_adam": '}
+    _derive(docker_client, CORRUPT_MANIFEST, WITH_OP_BUILDER, manifest, {})
+    _derive(docker_client, UNKNOWN_OP_LABEL, WITH_OP_BUILDER, {}, {},
+            ("LABEL io.imagegen.ops=cpu_adam,no_such_op",))  # fmt: skip
+    for tag, script in ((SIGBUS, SIGBUS_PYTHON), (CHATTY, CHATTY_PYTHON)):
+        path = "/usr/local/bin/python"
+        _derive(docker_client, tag, PYTHON_RUNTIME, {path: script}, {}, executable=(path,))
+    yield
+    for image in (CHATTY, SIGBUS, UNKNOWN_OP_LABEL, CORRUPT_MANIFEST, ENTRYPOINT, WITH_OP_BUILDER):
+        docker_client.images.remove(image, force=True)
+
+
+def test_an_image_s_entrypoint_does_not_stand_in_for_the_verifier(
+    failing_images: None, docker_client: Any
+) -> None:
+    # The verifier itself runs, and stops where this torch-less image makes it stop; the
+    # ENTRYPOINT (which would print its usage and exit 64) never runs.
+    _assert_failed(
+        ENTRYPOINT, "the verifier said: ModuleNotFoundError: No module named 'torch'", docker_client
+    )
+    result = imagegen("verify", ENTRYPOINT)
+    assert "usage: serve MODEL" not in result.stderr and "exited 64" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("image", "fragments"),
+    [
+        (CORRUPT_MANIFEST, ("stopped before checking any op", "manifest", "unreadable")),
+        (UNKNOWN_OP_LABEL, ("stopped before checking any op", "unknown op 'no_such_op'")),
+    ],
+)
+def test_the_verifier_s_own_error_is_the_message(
+    failing_images: None, docker_client: Any, image: str, fragments: tuple[str, ...]
+) -> None:
+    for fragment in fragments:
+        _assert_failed(image, fragment, docker_client)
+    assert "not reported" not in imagegen("verify", image).stderr
+
+
+def test_a_verifier_killed_by_sigbus_is_named(failing_images: None, docker_client: Any) -> None:
+    _assert_failed(SIGBUS, "killed by SIGBUS (exit 135)", docker_client)
+    assert "truncated" in imagegen("verify", SIGBUS, "--json").json()["error"]["hint"]
+
+
+def test_an_image_s_flood_of_output_stays_out_of_memory_and_the_message(
+    failing_images: None, docker_client: Any, tmp_path: Path
+) -> None:
+    with (tmp_path / "out").open("w+b") as out, (tmp_path / "err").open("w+b") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "imagegen", "verify", CHATTY, "--json"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "CI": "true"}, stdout=out, stderr=err,
+        )  # fmt: skip
+        returncode, peak_kib = _wait_with_peak_rss(proc, timeout=300)
+        stdout, stderr = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert returncode == 1, stderr[-3000:]
+    assert len(stdout) < 64 * 1024, len(stdout)
+    error = json.loads(stdout)["error"]
+    assert "the verifier said: the model server needs MODEL_PATH" in error["message"]
+    assert "bytes of earlier output left out" in error["hint"]
+    # The CLI alone is some 100 MiB (the SDK, rich, typer); holding the output once would add
+    # as much again, decoding and joining it three times more.
+    assert peak_kib < CHATTY_BYTES // 1024, f"peak {peak_kib} KiB for {CHATTY_BYTES} bytes of output"
+    assert _no_verify_containers(docker_client)
+
+
+def _wait_with_peak_rss(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, int]:
+    """(exit code, peak resident KiB) of ``proc`` alone: RUSAGE_CHILDREN would be the largest of
+    every child this test run has had."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_maxrss
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"imagegen verify did not finish within {timeout}s")
+        time.sleep(0.2)
+
+
+def test_gpus_without_a_gpu_runtime_say_what_is_missing(failing_images: None, docker_client: Any) -> None:
+    info = docker_client.info()
+    if "nvidia" in (info.get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime")
+    _assert_failed(WITH_OP_BUILDER, "could not pass GPUs (--gpus all)", docker_client, "--gpus", "all")
+    hint = imagegen("verify", WITH_OP_BUILDER, "--gpus", "all", "--json").json()["error"]["hint"]
+    assert "NVIDIA container toolkit" in hint and "without --gpus" in hint
