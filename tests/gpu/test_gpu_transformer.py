@@ -126,6 +126,48 @@ def test_softmax(device: torch.device, dtype: torch.dtype, k_len: int, mode: str
         assert torch.all(y[0, :, 1] == 0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k_len", [1, 2, 7, 31, 32, 33, 100, 127, 128, 129, 255, 256])
+def test_softmax_short_rows_invariant_under_a_key_permutation(
+    device: torch.device, dtype: torch.dtype, k_len: int
+) -> None:
+    """Rows of up to 256 keys: permuting the keys (and the mask with them) permutes the output
+    and its gradient. Each key's exponential is the same computation wherever it sits; only the
+    order of the row's sums changes, which moves a result by a few roundings per level of a
+    summation tree. So the bound is torch's own error on the same data (torch.softmax on the
+    same input dtype against float64, for the plain and the permuted inputs), times the tree's
+    depth log2(2 * k_len); a key read from the wrong slot, or a lane's keys counted twice or
+    not at all, is off by the values themselves."""
+    gen = torch.Generator(device=device).manual_seed(k_len)
+    shape = (2, 3, 9, k_len)
+    x = (torch.randn(shape, device=device, generator=gen) * 4).to(dtype)
+    dy = torch.randn(shape, device=device, generator=gen).to(dtype)
+    mask = torch.rand(2, 1, 9, k_len, device=device, generator=gen) < 0.3
+    mask[..., 0] = False  # every row keeps a visible key
+    perm = torch.randperm(k_len, device=device, generator=gen)
+
+    def run(xs: torch.Tensor, ms: torch.Tensor, dys: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Ours (y, dx), and torch's error on y and dx for these inputs."""
+        leaf = xs.clone().requires_grad_(True)
+        y = scaled_masked_softmax(leaf, ms, scale=0.5, use_kernel=True)
+        (dx,) = torch.autograd.grad(y, leaf, dys)
+        exact_leaf = xs.double().requires_grad_(True)
+        exact = torch.softmax((exact_leaf * 0.5).masked_fill(ms, -math.inf), dim=-1)
+        (exact_dx,) = torch.autograd.grad(exact, exact_leaf, dys.double())
+        torch_leaf = xs.clone().requires_grad_(True)
+        theirs = torch.softmax((torch_leaf * 0.5).masked_fill(ms, -math.inf), dim=-1)
+        (theirs_dx,) = torch.autograd.grad(theirs, torch_leaf, dys)
+        error_y = (theirs.double() - exact).abs().max()
+        error_dx = (theirs_dx.double() - exact_dx).abs().max()
+        return y, dx, error_y, error_dx
+
+    y, dx, error_y, error_dx = run(x, mask, dy)
+    yp, dxp, error_yp, error_dxp = run(x[..., perm], mask[..., perm], dy[..., perm])
+    depth = math.log2(2 * k_len)
+    assert float((yp.double() - y[..., perm].double()).abs().max()) <= depth * float(error_y + error_yp)
+    assert float((dxp.double() - dx[..., perm].double()).abs().max()) <= depth * float(error_dx + error_dxp)
+
+
 def test_softmax_rows_not_multiple_of_block(device: torch.device) -> None:
     x = torch.randn(7, 3, 37, 31, device=device)
     y = scaled_masked_softmax(x, use_kernel=True)
