@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test test-fast lint format bench bench-images images \
-        image-cuda matrix cuda-check hip-check e2e-cuda gpu-proof clean
+        image-cuda matrix cuda-check hip-check compat e2e-cuda gpu-proof clean
 
 setup: $(STAMP)
 
@@ -136,6 +136,14 @@ cuda-check: setup
 hip-check: setup
 	bash scripts/system-deps.sh --rocm
 	HIP_PLATFORM=amd $(PY) scripts/hip_check.py
+
+# Every op compiled against every torch minor the catalog admits (headers read out of each
+# torch wheel on pip's index, cached) and its device code with every nvcc / hipcc here or in a
+# CUDA stand-in image; results in imagegen/data/compat.json, tables in docs/compat.md. Long
+# (an hour or more cold on 2 cores); a re-run compiles only what changed. CI runs --sample.
+COMPAT_JOBS ?= 1
+compat: setup
+	nice -n 10 $(PY) scripts/compat.py --jobs $(COMPAT_JOBS)
 
 e2e-cuda:
 	bash scripts/e2e_cuda.sh

@@ -6,7 +6,7 @@ variable "CACHE_DIR" {
 }
 
 group "default" {
-  targets = ["cpu", "cuda12-1", "cuda12-4", "cuda12-6", "cuda12-8", "cuda13-0", "cuda13-2", "rocm6-2", "rocm6-4", "cpu-arm64", "cuda12-8-arm64", "cuda13-0-arm64", "cuda13-2-arm64"]
+  targets = ["cpu", "cuda12-1", "cuda12-4", "cuda12-6", "cuda12-8", "cuda13-0", "cuda13-2", "rocm6-2", "rocm6-4", "rocm7-2", "cpu-arm64", "cuda12-8-arm64", "cuda13-0-arm64", "cuda13-2-arm64"]
 }
 
 target "_common" {
@@ -93,6 +93,15 @@ target "rocm6-4" {
   platforms  = ["linux/amd64"]
   cache-from = ["type=local,src=${CACHE_DIR}/rocm6-4"]
   cache-to   = ["type=local,dest=${CACHE_DIR}/rocm6-4,mode=max"]
+}
+
+target "rocm7-2" {
+  inherits   = ["_common"]
+  dockerfile = "dockerfiles/rocm7.2/Dockerfile"
+  tags       = ["imagegen:rocm7.2-torch2.12.1-py3.12-51550ff0"]
+  platforms  = ["linux/amd64"]
+  cache-from = ["type=local,src=${CACHE_DIR}/rocm7-2"]
+  cache-to   = ["type=local,dest=${CACHE_DIR}/rocm7-2,mode=max"]
 }
 
 target "cpu-arm64" {

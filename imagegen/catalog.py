@@ -13,9 +13,20 @@ Sources (checked by hand; every value here can be overridden on the command line
   plain ``ubuntu:<release>`` because torch's ROCm wheels bundle the ROCm user-space libraries
   (https://hub.docker.com/r/rocm/dev-ubuntu-22.04/tags).
 - torch builds per CUDA / ROCm version: the PyTorch release matrix
-  (https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix) and
-  the "previous versions" install commands (https://pytorch.org/get-started/previous-versions/).
-  Rows after torch 2.9 are our best reading of that matrix; ``--torch-index`` relaxes the check.
+  (https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix), the
+  "previous versions" install commands (https://pytorch.org/get-started/previous-versions/) and,
+  per release, the ``CUDA_ARCHES`` / ``ROCM_ARCHES`` of
+  ``.github/scripts/generate_binary_build_matrix.py`` on its ``release/X.Y`` branch. From torch
+  2.9 on, cross-checked with the torch builds huggingface/kernel-builder builds kernels against
+  (its list of torch versions, one entry per published CUDA / ROCm wheel variant):
+  torch 2.9: CUDA 12.6, 12.8, 12.9, 13.0; ROCm 6.3, 6.4.
+  torch 2.10: CUDA 12.6, 12.8, 13.0; ROCm 7.0, 7.1.
+  torch 2.11: CUDA 12.6, 12.8, 13.0; ROCm 7.1, 7.2.
+  torch 2.12: CUDA 12.6, 13.0, 13.2; ROCm 7.1, 7.2.
+  torch 2.13 to 2.15: CUDA 13.0 and 13.2, the ``cuda-toolkit`` pins of the PyPI wheels (below).
+  ``--torch-index`` relaxes the check for a pairing not listed.
+- ROCm 7.x bases: ``rocm/dev-ubuntu-24.04:7.0`` / ``:7.1`` / ``:7.2`` (and ``-22.04``), the same
+  repository as the 6.x ones.
 - torch release numbers: the versions published on PyPI.
 - CUDA 13.x builds of torch: the ``cuda-toolkit`` pin in each release's wheel metadata on PyPI
   (torch 2.11 to 2.14.1: ``cuda-toolkit==13.0.x``; torch 2.15.0: ``cuda-toolkit==13.2.2``).
@@ -197,13 +208,15 @@ CUDA_TARGETS: dict[str, Target] = {
         _cuda("11.8", "11.8.0", _U22, "2.0-2.7", "2.7.1"),
         _cuda("12.1", "12.1.1", _U22, "2.1-2.5", "2.5.1"),
         _cuda("12.4", "12.4.1", _U22, "2.4-2.6", "2.6.0"),
-        _cuda("12.6", "12.6.3", _U22_24, "2.6-2.10", "2.9.1"),
+        # torch 2.11 and 2.12 still publish CUDA 12.6 builds (cu126), after 12.8's last (2.11).
+        _cuda("12.6", "12.6.3", _U22_24, "2.6-2.12", "2.9.1"),
         _cuda("12.8", "12.8.1", _U22_24, "2.7-2.11", "2.9.1"),
         _cuda("12.9", "12.9.1", _U22_24, "2.8-2.9", "2.8.0"),
         _cuda("13.0", "13.0.0", _U22_24, "2.9-2.15", "2.9.1"),
-        # torch 2.15.0's wheels on PyPI are CUDA 13.2 builds (cuda-toolkit==13.2.2). New entries
-        # default to the newer Ubuntu LTS (ubuntu24.04, Python 3.12, which torch 2.15 supports).
-        _cuda("13.2", "13.2.2", _U24_22, "2.15-2.15", "2.15.0"),
+        # cu132 from torch 2.12 on; torch 2.15.0's wheels on PyPI are CUDA 13.2 builds
+        # (cuda-toolkit==13.2.2). New entries default to the newer Ubuntu LTS (ubuntu24.04,
+        # Python 3.12, which these torch releases support).
+        _cuda("13.2", "13.2.2", _U24_22, "2.12-2.15", "2.15.0"),
     )
 }
 
@@ -219,8 +232,13 @@ ROCM_TARGETS: dict[str, Target] = {
         (TorchRange("2.5", "2.5", "rocm6.2"), TorchRange("2.6", "2.7", "rocm6.2.4")),
         "2.7.1",
     ),
-    "6.3": Target("rocm", "6.3", "6.3", _U22_24, (TorchRange("2.7", "2.8", "rocm6.3"),), "2.8.0"),
+    "6.3": Target("rocm", "6.3", "6.3", _U22_24, (TorchRange("2.7", "2.9", "rocm6.3"),), "2.8.0"),
     "6.4": Target("rocm", "6.4", "6.4", _U22_24, (TorchRange("2.8", "2.9", "rocm6.4"),), "2.9.1"),
+    # ROCm 7: torch 2.10 publishes rocm7.0 and rocm7.1, torch 2.11 and 2.12 rocm7.1 and rocm7.2.
+    # Ubuntu 24.04 first, as for the newest CUDA entries.
+    "7.0": Target("rocm", "7.0", "7.0", _U24_22, (TorchRange("2.10", "2.10", "rocm7.0"),), "2.10.0"),
+    "7.1": Target("rocm", "7.1", "7.1", _U24_22, (TorchRange("2.10", "2.12", "rocm7.1"),), "2.12.1"),
+    "7.2": Target("rocm", "7.2", "7.2", _U24_22, (TorchRange("2.11", "2.12", "rocm7.2"),), "2.12.1"),
 }
 
 CPU_DEFAULT_PYTHON = "3.11"
@@ -311,6 +329,7 @@ STANDARD_MATRIX: tuple[tuple[Accelerator, str | None, str], ...] = (
     ("cuda", "13.2", AMD64),
     ("rocm", "6.2", AMD64),
     ("rocm", "6.4", AMD64),
+    ("rocm", "7.2", AMD64),
     ("cpu", None, ARM64),
     ("cuda", "12.8", ARM64),
     ("cuda", "13.0", ARM64),

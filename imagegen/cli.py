@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 from imagegen.commands import (
     JSON_META_KEY,
     build,
+    catalog,
     dockerfile,
     doctor,
     matrix,
@@ -118,6 +119,7 @@ app.command("dockerfile")(dockerfile.dockerfile)
 app.command("build")(build.build)
 app.command("verify")(verify.verify)
 app.command("matrix")(matrix.matrix)
+app.command("catalog")(catalog.catalog)
 app.command("doctor")(doctor.doctor)
 app.command("new-op")(new_op.new_op)
 app.command("standins")(standins.standins)

@@ -10,7 +10,7 @@ from op_builder import archs as arch_lib
 
 def test_every_listed_cuda_and_rocm_version_is_there() -> None:
     assert list(catalog.CUDA_TARGETS) == ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0", "13.2"]
-    assert list(catalog.ROCM_TARGETS) == ["6.1", "6.2", "6.3", "6.4"]
+    assert list(catalog.ROCM_TARGETS) == ["6.1", "6.2", "6.3", "6.4", "7.0", "7.1", "7.2"]
     assert catalog.lookup("cuda", "12.2") is None
     assert catalog.lookup("cpu", None) is catalog.CPU_TARGET
 
@@ -47,13 +47,17 @@ def test_rocm_and_cpu_base_images() -> None:
         ("cuda", "11.8", "2.0.0", "2.7.1", "2.7.1"),
         ("cuda", "12.1", "2.1.0", "2.5.1", "2.5.1"),
         ("cuda", "12.4", "2.4.0", "2.6.0", "2.6.0"),
-        ("cuda", "12.6", "2.6.0", "2.10.0", "2.9.1"),
+        ("cuda", "12.6", "2.6.0", "2.12.1", "2.9.1"),
         ("cuda", "12.8", "2.7.0", "2.11.0", "2.9.1"),
         ("cuda", "12.9", "2.8.0", "2.9.1", "2.8.0"),
         ("cuda", "13.0", "2.9.0", "2.15.0", "2.9.1"),
-        ("cuda", "13.2", "2.15.0", "2.15.0", "2.15.0"),
+        ("cuda", "13.2", "2.12.0", "2.15.0", "2.15.0"),
         ("rocm", "6.1", "2.4.0", "2.6.0", "2.6.0"),
         ("rocm", "6.2", "2.5.0", "2.7.1", "2.7.1"),
+        ("rocm", "6.3", "2.7.0", "2.9.1", "2.8.0"),
+        ("rocm", "7.0", "2.10.0", "2.10.0", "2.10.0"),
+        ("rocm", "7.1", "2.10.0", "2.12.1", "2.12.1"),
+        ("rocm", "7.2", "2.11.0", "2.12.1", "2.12.1"),
         ("cpu", None, "2.0.0", "2.15.0", "2.13.0"),
     ],
 )
@@ -72,6 +76,22 @@ def test_rocm_index_names_follow_the_patch_release_torch_was_built_against() -> 
     assert rocm.torch_range("2.5.1").variant == "rocm6.2"  # type: ignore[union-attr]
     assert rocm.torch_range("2.6.0").variant == "rocm6.2.4"  # type: ignore[union-attr]
     assert catalog.torch_index("cu121") == "https://download.pytorch.org/whl/cu121"
+
+
+def test_rocm_7_targets_compile_in_rocm_dev_images() -> None:
+    for version in ("7.0", "7.1", "7.2"):
+        target = catalog.ROCM_TARGETS[version]
+        assert target.distros[0] == "ubuntu24.04"
+        assert target.base_devel("ubuntu24.04", "3.12") == f"rocm/dev-ubuntu-24.04:{version}"
+        assert target.base_devel("ubuntu22.04", "3.10") == f"rocm/dev-ubuntu-22.04:{version}"
+        assert {r.variant for r in target.torch} == {f"rocm{version}"}
+    # torch 2.10 publishes ROCm 7.0 and 7.1, torch 2.11 ROCm 7.1 and 7.2.
+    assert [v for v, t in catalog.ROCM_TARGETS.items() if t.torch_range("2.10.0")] == ["7.0", "7.1"]
+    assert [v for v, t in catalog.ROCM_TARGETS.items() if t.torch_range("2.11.0")] == ["7.1", "7.2"]
+
+
+def test_torch_2_11_is_still_built_for_cuda_12_6() -> None:
+    assert [v for v, t in catalog.CUDA_TARGETS.items() if t.torch_range("2.11.0")] == ["12.6", "12.8", "13.0"]
 
 
 def test_torch_release_resolution() -> None:
@@ -124,8 +144,9 @@ CUDA13 = [v for v in catalog.CUDA_TARGETS if v.startswith("13.")]
 
 def test_cuda_13_2_is_torch_2_15_s_build() -> None:
     # torch 2.15.0's wheels require cuda-toolkit==13.2.2 (their metadata on PyPI); 2.11-2.14 13.0.
+    # torch publishes cu132 builds from 2.12 on.
     target = catalog.CUDA_TARGETS["13.2"]
-    assert target.torch_versions() == ("2.15.0",) and target.default_torch == "2.15.0"
+    assert target.torch_versions()[0] == "2.12.0" and target.default_torch == "2.15.0"
     assert target.torch_range("2.15.0").variant == "cu132"  # type: ignore[union-attr]
     assert catalog.torch_index("cu132") == "https://download.pytorch.org/whl/cu132"
     assert target.distros[0] == "ubuntu24.04"

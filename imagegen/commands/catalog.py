@@ -1,0 +1,108 @@
+"""``imagegen catalog``: every target, its torch range, bases and archs, and what was proven here.
+
+The proof comes from the compatibility results that ship with the package
+(``imagegen/data/compat.json``, written by ``make compat``): the torch minors whose code
+compiled for the target, the toolkit that compiled its device code, and whether an image of it
+was built and verified here. What has none of these is only rendered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from imagegen import catalog as cat
+from imagegen.commands._options import JsonOption
+from imagegen.commands._output import console, emit_json
+from imagegen.compat import results
+
+
+def _archs(target: cat.Target, platform: str) -> list[str]:
+    if target.accelerator == "cuda":
+        return list(cat.default_cuda_archs(target.version or "", platform))
+    if target.accelerator == "rocm":
+        return list(cat.default_rocm_archs())
+    return []
+
+
+def target_entry(target: cat.Target, data: dict[str, Any]) -> dict[str, Any]:
+    """One target as ``imagegen catalog --json`` lists it."""
+    distro = target.distros[0]
+    python = target.default_python(distro)
+    return {
+        "name": target.name,
+        "accelerator": target.accelerator,
+        "version": target.version,
+        "full_version": target.full_version,
+        "torch": list(target.torch_versions()),
+        "torch_minors": results.admitted_minors(target),
+        "default_torch": target.default_torch,
+        "wheel_indexes": list(dict.fromkeys(r.variant for r in target.torch)),
+        "distros": list(target.distros),
+        "python": python,
+        "bases": {"devel": target.base_devel(distro, python), "runtime": target.base_runtime(distro, python)},
+        "platforms": list(target.platforms),
+        "archs": _archs(target, cat.DEFAULT_PLATFORM),
+        "archs_by_platform": {p: _archs(target, p) for p in target.platforms},
+        "proof": results.proof(target, data),
+    }
+
+
+def catalog_entries(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    data = results.load() if data is None else data
+    every = (*cat.CUDA_TARGETS.values(), *cat.ROCM_TARGETS.values(), cat.CPU_TARGET)
+    return [target_entry(t, data) for t in every]
+
+
+def _span(items: list[str]) -> str:
+    return f"{items[0]}–{items[-1]}" if items else "-"
+
+
+def _compiled_cell(entry: dict[str, Any]) -> str:
+    proof = entry["proof"]
+    compiled, missing = proof["compiled"], proof["not_compiled"]
+    text = "none" if not compiled else ("all" if not missing else ", ".join(compiled))
+    device = proof["device"]
+    if device is not None:
+        text += f" ({device['toolkit']}{'' if device['exact'] else ', nearest'})"
+    return text
+
+
+def catalog(json: JsonOption = False) -> None:
+    """List every target: torch range, default torch, bases, platforms, default archs, and proof."""
+    entries = catalog_entries()
+    if json:
+        emit_json({"targets": entries})
+        return
+    table = Table()
+    table.add_column("target", no_wrap=True)
+    for name in (
+        "torch",
+        "default",
+        "bases (devel / runtime)",
+        "platforms",
+        "archs",
+        "compiled",
+        "built",
+        "verified",
+    ):
+        table.add_column(name)
+    for e in entries:
+        platforms = ", ".join(p.removeprefix("linux/") for p in e["platforms"])
+        table.add_row(
+            e["name"],
+            _span(e["torch_minors"]),
+            e["default_torch"],
+            f"{e['bases']['devel']}\n{e['bases']['runtime']}",
+            platforms,
+            ";".join(e["archs"]) or "-",
+            _compiled_cell(e),
+            "yes" if e["proof"]["built"] else "no",
+            "yes" if e["proof"]["verified"] else "no",
+        )
+    console().print(table)
+    console().print(
+        "compiled: torch minors whose ops compiled here (make compat; docs/compat.md); "
+        "built / verified: an image of the target, here."
+    )

@@ -1,0 +1,99 @@
+"""Compile every op against every torch minor the catalog admits, and every toolkit here.
+
+    python scripts/compat.py                 # everything: make compat (long; results cached)
+    python scripts/compat.py --sample        # CI's sample: the CPU ops, oldest and newest torch
+    python scripts/compat.py --torch 2.4,2.5 # some minors (host code only unless --device)
+
+Host code: each op's sources (the GPU ops' bindings) with op_builder's flags for that torch
+release, against the headers of its wheel on this machine's pip index (read in place with HTTP
+ranges, cached under ~/.cache/imagegen/torch-headers). Device code: each .cu file with each
+nvcc / hipcc here or in a CUDA stand-in image. Results go to imagegen/data/compat.json (not for
+--sample) and their tables to docs/compat.md.
+
+Exit status: 0 when everything compiled; 1 when something failed (listed); 2 on bad arguments
+or when the index cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout
+
+from imagegen import catalog  # noqa: E402
+from imagegen.compat import check, results  # noqa: E402
+from imagegen.errors import UserFacingError  # noqa: E402
+
+DOCS = ROOT / "docs" / "compat.md"
+
+
+def _index_url(given: str | None) -> str:
+    if given:
+        return given
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from pip_index import pip_index_url
+
+    return pip_index_url()
+
+
+def _selection(args: argparse.Namespace) -> check.Selection:
+    if args.sample:
+        return check.sample_selection()
+    if args.device_only:
+        return check.Selection((), (), device=True)
+    full = check.full_selection()
+    if not args.torch:
+        return full
+    wanted = [m.strip() for m in args.torch.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in full.cpu_minors]
+    if unknown:
+        raise ValueError(
+            f"--torch {','.join(unknown)}: not a minor the catalog admits ({', '.join(full.cpu_minors)})"
+        )
+    gpu = tuple(m for m in wanted if m in full.gpu_minors)
+    return check.Selection(tuple(wanted), gpu, device=args.device)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sample", action="store_true", help="CI's sample; writes nothing")
+    parser.add_argument("--torch", metavar="X.Y,...", help="only these torch minors")
+    parser.add_argument("--device", action="store_true", help="with --torch: the device code too")
+    parser.add_argument("--device-only", action="store_true", help="only the device code")
+    parser.add_argument("--no-cache", action="store_true", help="compile even what a cached result covers")
+    parser.add_argument("--jobs", type=int, default=1, help="compiles at a time (default 1)")
+    parser.add_argument("--index-url", help="the package index to read torch wheels from (default: pip's)")
+    parser.add_argument("--results", type=Path, default=results.RESULTS_FILE, help="results file to update")
+    args = parser.parse_args(argv)
+    try:
+        selection = _selection(args)
+        index = _index_url(args.index_url)
+    except (ValueError, ImportError) as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    path = None if args.sample else args.results
+    try:
+        run = check.check(selection, index, path, use_cache=not args.no_cache, workers=args.jobs)
+    except UserFacingError as exc:
+        print(f"compat: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), file=sys.stderr)
+        return 2
+    if path is not None:
+        DOCS.write_text(results.markdown(run.data))
+    targets = len(catalog.CUDA_TARGETS) + len(catalog.ROCM_TARGETS) + 1
+    if run.failures:
+        print(f"compat: {len(run.failures)} failed:\n  " + "\n  ".join(run.failures))
+        return 1
+    print(
+        f"compat: everything compiled (the {targets} catalog targets)"
+        if path
+        else "compat: the sample compiled"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
