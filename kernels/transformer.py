@@ -10,6 +10,10 @@ torch's). Otherwise (CPU tensors, float64, op not available) they run
 PyTorch code that implements the same formulas, forward and backward, and warn once with
 the reason.
 
+LayerNorm's statistics never cancel: the variance comes from two passes (the mean, then the
+centred values) or, in the kernels for rows too long for registers, from Welford / Chan moments,
+so rows whose values sit far from their mean stay within twice ``F.layer_norm``'s fp32 error.
+
 Conventions: LayerNorm normalizes over the trailing ``normalized_shape`` dims;
 ``approximate`` is ``"none"`` (erf) or ``"tanh"`` as in ``F.gelu``; the softmax mask is
 boolean with True meaning *masked out*, broadcastable to the input, and ``causal``
