@@ -29,11 +29,11 @@ from op_builder.toolchain import Toolchain
 
 # The device compilers a complete run wants, and how each is had (for "not available here").
 WANTED_TOOLKITS: tuple[tuple[str, str, str], ...] = (
-    ("cuda", "12.4", "the imagegen-standin/cuda:12.4-devel image, from Debian trixie's nvidia-cuda-toolkit"),
+    ("cuda", "12.4", "its stand-in image: imagegen standins --cuda 12.4, from Debian trixie's toolkit"),
     ("cuda", "13.0", "this machine's CUDA toolkit"),
-    ("cuda", "13.2", "scripts/standin-images.sh --cuda 13.2"),
+    ("cuda", "13.2", "its stand-in image: imagegen standins --cuda 13.2, from NVIDIA's wheels"),
     ("rocm", "5.2", "Debian's hipcc: scripts/system-deps.sh --rocm"),
-    ("rocm", "5.7", "Debian trixie's hipcc, which needs trixie's apt sources"),
+    ("rocm", "5.7", "Debian trixie's hipcc in an image: scripts/compat-hip-image.sh"),
 )
 
 

@@ -30,6 +30,9 @@ from op_builder.toolchain import CudaToolkit, RocmToolkit, Toolchain, TorchBuild
 CUDA_ARCHS = "8.0;9.0"
 ROCM_ARCHS = "gfx90a;gfx1030"  # one wave64, one wave32 target (make hip-check's)
 STANDIN_DEVEL = "imagegen-standin/cuda:{version}-devel"
+# Debian trixie's hipcc (ROCm 5.7, clang 17) in an image of its own, so this machine's apt
+# sources stay as they are: scripts/compat-hip-image.sh makes it.
+HIP_IMAGES: dict[str, str] = {"5.7": "imagegen-compat/hip:5.7"}
 # The container compilers tried: the CUDA 12.x one this machine cannot install natively, and
 # the newest 13.x, whose toolkit differs from the local one.
 STANDIN_CUDA_VERSIONS: tuple[str, ...] = ("12.4", "13.2")
@@ -87,6 +90,9 @@ def find_toolkits(toolchain: Toolchain) -> list[Toolkit]:
         found.append(Toolkit("cuda", version, image, "nvcc", image))
     if toolchain.rocm is not None:
         found.append(Toolkit("rocm", toolchain.rocm.version, "this machine", toolchain.rocm.hipcc))
+    for version, image in HIP_IMAGES.items():
+        if not any(t.accelerator == "rocm" and t.version == version for t in found) and image_exists(image):
+            found.append(Toolkit("rocm", version, image, "hipcc", image))
     return found
 
 
@@ -115,7 +121,9 @@ def _prefix(toolkit: Toolkit) -> tuple[str, ...]:
     docker = _docker() or "docker"
     root = str(PACKAGE_ROOT)
     # No network, the sources read-only at the same path, so op_builder's absolute paths hold.
-    return (docker, "run", "--rm", "--network", "none", "-v", f"{root}:{root}:ro", "-w", root, toolkit.image)
+    platform = ("-e", "HIP_PLATFORM=amd") if toolkit.accelerator == "rocm" else ()
+    run = (docker, "run", "--rm", "--network", "none", *platform)
+    return (*run, "-v", f"{root}:{root}:ro", "-w", root, toolkit.image)
 
 
 def jobs_for(toolkit: Toolkit, std: str, ops: Mapping[str, OpBuilder], toolchain: Toolchain) -> list[Job]:

@@ -156,6 +156,18 @@ def markdown(data: Mapping[str, Any]) -> str:
         f"Host compiler: {data.get('compiler', '-')}; Python headers {data.get('python', '-')}; "
         f"checked {data.get('checked', '-')}.",
         "",
+        "`make compat` compiles every op against every torch minor the catalog admits (at its newest",
+        "patch release) and every device compiler it can have here. torch's headers come out of each",
+        "release's wheel on the package index pip uses (only the zip's directory and `torch/include`",
+        "are read, with HTTP ranges; cached in `~/.cache/imagegen/torch-headers`). Each compile's",
+        "result is cached with the digests of the files it read, so a re-run compiles only what an",
+        "edit reached (`scripts/compat.py --no-cache` compiles all). CI compiles a sample afresh: the",
+        "CPU ops against the oldest and newest torch (`scripts/compat.py --sample`). A toolkit that",
+        "cannot be had here is listed as such, and proves nothing. `imagegen catalog` shows the same",
+        "proof per target. The images section of the results is kept by hand: one entry per image",
+        "of a catalog target built (and verified) here, pointing at the",
+        "[benchmark](benchmarks.md) that records it.",
+        "",
         "## Host code per torch minor",
         "",
         "Every CPU op's sources and every GPU op's bindings, compiled (`-c -O0`) with the flags",
@@ -217,5 +229,20 @@ def markdown(data: Mapping[str, Any]) -> str:
         lines.append(
             f"| `{target.name}` | {admitted[0]}–{admitted[-1]} | {span or 'none'} | {device_text} "
             f"| {built} | {verified} |"
+        )
+    lines += [
+        "",
+        "## Images built here",
+        "",
+        "| target | platform | torch | date | built | verified | evidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for image in data.get("images", []):
+        evidence = str(image.get("evidence", "-"))
+        link = f"[{evidence.split('#')[0]}]({evidence.removeprefix('docs/')})" if evidence != "-" else "-"
+        built, verified = ("yes" if image.get(k) else "no" for k in ("built", "verified"))
+        lines.append(
+            f"| `{image['target']}` | {image.get('platform', '-')} | {image['torch']} | {image['date']} "
+            f"| {built} | {verified} | {link} |"
         )
     return "\n".join(lines) + "\n"

@@ -70,3 +70,35 @@ def test_a_source_compiles_against_torch_headers_or_fails_naming_the_api(
     assert host.run_job(jobs[0]).cached
     (tmp_path / "op.cpp").write_text(text + "\n// edited\n")
     assert not host._cached(jobs[0], {"XDG_CACHE_HOME": str(tmp_path / "cache")})
+
+
+BROKEN_KERNEL = """#include <cuda_runtime.h>
+__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }
+void launch(float* x) { scale<<<1, 32>>>(x, 2.0f, cudaNoSuchThingInAnyToolkit); }
+"""
+
+
+def test_device_code_that_does_not_compile_fails_the_toolkit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagegen.compat import device
+    from op_builder.builder import CUDAOpBuilder
+
+    toolchain = probe_host({})
+    if toolchain.cuda is None:
+        pytest.skip("no nvcc here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "k.cu").write_text(BROKEN_KERNEL)
+
+    class Probe(CUDAOpBuilder):
+        name: ClassVar[str] = "compat_probe_gpu"
+        source_root: ClassVar[Path | None] = tmp_path
+        sources: ClassVar[tuple[str, ...]] = ("k.cu",)
+        include_dirs: ClassVar[tuple[str, ...]] = ()
+
+    toolkit = device.Toolkit("cuda", toolchain.cuda.version, "this machine", toolchain.cuda.nvcc)
+    jobs = device.jobs_for(toolkit, "c++17", {"compat_probe_gpu": Probe()}, toolchain)
+    outcome = host.run_job(jobs[0])
+    assert not outcome.ok and "cudaNoSuchThingInAnyToolkit" in outcome.output
+    (tmp_path / "k.cu").write_text(BROKEN_KERNEL.replace(", cudaNoSuchThingInAnyToolkit", ""))
+    assert host.run_job(jobs[0]).ok
