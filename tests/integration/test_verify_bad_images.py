@@ -22,6 +22,7 @@ import pytest
 
 from imagegen.verify import VERIFY_LABEL
 from tests.integration.conftest import REPO, imagegen
+from tests.integration.derived import derive, package_files
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -141,65 +142,29 @@ exit 1
 """.encode()
 
 
-def _tar_add(archive: tarfile.TarFile, name: str, data: bytes | None = None, *, link: str | None = None,
-             mode: int = 0o644) -> None:  # fmt: skip
-    info = tarfile.TarInfo(name)
-    if link is not None:
-        info.type, info.linkname = tarfile.SYMTYPE, link
-        archive.addfile(info)
-        return
-    assert data is not None
-    info.size, info.mode = len(data), mode
-    archive.addfile(info, io.BytesIO(data))
-
-
-def _package_files(package: Path) -> Iterator[tuple[str, bytes]]:
-    for path in sorted(package.rglob("*.py")):
-        if "__pycache__" not in path.parts:
-            yield f"{package.name}/{path.relative_to(package)}", path.read_bytes()
-
-
-def _derive(client: Any, tag: str, base: str, files: dict[str, bytes], links: dict[str, str],
-            lines: tuple[str, ...] = (), executable: tuple[str, ...] = ()) -> None:  # fmt: skip
-    """Build ``tag``: ``base`` plus ``files`` and ``links`` (absolute paths) and Dockerfile ``lines``."""
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as archive:
-        dockerfile = "\n".join([f"FROM {base}", "COPY root/ /", *lines]) + "\n"
-        _tar_add(archive, "Dockerfile", dockerfile.encode())
-        root = tarfile.TarInfo("root")
-        root.type, root.mode = tarfile.DIRTYPE, 0o755
-        archive.addfile(root)  # there even when no file is added
-        for path, data in files.items():
-            _tar_add(archive, "root" + path, data, mode=0o755 if path in executable else 0o644)
-        for path, target in links.items():
-            _tar_add(archive, "root" + path, link=target)
-    context.seek(0)
-    client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True)
-
-
 @pytest.fixture(scope="module")
 def failing_images(docker_client: Any) -> Iterator[None]:
     import packaging
 
     import op_builder
 
-    sources = dict(_package_files(Path(op_builder.__file__).parent))
-    sources.update(_package_files(Path(packaging.__file__).parent))
+    sources = dict(package_files(Path(op_builder.__file__).parent))
+    sources.update(package_files(Path(packaging.__file__).parent))
     python = {"/usr/local/bin/python": "/usr/bin/python3"}
-    _derive(
+    derive(
         docker_client, WITH_OP_BUILDER, PYTHON_RUNTIME,
         {f"{IT_ROOT}/{name}": data for name, data in sources.items()}, python,
         (f"ENV PYTHONPATH={IT_ROOT}", "LABEL io.imagegen.ops=cpu_adam"),
     )  # fmt: skip
-    _derive(docker_client, ENTRYPOINT, WITH_OP_BUILDER, {}, {},
+    derive(docker_client, ENTRYPOINT, WITH_OP_BUILDER, {}, {},
             ("""ENTRYPOINT ["/bin/sh", "-c", "echo 'usage: serve MODEL' >&2; exit 64"]""",))  # fmt: skip
     manifest = {f"{IT_ROOT}/kernels/_ops/manifest.json": b'{"ops": {"cpu_adam": '}
-    _derive(docker_client, CORRUPT_MANIFEST, WITH_OP_BUILDER, manifest, {})
-    _derive(docker_client, UNKNOWN_OP_LABEL, WITH_OP_BUILDER, {}, {},
+    derive(docker_client, CORRUPT_MANIFEST, WITH_OP_BUILDER, manifest, {})
+    derive(docker_client, UNKNOWN_OP_LABEL, WITH_OP_BUILDER, {}, {},
             ("LABEL io.imagegen.ops=cpu_adam,no_such_op",))  # fmt: skip
     for tag, script in ((SIGBUS, SIGBUS_PYTHON), (CHATTY, CHATTY_PYTHON)):
         path = "/usr/local/bin/python"
-        _derive(docker_client, tag, PYTHON_RUNTIME, {path: script}, {}, executable=(path,))
+        derive(docker_client, tag, PYTHON_RUNTIME, {path: script}, {}, executable=(path,))
     yield
     for image in (CHATTY, SIGBUS, UNKNOWN_OP_LABEL, CORRUPT_MANIFEST, ENTRYPOINT, WITH_OP_BUILDER):
         docker_client.images.remove(image, force=True)
