@@ -62,7 +62,8 @@ def verify(
     if json:
         emit_json(result.to_json())
     else:
-        console().print(render_table(result))
+        out = console()
+        out.print(render_table(result, width=out.width))
     if not result.ok:
         raise VerificationFailedError(
             f"{image} failed verification: {result.failure_summary()}",
