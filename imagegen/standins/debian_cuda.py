@@ -10,8 +10,10 @@ has and torch's extension build expects:
 - g++-13 as the compiler every build step finds (``/usr/local/bin`` comes first on PATH):
   the .cpp files, the link step (setuptools links with ``x86_64-linux-gnu-g++``) and nvcc agree;
 - CUDA 12.4's ``crt/math_functions.h`` declares ``sinpi``/``cospi``/``sinpif``/``cospif``
-  without the ``noexcept (true)`` that glibc 2.41 gives them, an error once the headers come
-  through ``-I`` (as torch passes them): the four C++ declarations get it, as CUDA 12.9 did;
+  without the ``noexcept (true)`` that glibc 2.41 gives them, an error wherever the CUDA
+  headers are read from a folder the compiler does not count as a system one (a CUDA home
+  copied out of the image; ``include`` here links to /usr/include, which it does count): the
+  four C++ declarations get it, as CUDA 12.9 did;
 - Debian's driver library (``libcuda1`` 550, pulled by ``nvidia-cuda-dev``) removed: inside a
   container it would shadow the host's driver that the NVIDIA container toolkit mounts;
 - of the 2.2 GB of ``*_static.a`` only ``libcudart_static.a`` kept (with ``libcudadevrt.a``

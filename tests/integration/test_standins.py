@@ -77,3 +77,53 @@ def test_current_images_are_left_alone_and_a_missing_one_is_made(docker_client: 
     script = "python3 --version; echo ca=$(cat /run/host-ca.crt 2>/dev/null | wc -c); command -v g++ || true"
     code, out = run_in(docker_client, runtime, ["sh", "-c", script])
     assert code == 0 and "Python 3.11" in out and "ca=0" in out and "g++" not in out, out
+
+
+CUDA_12_4_DEVEL, CUDA_12_4_BASE = catalog.STANDINS[("cuda12.4", "linux/amd64")]
+# What torch's extension build does with the stand-in: nvcc through $CUDA_HOME/bin with the CUDA
+# headers by -I, and the link through setuptools' x86_64-linux-gnu-g++. Then the CUDA headers read
+# from a folder of their own, as a CUDA home copied out of the image has them: there glibc 2.41's
+# sinpi/cospi meet CUDA 12.4's declarations as non-system headers, an error unless mended.
+CUDA_12_4_CHECK = r"""
+set -e
+nvcc --version | grep -q 'release 12.4,'
+[ "$CUDA_HOME" = /usr/local/cuda ] && [ "$(command -v nvcc)" = /usr/local/cuda/bin/nvcc ]
+g++ --version | head -1 | grep -q ' 13\.'
+x86_64-linux-gnu-g++ --version | head -1 | grep -q ' 13\.'
+python3 -c 'import sys; assert sys.version_info[:2] == (3, 13)'
+test -e /usr/local/cuda/lib64/stubs/libcuda.so && test -e /usr/local/cuda/lib64/libcudart_static.a
+! ls /usr/local/cuda/lib64/libcuda.so* /usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so* 2>/dev/null
+! ls /usr/local/cuda/lib64/libcublasLt_static.a 2>/dev/null
+cd /tmp
+printf '%s\n' '#include <cmath>' '#include <cuda_runtime.h>' '#include <cuda_fp8.h>' \
+  '__global__ void k(float* x) { x[0] = sinpif(x[0]) + cospi(1.0) + std::sin(x[1]); }' > t.cu
+nvcc -I/usr/local/cuda/include -std=c++17 -Xcompiler -fPIC -gencode=arch=compute_80,code=sm_80 -c t.cu -o t.o
+x86_64-linux-gnu-g++ -shared t.o -L/usr/local/cuda/lib64 -lcudart -o t.so
+cuobjdump --list-elf t.o | grep -q sm_80
+mkdir inc && cd /usr/include && cp -r crt cuda*.h *_functions*.h *_types.h *_functions.hpp \
+  *_indirect_functions.h host_*.h *_defines.h channel_descriptor.h vector_*.h sm_*.h* \
+  /tmp/inc/ 2>/dev/null || true
+cd /tmp
+nvcc -I/tmp/inc -std=c++17 -gencode=arch=compute_80,code=sm_80 -c t.cu -o t2.o
+echo CUDA-12.4-OK
+"""
+
+
+def test_cuda_12_4_standins_are_a_cuda_home(docker_client: Any) -> None:
+    import docker
+
+    try:
+        docker_client.images.get(CUDA_12_4_DEVEL)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{CUDA_12_4_DEVEL} is not made here (`imagegen standins --cuda 12.4`: 5 GB of packages)")
+    code, out = run_in(docker_client, CUDA_12_4_DEVEL, ["sh", "-c", CUDA_12_4_CHECK])
+    assert code == 0 and "CUDA-12.4-OK" in out, out
+    base = docker_client.images.get(CUDA_12_4_BASE)
+    env = dict(e.split("=", 1) for e in base.attrs["Config"]["Env"])
+    assert env["CUDA_VERSION"] == "12.4.1" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    code, out = run_in(
+        docker_client,
+        CUDA_12_4_BASE,
+        ["sh", "-c", "ldconfig -p | grep -c 'libcudart.so.12 '; command -v g++ || true"],
+    )
+    assert code == 0 and out.split() == ["1"], out  # cudart, no compiler
