@@ -20,7 +20,7 @@ from typing import Any
 from packaging.version import Version
 
 from imagegen import catalog
-from imagegen.compat import device, headers, host, results
+from imagegen.compat import device, headers, host, pch, results
 from op_builder.builder import OpBuilder
 from op_builder.context import cxx_standard
 from op_builder.plan import probe_host
@@ -155,7 +155,14 @@ def check_host(
         wanted = {n: b for n, b in ops.items() if b.target == "cpu" or minor in selection.gpu_minors}
         jobs = host.jobs_for(release, include, wanted, toolchain, cuda_include)
         run.say(f"torch {release}: {len(jobs)} sources ({cxx_standard(release)})")
-        outcomes = host.run_jobs(jobs, env, use_cache, _progress(run.say), workers)
+        precompiled = pch.Precompiled()
+        try:
+            todo = [not use_cache or host.cached(j, env) is None for j in jobs]
+            use_pch = [t and w for t, w in zip(todo, pch.wants_pch(jobs))]
+            jobs = precompiled.apply(jobs, use_pch, workers)
+            outcomes = host.run_jobs(jobs, env, use_cache, _progress(run.say), workers)
+        finally:
+            precompiled.close()
         run.failures += [f"torch {release}: {o.source}" for o in outcomes if not o.ok]
         host_data[minor] = {
             "torch": release,

@@ -187,7 +187,8 @@ def _portable(arg: str, include: Path) -> str:
     return arg.replace(str(include), "<torch-include>").replace(str(PACKAGE_ROOT), "<checkout>")
 
 
-def _cached(job: Job, env: Mapping[str, str]) -> Outcome | None:
+def cached(job: Job, env: Mapping[str, str]) -> Outcome | None:
+    """The cached result of ``job`` while every file of the op's that it read is unchanged."""
     path = cache_dir(env) / f"{job.key}.json"
     try:
         data = json.loads(path.read_text())
@@ -203,7 +204,7 @@ def _cached(job: Job, env: Mapping[str, str]) -> Outcome | None:
 def run_job(job: Job, env: Mapping[str, str] = os.environ, use_cache: bool = True) -> Outcome:
     """Compile one source (or take its cached result)."""
     if use_cache:
-        hit = _cached(job, env)
+        hit = cached(job, env)
         if hit is not None:
             return hit
     with tempfile.TemporaryDirectory(prefix="compat-") as tmp:

@@ -69,7 +69,7 @@ def test_a_source_compiles_against_torch_headers_or_fails_naming_the_api(
     # The result is cached, and an edit to the source is a miss.
     assert host.run_job(jobs[0]).cached
     (tmp_path / "op.cpp").write_text(text + "\n// edited\n")
-    assert not host._cached(jobs[0], {"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert not host.cached(jobs[0], {"XDG_CACHE_HOME": str(tmp_path / "cache")})
 
 
 BROKEN_KERNEL = """#include <cuda_runtime.h>

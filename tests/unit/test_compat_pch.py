@@ -1,0 +1,60 @@
+"""The precompiled torch header: which sources get it, and that it leaves results' keys alone."""
+
+from __future__ import annotations
+
+from imagegen.compat import pch
+from imagegen.compat.host import Job
+from op_builder.paths import CSRC, PACKAGE_ROOT
+
+INCLUDES = [CSRC / "includes"]
+
+
+def test_only_sources_that_include_torch_extension_get_it() -> None:
+    assert pch.includes_torch(
+        CSRC / "fused_optim" / "fused_adam_bindings.cpp", INCLUDES
+    )  # via gpu_bindings.h
+    assert pch.includes_torch(CSRC / "aio" / "async_io.cpp", INCLUDES)  # directly
+    # The CPU optimizers' binding takes narrower headers, their kernels none of torch's.
+    assert not pch.includes_torch(CSRC / "cpu_optim" / "cpu_adam.cpp", INCLUDES)
+    assert not pch.includes_torch(CSRC / "cpu_optim" / "cpu_adam_kernel.cpp", INCLUDES)
+
+
+def _job(compiler: str, name: str) -> Job:
+    command = (
+        compiler,
+        "-std=c++17",
+        f"-DTORCH_EXTENSION_NAME={name}",
+        f"-I{CSRC}/includes",
+        "-c",
+        "a.cpp",
+        "-o",
+        "{obj}",
+    )
+    return Job("2.13.0", name, "a.cpp", command, key=f"key-{name}", roots=(str(PACKAGE_ROOT),))
+
+
+def test_jobs_that_differ_only_in_their_own_tu_share_one_header_and_keep_their_keys() -> None:
+    made = pch.Precompiled()
+    try:
+        jobs = [_job("true", "a"), _job("true", "b"), _job("true", "c")]
+        out = made.apply(jobs, [True, True, False])
+        assert len(made.made) == 1  # one group: TORCH_EXTENSION_NAME, -c and -o are the TU's own
+        header = next(iter(made.made.values()))
+        assert header is not None
+        for job in out[:2]:
+            cmd = list(job.command)
+            assert cmd[cmd.index("-include") + 1] == str(header) and cmd.index("-include") < cmd.index("-c")
+        assert out[2] == jobs[2]
+        assert [j.key for j in out] == [j.key for j in jobs]
+    finally:
+        made.close()
+    assert not made.folder.exists()
+
+
+def test_a_header_that_does_not_precompile_leaves_the_jobs_as_they_were() -> None:
+    made = pch.Precompiled()
+    try:
+        jobs = [_job("false", "a")]
+        assert made.apply(jobs, [True]) == jobs
+    finally:
+        made.close()
