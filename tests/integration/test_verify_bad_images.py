@@ -59,17 +59,18 @@ def _no_verify_containers(client: Any) -> bool:
     return not client.api.containers(all=True, quiet=True, filters={"label": VERIFY_LABEL})
 
 
-def _assert_failed(image: str, fragment: str, client: Any, *args: str) -> None:
+def _assert_failed(image: str, fragment: str | tuple[str, ...], client: Any, *args: str) -> None:
+    fragments = (fragment,) if isinstance(fragment, str) else fragment
     result = imagegen("verify", image, *args)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and fragment in errors[0], result.stderr
+    assert len(errors) == 1 and all(f in errors[0] for f in fragments), result.stderr
     assert "hint: " in result.stderr
     as_json = imagegen("verify", image, *args, "--json")
     assert as_json.returncode == 1
     error = as_json.json()["error"]
-    assert error["exit_code"] == 1 and fragment in error["message"] and error["hint"]
+    assert error["exit_code"] == 1 and all(f in error["message"] for f in fragments) and error["hint"]
     assert _no_verify_containers(client)
 
 
@@ -185,6 +186,7 @@ def test_an_image_s_entrypoint_does_not_stand_in_for_the_verifier(
 @pytest.mark.parametrize(
     ("image", "fragments"),
     [
+        # Was: every op "not reported by the image".
         (CORRUPT_MANIFEST, ("stopped before checking any op", "manifest", "unreadable")),
         (UNKNOWN_OP_LABEL, ("stopped before checking any op", "unknown op 'no_such_op'")),
     ],
@@ -192,9 +194,7 @@ def test_an_image_s_entrypoint_does_not_stand_in_for_the_verifier(
 def test_the_verifier_s_own_error_is_the_message(
     failing_images: None, docker_client: Any, image: str, fragments: tuple[str, ...]
 ) -> None:
-    for fragment in fragments:
-        _assert_failed(image, fragment, docker_client)
-    assert "not reported" not in imagegen("verify", image).stderr
+    _assert_failed(image, fragments, docker_client)
 
 
 def test_a_verifier_killed_by_sigbus_is_named(failing_images: None, docker_client: Any) -> None:
