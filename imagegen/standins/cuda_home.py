@@ -26,14 +26,29 @@ def host_cuda_home(env: Mapping[str, str]) -> Path:
 
 
 def host_cuda_version(home: Path) -> str | None:
-    """X.Y of the toolkit at ``home`` (its version.json), or None where there is none."""
+    """X.Y of the toolkit at ``home``: its version.json (an installer's toolkit), else the
+    ``CUDART_VERSION`` its headers define (one laid out from wheels has no version.json); None
+    where there is no toolkit."""
     try:
         data = json.loads((home / "version.json").read_text())
-        full = str(data["cuda"]["version"])
+        found = re.match(r"(\d+\.\d+)", str(data["cuda"]["version"]))
+        if found:
+            return found.group(1)
     except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        return version_from_header((home / "include" / "cuda_runtime_api.h").read_text(errors="replace"))
+    except OSError:
         return None
-    found = re.match(r"(\d+\.\d+)", full)
-    return found.group(1) if found else None
+
+
+def version_from_header(text: str) -> str | None:
+    """``#define CUDART_VERSION 12040`` -> "12.4" (major * 1000 + minor * 10)."""
+    found = re.search(r"^\s*#\s*define\s+CUDART_VERSION\s+(\d+)", text, re.MULTILINE)
+    if found is None:
+        return None
+    number = int(found.group(1))
+    return f"{number // 1000}.{number % 1000 // 10}"
 
 
 def copy_host(home: Path, ctx: Path, log: Path) -> str:

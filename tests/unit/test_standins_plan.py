@@ -14,6 +14,7 @@ from imagegen import catalog
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.spec import SpecInput, build_spec
+from imagegen.standins import cuda_home
 from imagegen.standins import make as make_lib
 from imagegen.standins import plan as plan_lib
 from imagegen.standins.plan import Image, plan, request, to_make
@@ -164,3 +165,16 @@ def test_two_runs_take_turns(tmp_path: Path) -> None:
     held.close()
     assert entered.wait(10)
     thread.join()
+
+
+def test_the_host_toolkits_version(tmp_path: Path) -> None:
+    # A toolkit laid out from wheels has no version.json: its headers say which release it is.
+    assert cuda_home.version_from_header("#define CUDART_VERSION  13000\n") == "13.0"
+    assert cuda_home.version_from_header("# define CUDART_VERSION 12040 /* 12.4 */\n") == "12.4"
+    assert cuda_home.version_from_header("#define CUDA_VERSION 12040\n") is None
+    assert cuda_home.host_cuda_version(tmp_path) is None  # no toolkit there
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 13020\n")
+    assert cuda_home.host_cuda_version(tmp_path) == "13.2"
+    (tmp_path / "version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}}')
+    assert cuda_home.host_cuda_version(tmp_path) == "12.8"  # an installer's toolkit says so itself
