@@ -64,10 +64,15 @@ def _grad_or_none(needed: bool, value: Tensor | None) -> Tensor | None:
 def _ln_forward_torch(
     x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Two passes, as the kernels' loop paths: the mean, then the variance of x - mean with the
-    corrected two-pass formula (the mean of the centred values, ~0 up to rounding, taken out once
-    more). A one-pass E[d^2] - E[d]^2 cancels when the values sit far from their mean (a row of
-    N(0, 1) with one 300: 1e-1 off at 16384 columns); this stays within F.layer_norm's error."""
+    """Two passes, as the kernels: the mean m, then over the centred values d = x - m both the
+    mean of d (the rounding left in m, ~0) and of d^2, var = mean(d^2) - mean(d)^2, where the
+    subtracted term is at rounding level: nothing cancels. A one-pass E[d^2] - E[d]^2 over
+    d = x - x[0] cancels when x[0] sits far from the mean (a row of N(0, 1) with one 300 first:
+    1e-1 off at 16384 columns).
+
+    m and d are formed in the math dtype (d exactly where |mean| >> std); the sums and y are
+    taken in float64 and rounded once, which keeps the fallback within F.layer_norm's fp32 error
+    on any CPU (in fp32 they land at its level, sometimes twice it)."""
     xf = x.to(_math_dtype(x))
     n = xf.shape[-1]
     if n == 0:
@@ -75,17 +80,17 @@ def _ln_forward_torch(
         # NaN (the backward only broadcasts them against the empty rows).
         stat = torch.full((xf.shape[0],), math.nan, dtype=xf.dtype, device=xf.device)
         return torch.empty_like(x), stat, stat.clone()
-    mean = xf.sum(-1) / n
-    centred = xf - mean[:, None]
-    residue = centred.sum(-1) / n
-    var = ((centred * centred).sum(-1) / n - residue * residue).clamp_min(0.0)
-    mean, rstd = mean + residue, torch.rsqrt(var + eps)
-    y = (centred - residue[:, None]) * rstd[:, None]
+    row_mean = xf.sum(-1) / n
+    d = (xf - row_mean[:, None]).double()
+    residue = d.sum(-1) / n
+    var = ((d * d).sum(-1) / n - residue * residue).clamp_min(0.0)
+    rstd = torch.rsqrt(var + eps)
+    y = (d - residue[:, None]) * rstd[:, None]
     if weight is not None:
-        y = y * weight.to(xf.dtype)
+        y = y * weight.double()
     if bias is not None:
-        y = y + bias.to(xf.dtype)
-    return y.to(x.dtype), mean, rstd
+        y = y + bias.double()
+    return y.to(x.dtype), (row_mean + residue).to(xf.dtype), rstd.to(xf.dtype)
 
 
 def _ln_backward_torch(

@@ -5,7 +5,7 @@ rows, twice over (``F.layer_norm`` in fp32 keeps its statistics with Welford's m
 N(0, 1) with one value of 300: a one-pass variance E[d^2] - E[d]^2 over d = x - x[0] cancels
 there (with the 300 at position 0 every d is about -300), and its error grows with the width
 (1.8e-3 at 768 columns, 1.9e-1 at 16384, against torch's 5e-6 and 2e-5); the fallback's two
-passes stay at torch's level. tests/gpu/test_gpu_layer_norm_precision.py holds the kernels to
+passes, summed in float64, stay well under torch's error (2e-6 at 16384). tests/gpu/test_gpu_layer_norm_precision.py holds the kernels to
 the same bound.
 """
 
@@ -43,11 +43,12 @@ def one_pass_layer_norm(x: Tensor, eps: float = 1e-5) -> Tensor:
     return (d - s) * torch.rsqrt(var + eps)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("at", [0, -1], ids=["first", "last"])
 @pytest.mark.parametrize("cols", WIDTHS)
-def test_layer_norm_within_twice_torchs_error(cols: int, at: int) -> None:
-    x = outlier_rows(cols, at % cols)
-    gen = torch.Generator().manual_seed(1)
+def test_layer_norm_within_twice_torchs_error(cols: int, at: int, seed: int) -> None:
+    x = outlier_rows(cols, at % cols, seed=seed)
+    gen = torch.Generator().manual_seed(1 + seed)
     w, b = torch.randn(cols, generator=gen), torch.randn(cols, generator=gen)
     exact = F.layer_norm(x.double(), (cols,), w.double(), b.double())
     torch_error = max_error(F.layer_norm(x, (cols,), w, b), exact)

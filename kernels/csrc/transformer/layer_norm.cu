@@ -11,10 +11,12 @@
 //   load instruction of a warp reads consecutive 16-byte pieces. The row is read from
 //   global memory once; the statistics and the output come from the registers.
 //   Blocks hold several row groups (blockDim = (tpr, rows per block)).
-// * Forward statistics: two passes over the registers, over d = x - x0 (x0 the row's
-//   first element): s = mean(d), then var = mean((d - s)^2). Exact centring without
-//   the cancellation of sum-of-squares formulas, and no precision lost to rounding
-//   the mean to fp32 when |mean| >> std: y is formed from (d - s) as before.
+// * Forward statistics: two passes over the registers. The row's mean m first, then over
+//   d = x - m both s = mean(d) (the rounding left in m, ~0) and mean(d^2), var =
+//   mean(d^2) - s^2: s^2 is at rounding level, so nothing cancels, and y is formed from
+//   (d - s), so no precision is lost to rounding m to fp32 when |mean| >> std. (Shifting
+//   by x[0] instead rounded every d = x - x[0] at the scale of |x[0] - mean|, far too
+//   coarse when x[0] is an outlier.)
 // * Backward: one kernel computes dx and, for its slab of rows, the per-column partial
 //   sums of dy * xhat (dgamma) and dy (dbeta) in registers (a thread's columns are the
 //   same for every row it handles); each block writes one fp32 partial row of each to
@@ -130,16 +132,6 @@ __device__ __forceinline__ void residual_sum(float (&out)[VEC], const T* x, cons
   *reinterpret_cast<GpuVec<T, VEC>*>(sum_out + at) = rounded;
 }
 
-// The sum's element at `at` (the first of its row: column 0), rounded the same way, not
-// stored: the shift of the row's statistics, which every thread of the row computes.
-template <typename T>
-__device__ __forceinline__ float residual_sum_first(const T* x, const T* residual, const T* hidden_bias,
-                                                    int64_t at) {
-  float s = to_float(x[at]);
-  if (hidden_bias != nullptr) s += to_float(hidden_bias[0]);
-  return to_float(from_float<T>(s + to_float(residual[at])));
-}
-
 // ---------------------------------------------------------------- forward, row in registers
 
 // kResidual: the row is the residual variant's sum (residual_sum), written to sum_out;
@@ -151,7 +143,10 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
                           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
                           int64_t rows, int64_t cols, float eps, const T* __restrict__ residual,
                           const T* __restrict__ hidden_bias, T* __restrict__ sum_out) {
-  __shared__ float scratch[2][kGpuMaxWarps];
+  // One buffer per reduction of a row: each is rewritten only after the other's barrier, which
+  // every reader of its previous round has passed (see group_sum).
+  __shared__ float sum_scratch[kGpuMaxWarps];
+  __shared__ float2 moment_scratch[kGpuMaxWarps];
   const int tpr = static_cast<int>(blockDim.x);
   const int tx = static_cast<int>(threadIdx.x);
   const int nvec = static_cast<int>(cols / VEC);
@@ -164,16 +159,6 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     const bool active = row < rows;
     const int64_t offset = (active ? row : 0) * cols;
     const T* xr = x + offset;
-    // Every thread reads x0 itself: the same address as lane 0's first load, so an L1
-    // hit, and no broadcast through shared memory for multi-warp groups.
-    float shift = 0.0f;
-    if (active) {
-      if constexpr (kResidual) {
-        shift = residual_sum_first(x, residual, hidden_bias, offset);
-      } else {
-        shift = to_float(xr[0]);
-      }
-    }
     float d[NV][VEC];
     float sum = 0.0f;
 #pragma unroll
@@ -188,31 +173,33 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
         }
       } else {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) d[k][e] = shift;  // becomes 0 below
+        for (int e = 0; e < VEC; ++e) d[k][e] = 0.0f;
       }
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        d[k][e] -= shift;
-        sum += d[k][e];
-      }
+      for (int e = 0; e < VEC; ++e) sum += d[k][e];
     }
-    sum = group_sum(sum, scratch[0]);
-    const float shifted_mean = gpu_div_rn(sum, n);
-    float sq = 0.0f;
+    sum = group_sum(sum, sum_scratch);
+    const float row_mean = gpu_div_rn(sum, n);
+    float2 moments = make_float2(0.0f, 0.0f);  // sums of d and d^2, d = x - row_mean
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      const bool valid = tx + k * tpr < nvec;  // padding slots hold 0, but (0 - s)^2 is not 0
+      const bool valid = tx + k * tpr < nvec;  // padding slots hold 0, but 0 - m is not 0
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        d[k][e] -= shifted_mean;
-        if (valid) sq += d[k][e] * d[k][e];
+        d[k][e] -= row_mean;
+        if (valid) {
+          moments.x += d[k][e];
+          moments.y += d[k][e] * d[k][e];
+        }
       }
     }
-    sq = group_sum(sq, scratch[1]);
-    const float rstd = rsqrtf(gpu_div_rn(sq, n) + eps);
+    moments = group_sum(moments, moment_scratch);
+    const float residue = gpu_div_rn(moments.x, n);  // the rounding left in row_mean
+    const float var = gpu_fmax_nan(gpu_div_rn(moments.y, n) - residue * residue, 0.0f);  // NaN rows stay NaN
+    const float rstd = rsqrtf(var + eps);
     if (!active) continue;  // after both reductions
     if (tx == 0) {
-      mean_out[row] = shift + shifted_mean;
+      mean_out[row] = row_mean + residue;
       rstd_out[row] = rstd;
     }
     T* yr = y + row * cols;
@@ -225,7 +212,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
       load_params<VEC>(g, gamma, at, 1.0f);
       load_params<VEC>(b, beta, at, 0.0f);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) out[e] = d[k][e] * rstd * g[e] + b[e];
+      for (int e = 0; e < VEC; ++e) out[e] = (d[k][e] - residue) * rstd * g[e] + b[e];
       store_from_float<VEC>(yr + at, out);
     }
   }
@@ -678,7 +665,10 @@ struct SliceSizes {
 // without spills for sm_80 and sm_90 (nvcc -Xptxas -v): 16-bit types 32 elements
 // forward, 16 or 24 backward; fp32 24 forward, 16 backward; a scalar slot (VEC == 1)
 // takes a whole register even for a 16-bit element: 12 slots forward, 10 backward
-// (4097 columns in 512 threads need 9). Backward 16-bit rows take 2 vectors (16 elements, with
+// (4097 columns in 512 threads need 9). Since the forward keeps the sums of d and d^2 through
+// its second pass, its 12- and 11-slot scalar kernels spill one register (4 bytes, sm_90):
+// kept, as cheaper than sending odd rows of 5633..6144 columns to the loop kernels. Backward
+// 16-bit rows take 2 vectors (16 elements, with
 // the next-row prefetch) or 3 (24, without): the smallest row group wins, so 768
 // columns take one warp with 3 vectors, 1024 two warps with 2, 12288 512 threads with 3.
 //
