@@ -5,8 +5,8 @@ rows, twice over (``F.layer_norm`` in fp32 keeps its statistics with Welford's m
 N(0, 1) with one value of 300: a one-pass variance E[d^2] - E[d]^2 over d = x - x[0] cancels
 there (with the 300 at position 0 every d is about -300), and its error grows with the width
 (1.8e-3 at 768 columns, 1.9e-1 at 16384, against torch's 5e-6 and 2e-5); the fallback's two
-passes, summed in float64, stay well under torch's error (2e-6 at 16384). tests/gpu/test_gpu_layer_norm_precision.py holds the kernels to
-the same bound.
+passes, summed in float64, stay well under torch's error (2e-6 at 16384).
+tests/gpu/test_gpu_layer_norm_precision.py holds the kernels to the same bound.
 """
 
 from __future__ import annotations
