@@ -77,11 +77,17 @@ class Request:
         return ARCHES[self.platform][1]
 
 
+def _shown(value: str) -> str:
+    """A value as an error message quotes it: repr, and no longer than a line."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def parse_platform(value: str | None) -> str:
-    platform = _PLATFORM_ALIASES.get(value or "", value or catalog.DEFAULT_PLATFORM)
+    platform = catalog.DEFAULT_PLATFORM if value is None else _PLATFORM_ALIASES.get(value, value)
     if platform not in ARCHES:
         raise BadInputError(
-            f"--platform {value} is not one the stand-ins are made for",
+            f"--platform {_shown(platform)} is not one the stand-ins are made for",
             hint="use " + " or ".join(ARCHES),
         )
     return platform
@@ -102,7 +108,7 @@ def parse_cuda(values: Sequence[str], platform: str) -> tuple[str, ...]:
     for value in values:
         if not re.fullmatch(r"\d+\.\d+", value):
             raise BadInputError(
-                f"--cuda {value} is not a CUDA version", hint="use MAJOR.MINOR, e.g. " + have[-1]
+                f"--cuda {_shown(value)} is not a CUDA version", hint="use MAJOR.MINOR, e.g. " + have[-1]
             )
         if value not in have:
             why = (

@@ -89,6 +89,9 @@ def test_arm64_tags_and_prefix() -> None:
         (["13.1"], None, {}, "no stand-in for CUDA 13.1"),
         (["12.4"], "linux/arm64", {}, "only NVIDIA's 13.x wheels"),
         ([], "linux/s390x", {}, "not one the stand-ins are made for"),
+        ([], "", {}, "--platform '' is not one"),
+        (["x" * 300], None, {}, r"--cuda 'x{36}\.\.\. is not a CUDA version"),
+        (["13.2 "], None, {}, "is not a CUDA version"),
         ([], None, {"STANDIN_PREFIX": "Bad Prefix"}, "not an image repository name"),
     ],
 )
