@@ -123,7 +123,7 @@ class Docker:
         script: str,
         args: Sequence[str],
         changes: Sequence[str],
-        ca_bundle: Path,
+        ca_bundle: Path | None,
         log: Path,
         container: str,
     ) -> None:
@@ -138,8 +138,9 @@ class Docker:
                     "run",
                     "--name",
                     container,
-                    "-v",
-                    f"{ca_bundle}:/run/host-ca.crt:ro",
+                    # The CA is mounted, never copied: no layer holds it (the empty mount
+                    # point is all `docker commit` keeps).
+                    *(["-v", f"{ca_bundle}:/run/host-ca.crt:ro"] if ca_bundle is not None else []),
                     parent,
                     "sh",
                     "-euc",

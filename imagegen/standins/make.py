@@ -24,7 +24,7 @@ import jinja2
 
 from imagegen import catalog
 from imagegen import log as ui
-from imagegen.errors import BuildFailedError
+from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.standins import cuda_home, debian_cuda, mirrors, rootfs
 from imagegen.standins.engine import Docker
 from imagegen.standins.plan import (
@@ -47,7 +47,8 @@ _TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 APT_SCRIPT = """
 packages="$1"
 shift
-apt_opts="-o Acquire::https::CAInfo=/run/host-ca.crt -o Acquire::Retries=3"
+apt_opts="-o Acquire::Retries=3"
+[ ! -s /run/host-ca.crt ] || apt_opts="$apt_opts -o Acquire::https::CAInfo=/run/host-ca.crt"
 apt-get $apt_opts update -qq
 apt-get $apt_opts install -y -qq --no-install-recommends $packages >/dev/null
 apt-get clean
@@ -96,7 +97,7 @@ class _Maker:
 
     def __init__(self, docker: Docker, req: Request, env: Mapping[str, str], workdir: Path) -> None:
         self.docker, self.req, self.env, self.workdir = docker, req, env, workdir
-        self.ca = Path(env.get("STANDIN_CA") or DEFAULT_CA)
+        self.ca = ca_bundle(env)
 
     def log(self, name: str) -> Path:
         return self.workdir / f"{name}.log"
@@ -237,6 +238,19 @@ class _Maker:
             self.cuda_pair(image, partner)
 
 
+def ca_bundle(env: Mapping[str, str]) -> Path | None:
+    """The CA bundle apt uses for an HTTPS mirror: STANDIN_CA (bad input when it is no file), else
+    the host's bundle where there is one."""
+    named = env.get("STANDIN_CA", "").strip()
+    if named:
+        if not Path(named).is_file():
+            raise BadInputError(
+                f"STANDIN_CA {named!r} is not a file", hint="name the CA bundle apt should trust (PEM)"
+            )
+        return Path(named)
+    return DEFAULT_CA if DEFAULT_CA.is_file() else None
+
+
 def host_cuda(env: Mapping[str, str]) -> str | None:
     return cuda_home.host_cuda_version(cuda_home.host_cuda_home(env))
 
@@ -273,6 +287,7 @@ def make(req: Request, *, force: bool = False, env: Mapping[str, str] = os.envir
     """Make what ``req`` needs and is not current; BuildFailedError (1), EngineUnavailableError (3)."""
     start = time.monotonic()
     images = plan(req, host_cuda(env))
+    ca_bundle(env)  # bad input before any work
     docker = Docker.connect(env)
     with _one_at_a_time(env):
         return _make(docker, req, images, force, env, start)
@@ -291,13 +306,24 @@ def _make(
         maker = _Maker(docker, req, env, workdir)
         try:
             _run(maker, todo, made)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+        except BaseException:
+            _keep_logs_only(workdir)  # the errors name them
+            raise
+        shutil.rmtree(workdir, ignore_errors=True)
     return StandinReport(
         req.platform,
         tuple(Made(i.tag, "built" if i.tag in made else "current", made.get(i.tag, 0.0)) for i in images),
         time.monotonic() - start,
     )
+
+
+def _keep_logs_only(workdir: Path) -> None:
+    for path in workdir.iterdir():
+        if path.suffix != ".log":
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def _run(maker: _Maker, todo: tuple[Image, ...], made: dict[str, float]) -> None:

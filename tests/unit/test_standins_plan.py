@@ -109,6 +109,18 @@ def test_bad_flags_exit_2_before_any_engine_is_asked() -> None:
         result = runner.invoke(app, ["standins", *args], env={"DOCKER_HOST": "unix:///nonexistent.sock"})
         assert result.exit_code == 2, result.output
         assert message in result.output
+    missing_ca = {"DOCKER_HOST": "unix:///nonexistent.sock", "STANDIN_CA": "/nonexistent/ca.crt"}
+    result = runner.invoke(app, ["standins"], env=missing_ca)
+    assert result.exit_code == 2 and "STANDIN_CA '/nonexistent/ca.crt' is not a file" in result.output
+
+
+def test_a_failed_run_keeps_its_logs_only(tmp_path: Path) -> None:
+    (tmp_path / "rootfs-x" / "etc").mkdir(parents=True)
+    (tmp_path / "cuda-13.2").mkdir()
+    for name in ("debootstrap-bookworm.log", "pip-13.2.log", "Dockerfile.devel"):
+        (tmp_path / name).write_text("x")
+    make_lib._keep_logs_only(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["debootstrap-bookworm.log", "pip-13.2.log"]
 
 
 def _current(images: tuple[Image, ...], missing: set[str]) -> dict[str, bool]:
