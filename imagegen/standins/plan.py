@@ -199,16 +199,11 @@ def plan(req: Request, host_cuda: str | None = None) -> tuple[Image, ...]:
 def to_make(images: Sequence[Image], current: Mapping[str, bool], force: bool = False) -> tuple[Image, ...]:
     """The images to (re)build: forced, not current (missing or another revision), or whose
     parent is rebuilt in this run (a new base invalidates everything made from it). A CUDA
-    pair is made by one recipe, so both go when either does."""
+    pair is made by one recipe, so both go when either does (parents come first in ``images``,
+    and no image derives from a CUDA one, so one pass decides)."""
     chosen: set[str] = set()
     for image in images:
         if force or not current.get(image.tag, False) or (image.parent in chosen):
-            chosen.add(image.tag)
-            if image.pair is not None:
-                chosen.add(image.pair)
-    # A pair's second image may come before its parent is chosen: a second pass settles it.
-    for image in images:
-        if image.parent in chosen or (image.pair is not None and image.pair in chosen):
             chosen.add(image.tag)
             if image.pair is not None:
                 chosen.add(image.pair)
