@@ -81,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserFacingError as exc:
         print(f"compat: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), file=sys.stderr)
         return 2
-    if path is not None:
+    if path is not None and path.resolve() == results.RESULTS_FILE:
+        # The docs show the committed results only, not a scratch file's.
         DOCS.write_text(results.markdown(run.data))
     targets = len(catalog.CUDA_TARGETS) + len(catalog.ROCM_TARGETS) + 1
     if run.failures:

@@ -197,16 +197,7 @@ def _targets_minors(accelerator: str, version: str, toolkits: Sequence[device.To
         if target.accelerator != accelerator:
             continue
         same = [t for t in toolkits if t.accelerator == accelerator]
-        wanted = Version(target.version or "0")
-        nearest = min(
-            same,
-            key=lambda t: (
-                Version(t.version).major != wanted.major,
-                abs(Version(t.version).minor - wanted.minor)
-                + 100 * abs(Version(t.version).major - wanted.major),
-                t.version,
-            ),
-        )
+        nearest = min(same, key=lambda t: results.toolkit_distance(t.version, target.version))
         if nearest.version == version:
             minors += results.admitted_minors(target)
     return minors

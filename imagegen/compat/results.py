@@ -61,6 +61,12 @@ def _host_ok(entry: Mapping[str, Any], gpu: bool) -> bool:
     return all(s.get("ok") for s in wanted)
 
 
+def toolkit_distance(have: str, wanted: str | None) -> tuple[bool, int, str]:
+    """How far a toolkit release is from a target's: the same major first, then the nearest."""
+    a, b = Version(have), Version(wanted or "0")
+    return (a.major != b.major, abs(a.minor - b.minor) + 100 * abs(a.major - b.major), have)
+
+
 @dataclass(frozen=True)
 class DeviceProof:
     toolkit: str  # "nvcc 13.0"
@@ -80,17 +86,7 @@ def device_proof(target: catalog.Target, data: Mapping[str, Any]) -> DeviceProof
             ok.setdefault((str(run["label"]), str(run["version"])), []).append(str(run["std"]))
     if not ok:
         return None
-    wanted = Version(target.version or "0")
-
-    def distance(item: tuple[tuple[str, str], list[str]]) -> tuple[int, int, str]:
-        have = Version(item[0][1])
-        return (
-            have.major != wanted.major,
-            abs(have.minor - wanted.minor) + 100 * abs(have.major - wanted.major),
-            item[0][1],
-        )
-
-    (label, version), stds = min(ok.items(), key=distance)
+    (label, version), stds = min(ok.items(), key=lambda item: toolkit_distance(item[0][1], target.version))
     return DeviceProof(label, version == target.version, tuple(sorted(stds)))
 
 
