@@ -127,6 +127,8 @@ class Run:
     def save(self) -> None:
         if self.path is None:
             return
+        # The images section is kept by hand, possibly while a long run goes on: take the file's.
+        self.data["images"] = results.load(self.path).get("images", self.data.get("images", []))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         staged = self.path.with_suffix(".tmp")
         staged.write_text(results.dump(self.data))

@@ -189,3 +189,17 @@ def test_the_results_ship_with_the_package() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"data/*.json"' in pyproject
     assert results.RESULTS_FILE.is_file()
+
+
+def test_a_run_keeps_the_images_section_edited_while_it_runs(tmp_path: Path) -> None:
+    from imagegen.compat.check import Run
+
+    path = tmp_path / "compat.json"
+    path.write_text(results.dump({"schema": 1, "images": []}))
+    run = Run({"schema": 1, "host": {}, "images": []}, path, say=lambda _: None)
+    edited = [{"target": "cuda12.4", "torch": "2.6.0", "date": "2026-11-25", "built": True, "verified": True}]
+    path.write_text(results.dump({"schema": 1, "images": edited}))  # by hand, mid-run
+    run.data["host"] = {"2.0": {"torch": "2.0.1", "sources": []}}
+    run.save()
+    saved = results.load(path)
+    assert saved["images"] == edited and saved["host"] == run.data["host"]
