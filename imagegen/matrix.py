@@ -10,6 +10,7 @@ their content changes.
 
 from __future__ import annotations
 
+import contextlib
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,14 +115,52 @@ def render_matrix(op_sources: Sequence[str] = (), platforms: Sequence[str] = ())
 def write_matrix(
     out_dir: Path, op_sources: Sequence[str] = (), platforms: Sequence[str] = ()
 ) -> tuple[list[Path], list[Path]]:
-    """Write the matrix under ``out_dir``; returns (written, unchanged) paths."""
+    """Write the matrix under ``out_dir``; returns (written, unchanged) paths.
+
+    Each file is written whole or not at all (``write_if_changed``). When one cannot be
+    written (a full disk, a file in the way, an interrupt), the files and folders this call
+    created are removed again, so a failed run leaves no empty folders or a partial matrix
+    beside what was there before; files it replaced keep their new, whole content.
+    """
     written: list[Path] = []
     unchanged: list[Path] = []
-    for relative, text in sorted(render_matrix(op_sources, platforms).items()):
-        path = out_dir / relative
-        make_dirs(path.parent)
-        (written if write_if_changed(path, text) else unchanged).append(path)
+    created_files: list[Path] = []
+    created_dirs: list[Path] = []
+    try:
+        for relative, text in sorted(render_matrix(op_sources, platforms).items()):
+            path = out_dir / relative
+            created_dirs.extend(_missing_dirs(path.parent))
+            make_dirs(path.parent)
+            existed = path.exists()
+            if write_if_changed(path, text):
+                written.append(path)
+                if not existed:
+                    created_files.append(path)
+            else:
+                unchanged.append(path)
+    except BaseException:
+        _remove_created(created_files, created_dirs)
+        raise
     return written, unchanged
+
+
+def _missing_dirs(folder: Path) -> list[Path]:
+    """The folders ``mkdir -p folder`` would create, outermost first."""
+    missing: list[Path] = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+def _remove_created(files: Sequence[Path], dirs: Sequence[Path]) -> None:
+    """Undo a failed ``write_matrix``: its new files, then its folders, innermost first."""
+    for path in files:
+        path.unlink(missing_ok=True)
+    for folder in sorted(set(dirs), key=lambda d: len(d.parts), reverse=True):
+        # Not empty (someone else's file in it) or already gone: leave it.
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def stale_files(out_dir: Path, op_sources: Sequence[str] = (), platforms: Sequence[str] = ()) -> list[str]:
