@@ -161,6 +161,10 @@ template <>
 __device__ __forceinline__ gpu_bf16 from_float<gpu_bf16>(float v) {
 #if defined(GPU_ROCM) && !defined(GPU_BF16_IS_HIP_NEW)
   return gpu_bf16(v);  // rounds to nearest even
+#elif defined(GPU_ROCM)
+  // HIP's __float2bfloat16 rounds to nearest even too; ROCm 5.7's <hip/hip_bf16.h> has no
+  // _rn spelling (make compat: hipcc 5.7).
+  return __float2bfloat16(v);
 #else
   return __float2bfloat16_rn(v);
 #endif
