@@ -23,7 +23,9 @@ With ``use_direct_io`` (or a descriptor opened with ``O_DIRECT``) every whole al
 page moves through ``O_DIRECT``; what is not aligned (the bytes before the first
 4096-aligned file position, a last partial page) moves through a buffered descriptor,
 and a tensor whose memory is not 4096-aligned is staged through aligned bounce
-buffers. ``stats()`` shows which path the bytes took.
+buffers. Any ``block_size`` is accepted: O_DIRECT requests are ``block_size`` rounded up to
+whole pages (1024 -> 4096), since O_DIRECT moves nothing less. ``stats()`` shows which path
+the bytes took.
 
 Operations in flight are not ordered with respect to each other: wait() before
 reading a file that a queued write produces. A handle that is dropped finishes its

@@ -77,6 +77,13 @@ class BackendHandle(Protocol):
     def stats(self) -> dict[str, int]: ...
 
 
+def request_block(block_size: int, direct: bool) -> int:
+    """The bytes one request moves (as the op's ``aio::request_block``): under O_DIRECT
+    ``block_size`` rounded up to whole pages, since O_DIRECT moves nothing less (DeepSpeed's
+    handle takes any block size, 1024 in its own tests); otherwise ``block_size``."""
+    return -(-block_size // DIRECT_IO_ALIGNMENT) * DIRECT_IO_ALIGNMENT if direct else block_size
+
+
 def direct_head(offset: int) -> int:
     """Bytes before the first page-aligned file position, for a buffer placed at ``offset``."""
     return -offset % DIRECT_IO_ALIGNMENT

@@ -21,11 +21,18 @@ Where DeepSpeed and this differ, on purpose:
   buffers and offsets work (bounce buffers, plain calls for partial pages) instead of
   failing with EINVAL; ``use_direct_io=False`` is for file systems without O_DIRECT
   (tmpfs). Sizes need not divide by ``intra_op_parallelism``.
-- Every method takes a path or an open descriptor (DeepSpeed: async_pwrite only), and
-  ``wait()`` with nothing queued returns 0 (DeepSpeed asserts).
+- Every method takes a path or an open descriptor (DeepSpeed: async_pwrite only, whose
+  keyword for it, ``fd=``, works here too), and ``wait()`` with nothing queued returns 0
+  (DeepSpeed asserts).
+- Any ``block_size`` works with O_DIRECT, as DeepSpeed's (its tests use 1024): the requests
+  that go direct are whole pages (see ``kernels.aio``).
 - ``read``/``write`` ("non-parallel" in DeepSpeed) use the handle's threads like the rest.
 
-As DeepSpeed's, a non-contiguous buffer is moved through a contiguous copy (DeepSpeed's
+As DeepSpeed's, the handle is safe to share between threads: a blocking call (``pread`` /
+``pwrite`` without ``async_op``, ``sync_*``) holds the handle's lock from queueing its operation
+until its wait() is done, and ``async_*`` and ``wait()`` take the same lock, so one thread's
+wait never collects another's blocking operation and each blocking call returns after its own
+data has landed. A non-contiguous buffer is moved through a contiguous copy (DeepSpeed's
 bounce buffer), copied back into it when a read completes (in wait()); and ``is_pinned``
 is True for a view of any live handle's ``new_cpu_locked_tensor`` (one process-wide
 manager in DeepSpeed).
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -80,6 +88,9 @@ class AIOHandle:
             overlap_events,
             backend=backend,
         )
+        # Held from queueing to the end of the wait in blocking calls, and by wait() and
+        # async_* (DeepSpeed's _handle_mutex); it also guards the two lists below.
+        self._lock = threading.Lock()
         self._checks: list[_Check] = []
         # Reads into non-contiguous buffers: (buffer, the contiguous copy read into), copied back in wait().
         self._copy_backs: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -139,18 +150,20 @@ class AIOHandle:
     ) -> int:
         """Queue a read; if not ``async_op``, wait() and return its count (every queued op), else 0."""
         staged = _contiguous(buffer)
-        self._io.async_pread(staged, filename, file_offset)
-        if staged is not buffer:
-            self._copy_backs.append((buffer, staged))
-        return self._queued(_Check("read", staged, filename, file_offset), validate, async_op)
+        with self._lock:
+            self._io.async_pread(staged, filename, file_offset)
+            if staged is not buffer:
+                self._copy_backs.append((buffer, staged))
+            return self._queued(_Check("read", staged, filename, file_offset), validate, async_op)
 
     def pwrite(
         self, buffer: torch.Tensor, filename: FileArg, validate: bool, async_op: bool, file_offset: int = 0
     ) -> int:
         """Queue a write; if not ``async_op``, wait() and return its count (every queued op), else 0."""
         staged = _contiguous(buffer)  # kept alive by the queued operation until it completes
-        self._io.async_pwrite(staged, filename, file_offset)
-        return self._queued(_Check("write", staged, filename, file_offset), validate, async_op)
+        with self._lock:
+            self._io.async_pwrite(staged, filename, file_offset)
+            return self._queued(_Check("write", staged, filename, file_offset), validate, async_op)
 
     def sync_pread(self, buffer: torch.Tensor, filename: FileArg, file_offset: int = 0) -> int:
         return self.pread(buffer, filename, False, False, file_offset)
@@ -161,11 +174,32 @@ class AIOHandle:
     def async_pread(self, buffer: torch.Tensor, filename: FileArg, file_offset: int = 0) -> int:
         return self.pread(buffer, filename, False, True, file_offset)
 
-    def async_pwrite(self, buffer: torch.Tensor, filename: FileArg, file_offset: int = 0) -> int:
-        return self.pwrite(buffer, filename, False, True, file_offset)
+    def async_pwrite(
+        self,
+        buffer: torch.Tensor,
+        filename: FileArg | None = None,
+        file_offset: int = 0,
+        *,
+        fd: int | None = None,
+    ) -> int:
+        """Queue a write to ``filename`` (a path or descriptor) or, by DeepSpeed's keyword, to the
+        open descriptor ``fd``; exactly one of the two."""
+        if fd is None:
+            if filename is None:
+                raise TypeError("async_pwrite needs a file: filename (a path or descriptor) or fd=")
+            return self.pwrite(buffer, filename, False, True, file_offset)
+        if filename is not None:
+            raise TypeError("async_pwrite takes filename or fd=, not both")
+        if not is_descriptor(fd):
+            raise TypeError(f"async_pwrite: fd must be an open file descriptor (an int), got {fd!r}")
+        return self.pwrite(buffer, fd, False, True, file_offset)
 
     def wait(self) -> int:
         """Wait for every queued operation; returns how many completed (0 if none were queued)."""
+        with self._lock:
+            return self._wait_locked()
+
+    def _wait_locked(self) -> int:
         checks, self._checks = self._checks, []
         copy_backs, self._copy_backs = self._copy_backs, []
         completed = self._io.wait()
@@ -193,9 +227,10 @@ class AIOHandle:
         return self._io.is_cpu_locked_tensor(tensor)
 
     def _queued(self, check: _Check, validate: bool, async_op: bool) -> int:
+        """With the lock held: note the check, and for a blocking call wait under the same hold."""
         if validate:
             self._checks.append(check)
-        return 0 if async_op else self.wait()
+        return 0 if async_op else self._wait_locked()
 
     def __repr__(self) -> str:
         return f"AIOHandle(backend={self.backend!r})"

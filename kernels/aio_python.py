@@ -32,6 +32,7 @@ from kernels.aio_common import (
     direct_head,
     file_path,
     read_size_error,
+    request_block,
     split_range,
     tensor_bytes,
 )
@@ -134,8 +135,6 @@ class PythonAIOHandle:
             raise ValueError("queue_depth must be positive")
         if thread_count <= 0:
             raise ValueError("thread_count must be positive")
-        if use_direct_io and block_size % _ALIGN != 0:
-            raise ValueError(f"use_direct_io needs a block_size that is a multiple of {_ALIGN}")
         self.block_size = block_size
         self.queue_depth = queue_depth
         self.thread_count = thread_count
@@ -254,13 +253,14 @@ class PythonAIOHandle:
 
     # ---- running
     def _start(self, operation: _Operation) -> None:
-        ranges = split_range(operation.nbytes, self.block_size, self.thread_count, operation.head)
+        block = request_block(self.block_size, operation.direct_fd is not None)
+        ranges = split_range(operation.nbytes, block, self.thread_count, operation.head)
         operation.remaining = len(ranges)
         if not ranges:  # an empty tensor: opening the file was all there was to do
             operation.close()
         view = tensor_bytes(operation.tensor)
         for begin, end in ranges:
-            task = _RangeTask(operation, view, begin, end, self.block_size, self._counters)
+            task = _RangeTask(operation, view, begin, end, block, self._counters)
             operation.futures.append(self._pool.submit(task))
 
     def _submit_async(self, operation: _Operation) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -139,6 +140,108 @@ def test_async_pwrite_to_a_descriptor(handle: AIOHandle, tmp_path: Path) -> None
         assert torch.equal(back, data)
     finally:
         os.close(fd)
+
+
+def test_async_pwrite_takes_deepspeeds_fd_keyword(handle: AIOHandle, tmp_path: Path) -> None:
+    # DeepSpeed's overload for a descriptor names it fd: h.async_pwrite(buffer, fd=f.fileno()).
+    path = tmp_path / "fd_keyword.bin"
+    data = random_bytes(BLOCK + 5, seed=11)
+    with path.open("w+b") as f:
+        assert handle.async_pwrite(data, fd=f.fileno()) == 0
+        assert handle.async_pwrite(data, fd=f.fileno(), file_offset=len(as_bytes(data))) == 0
+        assert handle.wait() == 2
+    assert path.read_bytes() == as_bytes(data) * 2
+    with pytest.raises(TypeError, match="not both"):
+        handle.async_pwrite(data, str(path), fd=3)
+    with pytest.raises(TypeError, match="needs a file"):
+        handle.async_pwrite(data)
+    with pytest.raises(TypeError, match="open file descriptor"):
+        handle.async_pwrite(data, fd=str(path))  # type: ignore[arg-type]
+    assert handle.wait() == 0  # nothing was queued by the refused calls
+
+
+@pytest.mark.parametrize("block_size", [1024, 1000, 5000])
+def test_deepspeeds_small_block_sizes_with_o_direct(
+    backend: aio.Backend, tmp_path: Path, block_size: int
+) -> None:
+    """DeepSpeed's own tests make ``aio_handle(1024, 2, True, True, 2)``; O_DIRECT needs aligned
+    buffers and offsets, not an aligned block size, so the requests that go direct are whole pages."""
+    if not o_direct_ok(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} has no O_DIRECT")
+    handle = AIOHandle(block_size, 2, True, True, 2, backend=backend)
+    assert handle.get_block_size() == block_size and handle.get_use_direct_io()
+    pages = 8
+    data = random_bytes(pages * 4096 + 100, seed=block_size)  # a partial last page too
+    path = tmp_path / "small_blocks.bin"
+    assert handle.sync_pwrite(data, str(path)) == 1
+    assert path.read_bytes() == as_bytes(data)
+    back = torch.zeros_like(data)
+    assert handle.sync_pread(back, str(path)) == 1
+    assert torch.equal(back, data)
+    stats = handle.stats()
+    # Every whole page went through O_DIRECT in requests of block_size rounded up to pages;
+    # only the partial last page moved with a plain call (once for the write, once for the read).
+    per_request = -(-block_size // 4096)
+    assert stats.direct_requests == stats.requests == 2 * -(-pages // per_request)
+    assert stats.plain_calls == 2
+
+
+@pytest.mark.parametrize("calls", ["sync_pread", "pread", "reads_and_writes"])
+def test_concurrent_blocking_calls_each_return_their_own_count_after_their_own_data(
+    backend: aio.Backend, tmp_path: Path, calls: str
+) -> None:
+    """Threads sharing one handle, each with its own file: every blocking call returns 1 (its
+    own operation) and only once its bytes have landed, which a call returning early (another
+    thread's wait having collected its operation) would show as missing data."""
+    threads, rounds, nbytes = 8, 10, 4 << 20
+    # Small requests, few in flight: each read takes long enough to be caught unfinished.
+    handle = AIOHandle(16 * 1024, 2, False, False, 2, use_direct_io=False, backend=backend)
+    contents = [os.urandom(nbytes) for _ in range(threads)]
+    paths = [tmp_path / f"thread{i}.bin" for i in range(threads)]
+    for path, content in zip(paths, contents):
+        path.write_bytes(content)
+    start = threading.Barrier(threads)
+    problems: list[str] = []
+
+    def read(i: int, buf: torch.Tensor) -> None:
+        buf.zero_()
+        count = (
+            handle.sync_pread(buf, str(paths[i]))
+            if calls == "sync_pread" or i % 2
+            else handle.pread(buf, str(paths[i]), False, False)
+        )
+        # The last bytes first: the part of an unfinished read most likely still missing.
+        landed = bytes(buf[-64:].numpy()) == contents[i][-64:] and as_bytes(buf) == contents[i]
+        if count != 1 or not landed:
+            problems.append(f"thread {i}: read returned {count}, data {'in place' if landed else 'missing'}")
+
+    def write(i: int, buf: torch.Tensor, round_: int) -> None:
+        buf.copy_(torch.frombuffer(bytearray(contents[(i + round_) % threads]), dtype=torch.uint8))
+        count = handle.sync_pwrite(buf, str(paths[i]))
+        if count != 1 or paths[i].read_bytes() != contents[(i + round_) % threads]:
+            problems.append(f"thread {i}: write returned {count}")
+        paths[i].write_bytes(contents[i])  # back to what the readers expect
+
+    def worker(i: int) -> None:
+        buf = torch.zeros(nbytes, dtype=torch.uint8)
+        try:
+            for round_ in range(rounds):
+                start.wait()
+                if calls == "reads_and_writes" and i % 2 == 0:
+                    write(i, buf, round_ + 1)
+                else:
+                    read(i, buf)
+        except Exception as exc:  # reported below, with the thread it happened in
+            problems.append(f"thread {i}: {exc!r}")
+            start.abort()
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    assert not problems, problems[:5]
+    assert handle.wait() == 0  # every operation was waited for by the call that queued it
 
 
 def test_validate_reports_a_mismatch(backend: aio.Backend) -> None:

@@ -45,6 +45,8 @@ THREADS = 2
 # (block_size, queue_depth, single_submit, overlap_events, intra_op_parallelism): small blocks,
 # so that every transfer below is several requests per thread.
 SETTINGS = (4 * PAGE, 4, False, True, THREADS)
+# What DeepSpeed's own AIO tests make (tests/unit/ops/aio): a block below a page, with O_DIRECT.
+DEEPSPEED_TEST_SETTINGS = (1024, 2, True, True, 2)
 
 
 DeepSpeedAsyncIOBuilder = import_deepspeed("ops.op_builder", "our AIO handle").AsyncIOBuilder
@@ -148,8 +150,15 @@ def check_reads_back(handle: Any, path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [(), SETTINGS, (PAGE, 1, True, False, 1), (1 << 20, 32, True, True, 3), (8 * PAGE, 128, False, False, 4)],
-    ids=["defaults", "settings", "small", "odd-threads", "four-threads"],
+    [
+        (),
+        SETTINGS,
+        (PAGE, 1, True, False, 1),
+        (1 << 20, 32, True, True, 3),
+        (8 * PAGE, 128, False, False, 4),
+        DEEPSPEED_TEST_SETTINGS,
+    ],
+    ids=["defaults", "settings", "small", "odd-threads", "four-threads", "deepspeeds-tests"],
 )
 def test_getters_report_deepspeeds_knobs(
     ds_op: ModuleType, backend: aio.Backend, args: tuple[Any, ...]
@@ -219,6 +228,32 @@ def test_descriptor_writes_alike(ds_handle: Any, ours: Any, io_dir: Path) -> Non
             os.close(fd)
         files[name] = path.read_bytes()
     assert files["ours"] == files["deepspeed"] == bytes(PAGE) + as_bytes(data)
+
+
+def test_descriptor_by_deepspeeds_fd_keyword_alike(ds_handle: Any, ours: Any, io_dir: Path) -> None:
+    # DeepSpeed's descriptor overload names it fd: async_pwrite(buffer, fd=..., file_offset=...).
+    data = PARTS["uint8"]
+    files = {}
+    for name, handle in (("deepspeed", ds_handle), ("ours", ours)):
+        path = io_dir / f"{name}_fd_keyword.bin"
+        with path.open("w+b") as f:
+            assert handle.async_pwrite(data, fd=f.fileno(), file_offset=PAGE) == 0
+            assert handle.wait() == 1
+        files[name] = path.read_bytes()
+    assert files["ours"] == files["deepspeed"] == bytes(PAGE) + as_bytes(data)
+
+
+def test_deepspeeds_test_settings_move_files_alike(
+    ds_op: ModuleType, backend: aio.Backend, io_dir: Path
+) -> None:
+    """A block of 1024 bytes (DeepSpeed's tests): files written by either read back by the other."""
+    theirs = ds_op.aio_handle(*DEEPSPEED_TEST_SETTINGS)
+    mine = CompatAsyncIOBuilder().load().aio_handle(*DEEPSPEED_TEST_SETTINGS, backend=backend)
+    for writer, reader, name in ((theirs, mine, "deepspeed"), (mine, theirs, "ours")):
+        path = io_dir / f"small_blocks_by_{name}.bin"
+        write_parts(writer, path)
+        assert path.read_bytes() == FILE_BYTES
+        check_reads_back(reader, path)
 
 
 def test_strided_buffers_move_in_logical_order_alike(ds_handle: Any, ours: Any, io_dir: Path) -> None:

@@ -1,7 +1,8 @@
 // async_io: tensor reads and writes to files through Linux AIO, behind a handle.
 //
 // A handle owns `thread_count` worker threads, each with its own AIO context of
-// `queue_depth` requests of `block_size` bytes. Every read or write is split into
+// `queue_depth` requests of `block_size` bytes (rounded up to whole pages under O_DIRECT,
+// which moves nothing less). Every read or write is split into
 // `thread_count` block-aligned ranges that the workers move concurrently. async_*
 // calls open the file, check sizes and queue the work (errors a caller can fix are
 // raised right there); wait() blocks, without the GIL, until every queued operation
@@ -95,10 +96,6 @@ class AsyncIOHandle {
         if (block_size <= 0) throw py::value_error("block_size must be positive");
         if (queue_depth <= 0) throw py::value_error("queue_depth must be positive");
         if (thread_count <= 0) throw py::value_error("thread_count must be positive");
-        if (use_direct_io && block_size % aio::kDirectAlignment != 0) {
-            throw py::value_error("use_direct_io needs a block_size that is a multiple of " +
-                                  std::to_string(aio::kDirectAlignment));
-        }
         // Contexts are made here, not in the workers, so a refused io_setup (the
         // system-wide limit fs.aio-max-nr) is an error of this constructor.
         for (int i = 0; i < thread_count; ++i) {
@@ -365,7 +362,9 @@ class AsyncIOHandle {
     }
 
     void enqueue_locked(const std::shared_ptr<Job>& job, bool is_async) {
-        const auto ranges = aio::split_range(job->nbytes, config_.block_size, thread_count_, job->head);
+        // Ranges are whole requests, so that only a range's last request can be a partial page.
+        const std::int64_t block = aio::request_block(config_.block_size, job->files.direct_fd >= 0);
+        const auto ranges = aio::split_range(job->nbytes, block, thread_count_, job->head);
         job->remaining = static_cast<int>(ranges.size());
         if (ranges.empty()) {
             // Nothing to move (an empty tensor): the open above already made or checked the file.

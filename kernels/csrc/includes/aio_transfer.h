@@ -45,6 +45,14 @@ struct Range {
     std::int64_t end;
 };
 
+// The bytes one request moves. O_DIRECT moves whole pages only, so a direct operation's
+// requests are `block_size` rounded up to whole pages (DeepSpeed's handle takes any block
+// size, 1024 in its own tests); a buffered one's are `block_size` as given.
+inline std::int64_t request_block(std::int64_t block_size, bool direct) {
+    if (!direct) return block_size;
+    return (block_size + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+}
+
 // How many bytes at the start of a buffer written at file position `offset` come
 // before the first page-aligned file position: under O_DIRECT they move with plain calls.
 inline std::int64_t direct_head(std::int64_t offset) {
@@ -149,6 +157,7 @@ class Context {
     // issued, the ones in flight are drained, and the first error is returned.
     IOError transfer(Op op, const Files& files, char* base, Range r) {
         const bool direct = files.direct_fd >= 0;
+        const std::int64_t block = request_block(cfg_.block_size, direct);
         const int depth = cfg_.queue_depth;
         std::vector<Slot> slots(static_cast<size_t>(depth));
         std::vector<int> free_slots;
@@ -160,16 +169,15 @@ class Context {
         int idle_retries = 0;
         IOError error;
         // Bounce buffers are made before anything is in flight, so a failed allocation
-        // leaves no request behind. Requests start block_size apart, so the first one's
-        // alignment is every one's when block_size is aligned.
-        const bool may_bounce = reinterpret_cast<std::uintptr_t>(base + r.begin) % kDirectAlignment != 0 ||
-                                cfg_.block_size % kDirectAlignment != 0;
+        // leaves no request behind. Direct requests start `block` (whole pages) apart, so the
+        // first one's alignment is every one's.
+        const bool may_bounce = reinterpret_cast<std::uintptr_t>(base + r.begin) % kDirectAlignment != 0;
         if (direct && may_bounce) ensure_bounce_buffers();
 
         while (true) {
             const bool may_prepare = cfg_.overlap_events || (in_flight == 0 && pending.empty());
             while (may_prepare && !error && next < r.end && !free_slots.empty()) {
-                std::int64_t len = std::min(cfg_.block_size, r.end - next);
+                std::int64_t len = std::min(block, r.end - next);
                 const std::int64_t pos = files.offset + next;
                 if (direct) {
                     const std::int64_t misalign = pos % kDirectAlignment;
@@ -323,7 +331,9 @@ class Context {
         if (!bounce_.empty()) return;
         for (int i = 0; i < cfg_.queue_depth; ++i) {
             void* p = nullptr;
-            if (posix_memalign(&p, kDirectAlignment, static_cast<size_t>(cfg_.block_size)) != 0) {
+            // Only direct requests bounce, and theirs are whole pages (request_block).
+            const auto bytes = static_cast<size_t>(request_block(cfg_.block_size, true));
+            if (posix_memalign(&p, kDirectAlignment, bytes) != 0) {
                 throw std::bad_alloc();
             }
             bounce_.push_back(static_cast<char*>(p));
@@ -333,7 +343,7 @@ class Context {
     io_context_t ctx_ = nullptr;
     Config cfg_;
     Counters counters_;
-    std::vector<char*> bounce_;  // one aligned block per slot, made on first unaligned use
+    std::vector<char*> bounce_;  // one aligned request block per slot, made on first unaligned use
 };
 
 }  // namespace aio
