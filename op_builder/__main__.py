@@ -2,7 +2,9 @@
 
 argparse rather than a CLI framework: this runs inside slim runtime images,
 whose only dependencies are torch and packaging. This ``main`` is the only place
-that turns errors into exit codes (0 ok, 1 failed, 2 bad input).
+that turns errors into exit codes (0 ok, 1 failed, 2 bad input, 130 interrupted);
+with ``--json`` every outcome, a malformed command line and Ctrl-C included, is one
+JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from op_builder import archs as arch_lib
 from op_builder import binary
@@ -28,6 +30,9 @@ from op_builder.registry import ALL_OPS, check_op_names, get_builder, origin_of
 from op_builder.report import SelfTestResult
 from op_builder.toolchain import CudaToolkit, Toolchain, probe_cuda
 from op_builder.verification import verify_ops
+
+# 128 + SIGINT, as shells report a command stopped by Ctrl-C (imagegen's too).
+INTERRUPTED_EXIT_CODE = 130
 
 
 def _emit(data: Any) -> None:
@@ -130,7 +135,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    names: list[str] = list(args.ops)
+    names: list[str] = list(dict.fromkeys(args.ops))  # an op named twice is verified once
     check_op_names(names)  # a typo is bad input (exit 2), not a failed verification
     manifest = read_installed()
     if not names:
@@ -178,7 +183,7 @@ def cmd_selftest(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     # Deferred: kernels.selftests imports torch and every front; the other commands must not.
     from kernels import selftests
 
-    names: list[str] = list(args.ops)
+    names: list[str] = list(dict.fromkeys(args.ops))  # an op named twice is tested once
     check_op_names(names)  # a typo is bad input (exit 2), not a failed self-test
     if not names:
         manifest = read_installed()
@@ -191,7 +196,11 @@ def cmd_selftest(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             raise BadInputError(
                 f"--isa {args.isa}: {exc}", hint=f"use --isa {exc.supported} (or a lower level), or auto"
             ) from None
-    report = selftests.run_selftests(names, selftests.resolve_device(args.device), env)
+    # --device cuda without a GPU: every op reported skipped (so the run fails), the CPU ops too,
+    # whose pass on the CPU would otherwise make the exit code claim a GPU run that never happened.
+    report = selftests.run_selftests(
+        names, selftests.resolve_device(args.device), env, gpu_required=args.device == "cuda"
+    )
     if args.json:
         _emit(report.to_json())
     else:
@@ -310,8 +319,25 @@ def cmd_binary(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 # ------------------------------------------------------------------ entry
 
 
+class _UsageError(Exception):
+    """A malformed command line, as argparse words it, and the (sub)command it was for."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is raised to ``main`` (which reports it like any bad input,
+    as JSON under --json) instead of printing the usage and exiting. Subcommands get it too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(self.prog, message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m op_builder", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m op_builder", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -401,20 +427,43 @@ def _with_op_sources(env: Mapping[str, str], extra: Sequence[str]) -> Iterator[M
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if env is None else env
+    # Read before parsing: a usage error stops argparse before --json is known.
+    wants_json = "--json" in arguments
     try:
-        with _with_op_sources(env, args.op_source) as with_sources:
-            return _COMMANDS[args.command](args, with_sources)
-    except UserFacingError as exc:
-        if env.get("OP_BUILDER_DEBUG") == "1":
-            traceback.print_exc()
-        if getattr(args, "json", False):
-            _emit(exc.to_json())
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
-        return exc.exit_code
+        try:
+            args = _parser().parse_args(arguments)
+        except _UsageError as exc:
+            usage = BadInputError(exc.message, hint=f"see `{exc.prog} --help`")
+            return _report_error(usage, wants_json, env)
+        try:
+            with _with_op_sources(env, args.op_source) as with_sources:
+                return _COMMANDS[args.command](args, with_sources)
+        except UserFacingError as exc:
+            return _report_error(exc, bool(getattr(args, "json", False)), env)
+    except KeyboardInterrupt:
+        if wants_json:
+            _emit({"error": {"message": "interrupted", "hint": None, "exit_code": INTERRUPTED_EXIT_CODE}})
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
+    except BrokenPipeError:
+        # The reader went away (`... --json | head`): nothing more can be said on stdout. As
+        # imagegen (click): exit 1, no traceback, and stdout pointed at /dev/null so that
+        # Python's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _report_error(exc: UserFacingError, as_json: bool, env: Mapping[str, str]) -> int:
+    if env.get("OP_BUILDER_DEBUG") == "1":
+        traceback.print_exc()
+    if as_json:
+        _emit(exc.to_json())
+    print(f"error: {exc.message}", file=sys.stderr)
+    if exc.hint:
+        print(f"  hint: {exc.hint}", file=sys.stderr)
+    return exc.exit_code
 
 
 if __name__ == "__main__":

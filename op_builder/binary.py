@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import re
+import stat
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -152,6 +153,14 @@ def read_device_code(path: str | Path) -> DeviceCode:
     """
     path = Path(path)
     try:
+        # Refused before opening: opening a FIFO waits for a writer (forever), and reading a
+        # device or a directory is no better.
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise BadInputError(
+                f"{path} is not a regular file (it is {_file_kind(mode)})",
+                hint="pass a compiled module (.so) or an object file",
+            )
         with path.open("rb") as file:
             if path.stat().st_size == 0:  # an empty file cannot be mapped
                 raise BadInputError(f"{path} is not an ELF file (it is empty)", hint=_NOT_ELF_HINT)
@@ -171,6 +180,17 @@ def read_device_code(path: str | Path) -> DeviceCode:
         other=_listed(by_category.get("other", ())),
         unreadable=tuple(dict.fromkeys(by_category.get("unreadable", ()))),
     )
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "another kind of file")
 
 
 def _sections(data: Buffer, path: Path) -> Iterator[tuple[str, int, int]]:

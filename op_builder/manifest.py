@@ -61,16 +61,58 @@ class Manifest:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+    def from_json(cls, data: object) -> Manifest:
+        """The manifest ``to_json`` wrote; ValueError saying what is wrong with anything else."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"it holds a JSON {_json_kind(data)}, not an object")
         if data.get("format") != FORMAT:
             raise ValueError(f"unsupported manifest format {data.get('format')!r}")
-        ops = {
-            name: InstalledOp(
-                name, entry["module"], entry["target"], tuple(entry["archs"]), entry.get("flags", {})
+        raw_ops = data.get("ops")
+        if not isinstance(raw_ops, Mapping):
+            raise ValueError(f"its ops are a JSON {_json_kind(raw_ops)}, not an object")
+        ops = {}
+        for name, entry in raw_ops.items():
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"op {name!r} is a JSON {_json_kind(entry)}, not an object")
+            archs, flags = entry.get("archs"), entry.get("flags", {})
+            if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+                raise ValueError(f"op {name!r}: archs {archs!r} is not a list of strings")
+            if not isinstance(flags, Mapping):
+                raise ValueError(f"op {name!r}: flags {flags!r} is not an object")
+            ops[name] = InstalledOp(
+                name, _text(entry, "module", name), _text(entry, "target", name), tuple(archs), flags
             )
-            for name, entry in data["ops"].items()
-        }
-        return cls(data["torch"], data["cuda"], data["hip"], data["accelerator"], data["python"], ops)
+        return cls(
+            _text(data, "torch"),
+            _optional_text(data, "cuda"),
+            _optional_text(data, "hip"),
+            _text(data, "accelerator"),
+            _text(data, "python"),
+            ops,
+        )
+
+
+def _json_kind(value: object) -> str:
+    """What json.loads made, in JSON's words."""
+    if value is None:
+        return "null"
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _text(data: Mapping[str, Any], key: str, op: str | None = None) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        where = f"op {op!r}: " if op else ""
+        raise ValueError(f"{where}{key} {value!r} is not a string")
+    return value
+
+
+def _optional_text(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} {value!r} is not a string or null")
+    return value
 
 
 def manifest_path(root: Path = PACKAGE_ROOT) -> Path:
@@ -90,8 +132,9 @@ def read_installed(root: Path = PACKAGE_ROOT) -> Manifest | None:
     except FileNotFoundError:
         return None
     try:
+        # ValueError: not JSON (json.JSONDecodeError), or JSON of the wrong shape (from_json).
         return Manifest.from_json(json.loads(text))
-    except (ValueError, KeyError, TypeError) as exc:
+    except ValueError as exc:
         raise OpLoadError(
             f"the installed-ops manifest {path} is unreadable: {exc}",
             hint="reinstall the package (the wheel may be damaged)",

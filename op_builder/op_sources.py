@@ -13,15 +13,18 @@ with its C++/CUDA sources beside them. It is found two ways:
   (``my_ops/`` with ``__init__.py`` and ``builders.py``); its parent goes on ``sys.path`` so the
   package, its front and its self-test import under their own name.
 
-Every problem (a package that does not import, a builder without sources, a source that is not
-there, a bad arch limit) is an ``OpSourceError``: exit 2, naming the file. Name clashes are the
-registry's to find, since only it sees every op at once.
+Every problem (a package that does not import or exits while importing, a builder attribute of
+the wrong type, a source that is not there or lies outside the package, a package or op name
+Python cannot import, a bad arch limit) is an ``OpSourceError``: exit 2, naming the file. Name
+clashes are the registry's to find, since only it sees every op at once.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import keyword
 import os
 import re
 import sys
@@ -32,7 +35,7 @@ from types import ModuleType
 from typing import Literal
 
 from op_builder.archs import ArchLimits
-from op_builder.builder import CPUOpBuilder, CUDAOpBuilder, OpBuilder
+from op_builder.builder import CPUOpBuilder, CUDAOpBuilder, OpBuilder, SystemLibrary
 from op_builder.errors import BadInputError, OpBuilderError
 
 ENTRY_POINT_GROUP = "op_builder.ops"
@@ -40,6 +43,9 @@ SOURCES_VARIABLE = "DS_OP_SOURCES"
 BUILDERS_MODULE = "builders"
 # The name becomes DS_BUILD_<NAME>, a module name and an image label: keep it to what all three take.
 OP_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+# Top-level packages of this distribution: an op package of one of these names would shadow ours
+# in an image (or be shadowed by them), whatever this host has installed.
+OUR_PACKAGES = ("kernels", "op_builder", "imagegen")
 
 OriginKind = Literal["builtin", "entry point", "directory"]
 
@@ -109,12 +115,41 @@ def check_package_dir(path: Path) -> Path:
             f"op source {root} is not an op package: no {' or '.join(missing)}",
             hint="imagegen new-op NAME writes a package to start from",
         )
-    if not root.name.isidentifier():
+    if not root.name.isidentifier() or keyword.iskeyword(root.name):
         raise OpSourceError(
             f"op source {root}: {root.name!r} cannot be imported as a Python package",
-            hint="rename the folder to a Python identifier, e.g. " + re.sub(r"\W", "_", root.name),
+            hint="rename the folder to a Python identifier that is not a keyword, e.g. "
+            + (f"{root.name}_ops" if keyword.iskeyword(root.name) else re.sub(r"\W", "_", root.name)),
+        )
+    shadowed = _shadowed(root)
+    if shadowed is not None:
+        raise OpSourceError(
+            f"op source {root}: the package name {root.name!r} is taken by {shadowed}",
+            hint="rename the op package's folder: it is imported by that name, in the image too",
         )
     return root
+
+
+def _shadowed(root: Path) -> str | None:
+    """What else answers to ``import <root.name>`` (ours, the standard library, an installed
+    package), or None when nothing does or it is this folder itself."""
+    name = root.name
+    if name in OUR_PACKAGES:
+        return f"imagegen's own package {name!r}"
+    if name in sys.stdlib_module_names:
+        return f"the standard library's module {name!r}"
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a broken installed package of that name: still taken
+        return f"an installed package {name!r} (which does not import)"
+    if spec is None:
+        return None
+    places = list(spec.submodule_search_locations or [])
+    if not places and spec.origin:
+        places = [str(Path(spec.origin).parent)]
+    if any(Path(place).resolve() == root for place in places):
+        return None
+    return f"the package {name!r} at {places[0] if places else spec.origin}"
 
 
 def directory_builders(path: Path) -> list[tuple[OpBuilder, OpOrigin]]:
@@ -142,18 +177,43 @@ def _import_path(root: Path) -> None:
 def _import(module_name: str, file: Path | str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
-    except Exception as exc:  # any failure of the user's module is theirs to see, named
+    except KeyboardInterrupt:
+        raise
+    # Any failure of the user's module is theirs to see, named; sys.exit() too, which would
+    # otherwise end the command with its code (0) and no output.
+    except BaseException as exc:
+        hint = "fix the module; python -c 'import " + module_name + "' shows the traceback"
+        if isinstance(exc, SystemExit):
+            hint = "remove the sys.exit() call: every op_builder and imagegen command imports the module"
         raise OpSourceError(
-            f"op package module {module_name} ({file}) does not import: {type(exc).__name__}: {exc}",
-            hint="fix the module; python -c 'import " + module_name + "' shows the traceback",
+            f"op package module {module_name} ({file}) does not import: {_describe(exc)}", hint=hint
         ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) while importing"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _builders_in(module: ModuleType) -> Iterator[OpBuilder]:
     """Every concrete builder class the module defines (classes without a name are bases)."""
     for _, cls in inspect.getmembers(module, inspect.isclass):
         if cls.__module__ == module.__name__ and issubclass(cls, OpBuilder) and hasattr(cls, "name"):
-            yield cls()
+            yield _instantiate(cls)
+
+
+def _instantiate(cls: type[OpBuilder]) -> OpBuilder:
+    try:
+        return cls()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the package's own __init__, if it has one
+        file = inspect.getsourcefile(cls) or cls.__module__
+        raise OpSourceError(
+            f"{cls.__name__} in {file}: making the builder failed: {_describe(exc)}",
+            hint="builders are declarative: set class attributes, and leave __init__ to op_builder",
+        ) from None
 
 
 # ------------------------------------------------------------------ installed distributions
@@ -173,9 +233,11 @@ def entry_point_builders() -> list[tuple[OpBuilder, OpOrigin]]:
             where = f"{dist.metadata['Name']} {dist.version}: {where}"
         try:
             target = point.load()
-        except Exception as exc:  # a broken installed package: say which one
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a broken installed package (sys.exit included): say which one
             raise OpSourceError(
-                f"the op package entry point {where} does not load: {type(exc).__name__}: {exc}",
+                f"the op package entry point {where} does not load: {_describe(exc)}",
                 hint="fix or uninstall that distribution (pip uninstall ...)",
             ) from None
         package = point.value.split(":")[0].split(".")[0]
@@ -185,7 +247,7 @@ def entry_point_builders() -> list[tuple[OpBuilder, OpOrigin]]:
         if inspect.ismodule(target):
             found += [(builder, origin) for builder in _builders_in(target)]
         elif inspect.isclass(target) and issubclass(target, OpBuilder):
-            found.append((target(), origin))
+            found.append((_instantiate(target), origin))
         else:
             raise OpSourceError(
                 f"the op package entry point {where} names {target!r}, not a builder class or module",
@@ -203,18 +265,21 @@ def check_builder(builder: OpBuilder, origin: OpOrigin) -> None:
     file = inspect.getsourcefile(cls) or cls.__module__
     where = f"{cls.__name__} in {file}"
     name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not OP_NAME.match(name):
+    if not isinstance(name, str) or not OP_NAME.match(name) or keyword.iskeyword(name):
         raise OpSourceError(
             f"{where}: op name {name!r} is not valid",
-            hint="lower case letters, digits and '_', starting with a letter (it becomes DS_BUILD_<NAME>)",
+            hint="lower case letters, digits and '_', starting with a letter, and not a Python keyword "
+            "(it becomes DS_BUILD_<NAME> and the module kernels._ops.<name>)",
         )
     if not isinstance(builder, (CPUOpBuilder, CUDAOpBuilder)):
         raise OpSourceError(
             f"{where}: {name} derives from neither CPUOpBuilder nor CUDAOpBuilder",
             hint="subclass op_builder.CPUOpBuilder (C++ only) or op_builder.CUDAOpBuilder (device code)",
         )
+    _check_attribute_types(builder, where)
     if not builder.sources:
         raise OpSourceError(f"{where}: {name} lists no sources", hint="set sources = ('csrc/my_op.cpp', ...)")
+    _check_within(builder, origin, where)
     missing = [s for s, path in zip(builder.sources, builder.source_paths()) if not Path(path).is_file()]
     if missing:
         raise OpSourceError(
@@ -240,6 +305,63 @@ def check_builder(builder: OpBuilder, origin: OpOrigin) -> None:
             f"{where}: {name}'s selftest {builder.selftest!r} is not 'module:function'",
             hint=f"e.g. selftest = '{origin.package or 'my_ops'}.selftest:run'",
         )
+
+
+# The declarative attributes that are tuples of strings, with an example of each.
+_STRING_TUPLES = {
+    "sources": '("csrc/my_op.cpp",)',
+    "include_dirs": '("includes",)',
+    "runtime_packages": '("libgomp1",)',
+    "defines": '("-DMY_OP_FAST",)',
+}
+
+
+def _check_attribute_types(builder: OpBuilder, where: str) -> None:
+    """OpSourceError naming the attribute when a declarative attribute has the wrong type: the
+    flag and package code would otherwise fail on it later with a traceback, or (a string where a
+    tuple belongs: ``("x.cpp")`` without its comma) read it character by character."""
+    for attribute, example in _STRING_TUPLES.items():
+        value = getattr(builder, attribute)
+        if isinstance(value, tuple) and all(isinstance(item, str) and item for item in value):
+            continue
+        fix = f"write ({value!r},): the trailing comma makes a tuple" if isinstance(value, str) else ""
+        raise OpSourceError(
+            f"{where}: {builder.name}'s {attribute} {value!r} is not a tuple of strings",
+            hint=fix or f"e.g. {attribute} = {example}",
+        )
+    if not isinstance(builder.description, str):
+        raise OpSourceError(
+            f"{where}: {builder.name}'s description {builder.description!r} is not a string",
+            hint='e.g. description = "what the op computes"',
+        )
+    root = type(builder).source_root
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise OpSourceError(
+            f"{where}: {builder.name}'s source_root {root!r} is not a path",
+            hint="leave source_root unset: sources are relative to the op package's folder",
+        )
+    libraries = builder.system_libraries
+    if not (isinstance(libraries, tuple) and all(isinstance(lib, SystemLibrary) for lib in libraries)):
+        raise OpSourceError(
+            f"{where}: {builder.name}'s system_libraries {libraries!r} is not a tuple of SystemLibrary",
+            hint="e.g. system_libraries = (SystemLibrary('aio', 'libaio.h', 'io_submit', ...),)",
+        )
+
+
+def _check_within(builder: OpBuilder, origin: OpOrigin, where: str) -> None:
+    """OpSourceError for a source or include dir outside the op package's folder (a directory
+    package: an image is built from that folder alone, so the build would not find it there), or
+    outside the folder the sources are relative to (an installed one)."""
+    base = builder.source_dir()
+    limit = origin.root if origin.kind == "directory" and origin.root is not None else base.resolve()
+    for attribute, entries in (("source", builder.sources), ("include dir", builder.include_dirs)):
+        for entry in entries:
+            if not (base / entry).resolve().is_relative_to(limit):
+                raise OpSourceError(
+                    f"{where}: {builder.name}'s {attribute} {entry} lies outside the op package {limit}",
+                    hint="an image is built from the package's folder alone: move the file into it "
+                    "and name it relative to the folder",
+                )
 
 
 def _limits_problem(limits: ArchLimits) -> str | None:

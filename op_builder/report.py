@@ -182,12 +182,13 @@ class SelfTestResult:
         return max_abs_err <= tolerance
 
     def to_json(self) -> dict[str, Any]:
+        # JSON has no NaN or infinity: such a number is written null (the error says why).
         return {
             "name": self.name,
             "ok": self.ok,
             "device": self.device,
-            "max_abs_err": self.max_abs_err,
-            "tolerance": self.tolerance,
+            "max_abs_err": _optional_float(self.max_abs_err),
+            "tolerance": _optional_float(self.tolerance),
             "seconds": self.seconds,
             "isa": self.isa,
             "error": self.error,

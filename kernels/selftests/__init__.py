@@ -30,9 +30,12 @@ from kernels.selftests._harness import (
     SelfTestContext,
     Tolerance,
     UnsupportedIsa,
+    gpu_visible,
     isa_problem,
+    no_gpu_reason,
     resolve_device,
     run_all,
+    skip_all,
 )
 from op_builder.errors import OpLoadError
 from op_builder.registry import get_builder
@@ -46,7 +49,9 @@ __all__ = [
     "Tolerance",
     "UnsupportedIsa",
     "force_isa",
+    "gpu_visible",
     "isa_problem",
+    "no_gpu_reason",
     "resolve_device",
     "run_selftests",
     "selftest_for",
@@ -60,13 +65,22 @@ _SIMD_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
 
 
 def run_selftests(
-    names: Sequence[str], device: Device, env: Mapping[str, str] | None = None
+    names: Sequence[str],
+    device: Device,
+    env: Mapping[str, str] | None = None,
+    *,
+    gpu_required: bool = False,
 ) -> SelfTestReport:
     """Run the named ops' self-tests (GPU ops only with ``device="cuda"``); never raises for an op.
 
     Names must be known (``op_builder.registry.check_op_names``); ``env`` decides how ops load.
+    ``gpu_required``: where no GPU is visible every op is reported skipped, the CPU ops too (a
+    run asked for on a GPU must not pass on the CPU alone).
     """
-    return run_all([selftest_for(name) for name in names], device, os.environ if env is None else env)
+    tests = [selftest_for(name) for name in names]
+    if gpu_required and not gpu_visible():
+        return skip_all(tests, device, f"--device cuda was asked for, and there is no GPU: {no_gpu_reason()}")
+    return run_all(tests, device, os.environ if env is None else env)
 
 
 def selftest_for(name: str) -> SelfTest:

@@ -41,8 +41,14 @@ class Tolerance:
     atol: float
 
     def bound(self, expected: Tensor, scale: float = 1.0) -> float:
-        """The allowed error for ``expected``; ``scale`` widens atol (sums over many rows)."""
-        peak = float(expected.detach().abs().max()) if expected.numel() else 0.0
+        """The allowed error for ``expected``; ``scale`` widens atol (sums over many rows).
+
+        The scale comes from the finite values only: NaN and infinities are compared by equality
+        (``SelfTestContext.compare``), and one of them here would make the bound NaN (nothing
+        passes, and the report cannot say it in JSON) or infinite (everything passes)."""
+        magnitudes = expected.detach().abs()
+        finite = magnitudes[torch.isfinite(magnitudes)]
+        peak = float(finite.max()) if finite.numel() else 0.0
         return self.atol * scale + self.rtol * peak
 
 
@@ -68,8 +74,8 @@ class Check:
 
     @property
     def ratio(self) -> float:
-        if self.max_abs_err is None:
-            return math.inf
+        if self.max_abs_err is None or not math.isfinite(self.tolerance):
+            return math.inf  # a check that cannot pass (or cannot be judged) is the worst
         if self.tolerance > 0:
             return self.max_abs_err / self.tolerance
         return 0.0 if self.max_abs_err == 0 else math.inf
@@ -121,7 +127,13 @@ def resolve_device(requested: Literal["cpu", "cuda", "auto"]) -> Device:
     return requested
 
 
-def _no_gpu_reason() -> str:
+def gpu_visible() -> bool:
+    """Whether torch sees a GPU (CUDA or ROCm) to run the GPU ops' self-tests on."""
+    return bool(torch.cuda.is_available())
+
+
+def no_gpu_reason() -> str:
+    """Why there is no GPU to run on, in words (for a skip, or a refused ``--device cuda``)."""
     build = torch.version.cuda or torch.version.hip
     if build is None:
         return f"needs a GPU: torch {torch.__version__} is a CPU build"
@@ -140,6 +152,14 @@ def _result(
 ) -> SelfTestResult:
     err = check.max_abs_err if check is not None else None
     tol = check.tolerance if check is not None else None
+    if check is not None and tol is not None and not math.isfinite(tol):
+        # A tolerance given as NaN or inf (a Tolerance or scale of the self-test's own): JSON has
+        # no such number, and a NaN bound would fail and an infinite one pass whatever the error.
+        error = (
+            error
+            or f"{check.label}: the tolerance is {tol}, not a finite number (fix the self-test's Tolerance)"
+        )
+        tol = None
     within = err is not None and tol is not None and err <= tol
     if error is None and skipped is None and check is not None and not within:
         shown = "NaN or inf" if err is None else f"{err:.3g}"
@@ -161,14 +181,18 @@ def run_one(test: SelfTest, device: Device, env: Mapping[str, str]) -> SelfTestR
     if test.target == "gpu":
         if device != "cuda":
             return _result(test, where, skipped=f"a GPU op, and the self-tests run with --device {device}")
-        if not torch.cuda.is_available():
-            return _result(test, where, skipped=_no_gpu_reason())
+        if not gpu_visible():
+            return _result(test, where, skipped=no_gpu_reason())
     try:
         module = get_builder(test.op).load(env)
     except (OpLoadError, ImportError) as exc:
         message = getattr(exc, "message", None) or str(exc)
         hint = getattr(exc, "hint", None)
         return _result(test, where, error=f"load failed: {message}" + (f" ({hint})" if hint else ""))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # anything else loading raised (an op package's code): this op's result
+        return _result(test, where, error=f"load failed: {_describe(exc)}")
     ctx = SelfTestContext(torch.device(where))
     if test.target == "gpu":
         ctx.dtypes = _kernel_dtypes(module)
@@ -178,10 +202,14 @@ def run_one(test: SelfTest, device: Device, env: Mapping[str, str]) -> SelfTestR
         test.run(ctx)
         if test.target == "gpu":
             torch.cuda.synchronize()
-    except Exception as exc:  # any failure of the kernel or the test is this op's result, said with why
+    except KeyboardInterrupt:
+        raise
+    # Any failure of the kernel or the test is this op's result, said with why; sys.exit() in a
+    # self-test too, which would otherwise end the whole run with its code (0) and pass the op.
+    except BaseException as exc:
         if env.get("OP_BUILDER_DEBUG") == "1":
             traceback.print_exc(file=sys.stderr)
-        error = f"{type(exc).__name__}: {exc}".strip()
+        error = _describe(exc)
     seconds = time.perf_counter() - start
     isa = test.isa() if test.isa is not None else None
     check = ctx.worst()
@@ -190,8 +218,22 @@ def run_one(test: SelfTest, device: Device, env: Mapping[str, str]) -> SelfTestR
     return _result(test, where, seconds=seconds, check=check, error=error, isa=isa)
 
 
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the self-test called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
 def run_all(tests: Sequence[SelfTest], device: Device, env: Mapping[str, str]) -> SelfTestReport:
     return SelfTestReport(device, tuple(run_one(test, device, env) for test in tests))
+
+
+def skip_all(tests: Sequence[SelfTest], device: Device, reason: str) -> SelfTestReport:
+    """Every test reported skipped for ``reason``, none run (so none is ok)."""
+    return SelfTestReport(
+        device,
+        tuple(_result(test, "cpu" if test.target == "cpu" else "cuda", skipped=reason) for test in tests),
+    )
 
 
 # ------------------------------------------------------------------ instruction set
