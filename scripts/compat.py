@@ -24,7 +24,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from imagegen import catalog  # noqa: E402
 from imagegen.compat import check, results  # noqa: E402
 from imagegen.errors import UserFacingError  # noqa: E402
 
@@ -84,15 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if path is not None and path.resolve() == results.RESULTS_FILE:
         # The docs show the committed results only, not a scratch file's.
         DOCS.write_text(results.markdown(run.data))
-    targets = len(catalog.CUDA_TARGETS) + len(catalog.ROCM_TARGETS) + 1
     if run.failures:
         print(f"compat: {len(run.failures)} failed:\n  " + "\n  ".join(run.failures))
         return 1
-    print(
-        f"compat: everything compiled (the {targets} catalog targets)"
-        if path
-        else "compat: the sample compiled"
-    )
+    print("compat: every source compiled" + ("" if path else " (the sample)"))
     return 0
 
 

@@ -64,7 +64,8 @@ def _host_ok(entry: Mapping[str, Any], gpu: bool) -> bool:
 def toolkit_distance(have: str, wanted: str | None) -> tuple[bool, int, str]:
     """How far a toolkit release is from a target's: the same major first, then the nearest."""
     a, b = Version(have), Version(wanted or "0")
-    return (a.major != b.major, abs(a.minor - b.minor) + 100 * abs(a.major - b.major), have)
+    # As one number, minor in the low digits: ROCm 5.7 is nearer to 6.1 than 5.2 is.
+    return (a.major != b.major, abs((a.major - b.major) * 100 + a.minor - b.minor), have)
 
 
 @dataclass(frozen=True)

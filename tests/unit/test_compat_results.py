@@ -123,6 +123,14 @@ def test_device_proof_prefers_the_targets_own_release_then_the_same_major() -> N
     newer = results.device_proof(catalog.CUDA_TARGETS["13.2"], data)
     assert newer is not None and newer.toolkit == "nvcc 13.0" and not newer.exact
     assert results.device_proof(catalog.CPU_TARGET, data) is None
+    hips = _data(
+        device=[
+            *_device("hipcc 5.2", "rocm", "5.2", ["c++17"]),
+            *_device("hipcc 5.7", "rocm", "5.7", ["c++17"]),
+        ]
+    )
+    nearest = results.device_proof(catalog.ROCM_TARGETS["6.1"], hips)
+    assert nearest is not None and nearest.toolkit == "hipcc 5.7" and not nearest.exact
 
 
 def test_built_and_verified_come_from_the_images_section() -> None:
@@ -183,6 +191,13 @@ def test_no_admitted_combination_failed(committed: dict[str, Any]) -> None:
         if not all(s["ok"] for s in r["sources"])
     ]
     assert not broken, f"device code failed: {broken}"
+
+
+def test_every_admitted_combination_was_compiled(committed: dict[str, Any]) -> None:
+    # The catalog promises nothing that was not tried: every (target, torch minor) it admits
+    # compiled here, host code and device code (make compat after a catalog change).
+    missing = {t.name: results.proof(t, committed)["not_compiled"] for t in TARGETS}
+    assert not {name: m for name, m in missing.items() if m}, f"admitted but not compiled: {missing}"
 
 
 def test_the_results_ship_with_the_package() -> None:
