@@ -1,6 +1,6 @@
 """The whole check: host code per torch minor, device code per toolkit, results written.
 
-``run`` is what ``scripts/compat.py`` (``make compat``) calls. The torch minors are every one
+``check`` is what ``scripts/compat.py`` (``make compat``) calls. The torch minors are every one
 a catalog target admits (the CPU ops for all of them, the GPU ops' bindings for those a GPU
 target admits), each at its newest patch release. Results are written after every minor, so
 a long run shows its progress in the file and an interrupted one keeps what it found.
@@ -186,8 +186,8 @@ def device_cuda_include(toolchain: Toolchain) -> Path | None:
     return None
 
 
-def stds_for(toolkit: device.Toolkit, minors: Sequence[str]) -> list[str]:
-    """The C++ standards ``toolkit``'s targets need: those of the minors they admit."""
+def stds_for(minors: Sequence[str]) -> list[str]:
+    """The C++ standards torch asks for across ``minors`` (C++17 when there are none)."""
     stds = {cxx_standard(release_of(m)) for m in minors}
     return sorted(stds) or ["c++17"]
 
@@ -217,8 +217,8 @@ def check_device(
     runs: list[dict[str, Any]] = []
     for toolkit in toolkits:
         minors = _targets_minors(toolkit.accelerator, toolkit.version, toolkits)
-        # A toolkit nearest to no target still runs once, under the standard of torch's default.
-        for std in stds_for(toolkit, minors) if minors else ["c++17"]:
+        # A toolkit nearest to no target still runs once, under C++17.
+        for std in stds_for(minors):
             jobs = device.jobs_for(toolkit, std, ops, toolchain)
             run.say(f"{toolkit.label} ({toolkit.where}), {std}: {len(jobs)} sources")
             outcomes = host.run_jobs(jobs, env, use_cache, _progress(run.say), workers)

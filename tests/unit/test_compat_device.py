@@ -53,3 +53,20 @@ def test_missing_toolkits_are_named_with_how_to_get_them() -> None:
     wanted = (("cuda", "13.0", "here"), ("cuda", "12.4", "its stand-in"))
     missing = device.missing_toolkits(found, wanted)
     assert missing == [device.Missing("cuda", "12.4", "not available here (its stand-in)")]
+
+
+def test_each_toolkit_compiles_under_the_standards_of_the_targets_it_stands_for() -> None:
+    from imagegen.compat import check
+
+    toolkits = [
+        device.Toolkit("cuda", "12.4", "img", "nvcc", "img"),
+        device.Toolkit("cuda", "13.0", "this machine", "nvcc"),
+        device.Toolkit("rocm", "5.2", "this machine", "hipcc"),
+        device.Toolkit("rocm", "5.7", "img", "hipcc", "img"),
+    ]
+    # 12.4 stands for every CUDA 11.x / 12.x target (torch up to 2.12: C++17); 13.0 for the 13.x
+    # ones, whose torch 2.14 and 2.15 want C++20; hipcc 5.7 for every ROCm target, 5.2 for none.
+    assert check.stds_for(check._targets_minors("cuda", "12.4", toolkits)) == ["c++17"]
+    assert check.stds_for(check._targets_minors("cuda", "13.0", toolkits)) == ["c++17", "c++20"]
+    assert check._targets_minors("rocm", "5.2", toolkits) == []
+    assert "2.12" in check._targets_minors("rocm", "5.7", toolkits)
