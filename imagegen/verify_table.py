@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
-
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from imagegen.tables import fitted
 from imagegen.verify import VerifyResult
 from op_builder.binary import Audit
 from op_builder.report import SelfTestResult
@@ -15,7 +13,6 @@ from op_builder.report import SelfTestResult
 # Columns a narrow terminal drops, least useful first: the title has the total time, and an op
 # that did not load ahead of time says where it loaded from in its problem.
 DROPPABLE = ("seconds", "loaded from")
-ELLIPSIS = "…"
 
 
 def render_table(result: VerifyResult, width: int | None = None) -> Table:
@@ -24,21 +21,7 @@ def render_table(result: VerifyResult, width: int | None = None) -> Table:
     Op names stay whole (they are what a user copies into ``--ops``): where the table is too
     wide, the other columns wrap, then the least useful ones are dropped (``DROPPABLE``).
     """
-    table = _table(result, ())
-    for n in range(1, len(DROPPABLE) + 1):
-        if width is None or _fits(table, width):
-            break
-        table = _table(result, DROPPABLE[:n])
-    return table
-
-
-def _fits(table: Table, width: int) -> bool:
-    # Rendered, not measured: rich's minimum width is not what its layout keeps, and the layout
-    # marks every cell it had to cut with an ellipsis.
-    out = io.StringIO()
-    Console(file=out, width=width, color_system=None).print(table)
-    given = sum(str(cell).count(ELLIPSIS) for column in table.columns for cell in column.cells)
-    return out.getvalue().count(ELLIPSIS) <= given
+    return fitted(lambda dropped: _table(result, dropped), DROPPABLE, width)
 
 
 def _table(result: VerifyResult, dropped: tuple[str, ...]) -> Table:

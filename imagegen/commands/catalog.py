@@ -16,6 +16,7 @@ from imagegen import catalog as cat
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.compat import results
+from imagegen.tables import fitted
 
 
 def _archs(target: cat.Target, platform: str) -> list[str]:
@@ -69,40 +70,60 @@ def _compiled_cell(entry: dict[str, Any]) -> str:
     return text
 
 
+# Columns a narrow terminal drops, least useful first: both are in --json, and the proof
+# (compiled / built / verified) is what this command is for.
+DROPPABLE = ("bases (devel / runtime)", "archs", "default")
+COLUMNS = (
+    "target",
+    "torch",
+    "default",
+    "bases (devel / runtime)",
+    "platforms",
+    "archs",
+    "compiled",
+    "built",
+    "verified",
+)
+
+
+def _table(entries: list[dict[str, Any]], dropped: tuple[str, ...]) -> Table:
+    table = Table()
+    columns = [c for c in COLUMNS if c not in dropped]
+    for name in columns:
+        table.add_column(name, no_wrap=name == "target")
+    for e in entries:
+        cells = {
+            "target": e["name"],
+            "torch": _span(e["torch_minors"]),
+            "default": e["default_torch"],
+            "bases (devel / runtime)": f"{e['bases']['devel']}\n{e['bases']['runtime']}",
+            "platforms": ", ".join(p.removeprefix("linux/") for p in e["platforms"]),
+            "archs": ";".join(e["archs"]) or "-",
+            "compiled": _compiled_cell(e),
+            "built": "yes" if e["proof"]["built"] else "no",
+            "verified": "yes" if e["proof"]["verified"] else "no",
+        }
+        table.add_row(*(cells[c] for c in columns))
+    return table
+
+
+def render_table(entries: list[dict[str, Any]], width: int | None = None) -> Table:
+    """The catalog's table, fitted to ``width`` columns by leaving out ``DROPPABLE`` ones."""
+    return fitted(lambda dropped: _table(entries, dropped), DROPPABLE, width)
+
+
 def catalog(json: JsonOption = False) -> None:
     """List every target: torch range, default torch, bases, platforms, default archs, and proof."""
     entries = catalog_entries()
     if json:
         emit_json({"targets": entries})
         return
-    table = Table()
-    table.add_column("target", no_wrap=True)
-    for name in (
-        "torch",
-        "default",
-        "bases (devel / runtime)",
-        "platforms",
-        "archs",
-        "compiled",
-        "built",
-        "verified",
-    ):
-        table.add_column(name)
-    for e in entries:
-        platforms = ", ".join(p.removeprefix("linux/") for p in e["platforms"])
-        table.add_row(
-            e["name"],
-            _span(e["torch_minors"]),
-            e["default_torch"],
-            f"{e['bases']['devel']}\n{e['bases']['runtime']}",
-            platforms,
-            ";".join(e["archs"]) or "-",
-            _compiled_cell(e),
-            "yes" if e["proof"]["built"] else "no",
-            "yes" if e["proof"]["verified"] else "no",
-        )
-    console().print(table)
-    console().print(
+    out = console()
+    table = render_table(entries, out.width)
+    out.print(table)
+    left_out = [c for c in DROPPABLE if c not in {col.header for col in table.columns}]
+    out.print(
         "compiled: torch minors whose ops compiled here (make compat; docs/compat.md); "
         "built / verified: an image of the target, here."
+        + (f" Left out to fit the terminal: {', '.join(left_out)} (see --json)." if left_out else "")
     )

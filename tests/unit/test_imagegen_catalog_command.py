@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
+from rich.console import Console
 from typer.testing import CliRunner
 
 from imagegen import catalog
 from imagegen.cli import app
-from imagegen.commands.catalog import catalog_entries
+from imagegen.commands.catalog import catalog_entries, render_table
 from imagegen.compat import results
 
 runner = CliRunner()
@@ -86,3 +88,25 @@ def test_a_torch_release_the_catalog_does_not_admit_exits_2_naming_the_ones_it_d
     assert result.exit_code == 2
     assert "2.10.0" in result.output and "rocm7.0" in result.output
     assert "Traceback" not in result.output
+
+
+def _printed(width: int) -> tuple[list[str], str]:
+    table = render_table(catalog_entries(), width)
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(table)
+    return [str(c.header) for c in table.columns], out.getvalue()
+
+
+def test_a_narrow_terminal_drops_bases_and_archs_and_cuts_no_cell() -> None:
+    headers, text = _printed(80)
+    assert "bases (devel / runtime)" not in headers and "archs" not in headers
+    assert {"target", "torch", "compiled", "built", "verified"} <= set(headers)
+    assert "…" not in text  # nothing cut: every target name and verdict whole
+    for name in (t["name"] for t in catalog_entries()):
+        assert name in text
+
+
+def test_a_wide_terminal_shows_every_column() -> None:
+    headers, text = _printed(250)
+    assert "bases (devel / runtime)" in headers and "archs" in headers
+    assert "nvidia/cuda:12.4.1-devel-ubuntu22.04" in text
