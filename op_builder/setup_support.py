@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from op_builder import manifest
-from op_builder.errors import UserFacingError
+from op_builder.errors import BadInputError
 from op_builder.parallel_build import (
     JobSplit,
     PrefixedOutput,
@@ -45,8 +45,16 @@ def _say(message: str) -> None:
     print(f"op_builder: {message}", file=sys.stderr, flush=True)
 
 
-def _say_error(message: str, hint: str | None) -> None:
+def say_error(message: str, hint: str | None) -> None:
+    """The one line setup.py prints for an error, in the build log's voice."""
     _say(f"error: {message}" + (f" (hint: {hint})" if hint else ""))
+
+
+def _plan_error(plan: Plan) -> BadInputError:
+    """One error for all of the plan's: each is something the environment asked for."""
+    messages = "; ".join(e.message for e in plan.errors) or "no build context"
+    hints = "; ".join(e.hint for e in plan.errors if e.hint)
+    return BadInputError(messages, hint=hints or None)
 
 
 def _print_plan(plan: Plan) -> None:
@@ -60,8 +68,6 @@ def _print_plan(plan: Plan) -> None:
         _say(f"SKIPPED {len(plan.skipped)} op(s) that cannot be built for {plan.accelerator}:")
         for skipped in plan.skipped:
             _say(f"  - {skipped.name}: {skipped.reason}")
-    for error in plan.errors:
-        _say_error(error.message, error.hint)
 
 
 # setup.py commands that only write metadata: pip runs setup.py three times for one wheel
@@ -81,26 +87,23 @@ def needs_extensions(argv: Sequence[str]) -> bool:
 
 
 def planned_extensions(env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any]]:
-    """(ext_modules, cmdclass) for setup(); exits with the plan's errors when it has any."""
-    try:
-        build_all, explicit = requested_ops(env)
-    except UserFacingError as exc:  # a garbled or unknown DS_BUILD_* name
-        _say_error(exc.message, exc.hint)
-        raise SystemExit(1) from None
+    """(ext_modules, cmdclass) for setup().
+
+    Raises ``BadInputError`` (exit 2) for a garbled or unknown ``DS_BUILD_*`` name, a plan with
+    errors (an op asked for that cannot be built here) and a garbled ``MAX_JOBS``: setup.py,
+    the entry point, turns it into the message and the exit.
+    """
+    build_all, explicit = requested_ops(env)
     if not build_all and not any(explicit.values()):
         return [], {}
     plan = plan_from_environment(env)
     _print_plan(plan)
     if not plan.ok or plan.context is None:
-        raise SystemExit(1)
+        raise _plan_error(plan)
     if not plan.ops:
         _say("no op selected can be built; the wheel will compile ops just in time")
         return [], {}
-    try:
-        budget = job_budget(env)
-    except UserFacingError as exc:  # a garbled MAX_JOBS
-        _say_error(exc.message, exc.hint)
-        raise SystemExit(1) from None
+    budget = job_budget(env)
     split = split_jobs(
         budget,
         {op.name: len(op.flags.sources) for op in plan.ops},

@@ -1,0 +1,60 @@
+"""The project's pytest configuration: ``slow`` tests run only with SLOW=1; markers are strict.
+
+Each case runs pytest on a small test file under the repository's own pyproject.toml and
+tests/conftest.py, so what is checked is the configuration every tier runs under.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SAMPLE = """
+import pytest
+
+@pytest.mark.slow
+def test_long() -> None:
+    pass
+
+def test_short() -> None:
+    pass
+"""
+
+
+def _pytest(tmp_path: Path, source: str, **env: str) -> subprocess.CompletedProcess[str]:
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_sample.py").write_text(source)
+    clean = {k: v for k, v in os.environ.items() if k != "SLOW"}
+    config = ["-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path), "-p", "no:cacheprovider"]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *config, "-rs", str(tmp_path)],
+        cwd=tmp_path,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_slow_tests_are_skipped_with_the_reason_unless_slow_is_1(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, SAMPLE)
+    assert done.returncode == 0, done.stdout
+    assert "1 passed, 1 skipped" in done.stdout
+    assert "slow: set SLOW=1 to run it" in done.stdout
+
+
+def test_slow_1_runs_them(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, SAMPLE, SLOW="1")
+    assert done.returncode == 0, done.stdout
+    assert "2 passed" in done.stdout
+
+
+def test_a_marker_that_is_not_registered_is_an_error(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, SAMPLE.replace("mark.slow", "mark.slwo"))
+    assert done.returncode != 0
+    assert "'slwo' not found in `markers` configuration option" in done.stdout + done.stderr
