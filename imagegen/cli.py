@@ -25,6 +25,7 @@ from typing import Any, cast
 import typer
 from typer.core import TyperGroup
 
+from imagegen import settings
 from imagegen.commands import (
     JSON_META_KEY,
     build,
@@ -73,7 +74,7 @@ class ImagegenGroup(TyperGroup):
             report_error(error, as_json=wants_json or bool(ctx.meta.get(JSON_META_KEY)))
             raise typer.Exit(error.exit_code) from None
         except UserFacingError as exc:
-            if os.environ.get("IMAGEGEN_DEBUG", "").strip() not in ("", "0"):
+            if os.environ.get(settings.DEBUG.name, "").strip() not in ("", "0"):
                 traceback.print_exc(file=sys.stderr)
             # A command that already printed its whole answer must not print a second document.
             if not (isinstance(exc, ImagegenError) and exc.reported):

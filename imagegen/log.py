@@ -15,9 +15,11 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
+from imagegen import settings
+
 
 def _plain(env: Mapping[str, str], stream_is_tty: bool) -> bool:
-    ci = env.get("CI", "").strip().lower()
+    ci = env.get(settings.CI.name, "").strip().lower()
     return not stream_is_tty or ci in {"1", "true", "yes"}
 
 

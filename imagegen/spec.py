@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from imagegen import catalog
+from imagegen import catalog, settings
 from imagegen import spec_checks as checks
 from imagegen.catalog import Accelerator
 from imagegen.errors import BadInputError
@@ -23,10 +23,11 @@ from imagegen.op_packages import OpPackage, resolve_packages
 from imagegen.reference import check_reference
 from imagegen.spec_checks import BYTECODE_MODES as BYTECODE_MODES
 from imagegen.spec_checks import BYTECODE_TAG_SUFFIX as BYTECODE_TAG_SUFFIX
-from imagegen.spec_checks import DEFAULT_BYTECODE, ENV_PREFIX
+from imagegen.spec_checks import DEFAULT_BYTECODE
 from op_builder.env import env_flag
 from op_builder.op_sources import split_dirs
 from op_builder.registry import Registry, registry_for
+from op_builder.settings import Setting
 
 # torch up to 2.2 is built against NumPy 1.x and cannot load NumPy 2's C API; 2.3 gained NumPy 2
 # support late in its release branch (pytorch/builder#1770). Up to 2.3, NumPy 1.x is kept:
@@ -173,7 +174,7 @@ def content_hash(ops: tuple[str, ...], archs: tuple[str, ...], packages: tuple[O
 
 def op_source_dirs(flag: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
     """The op package folders: the flags, else ``IMAGEGEN_OP_SOURCES`` (separated by ':')."""
-    return tuple(flag) if flag else split_dirs(env.get(ENV_PREFIX + "OP_SOURCES", ""))
+    return tuple(flag) if flag else split_dirs(env.get(settings.OP_SOURCES.name, ""))
 
 
 def _used_packages(
@@ -194,41 +195,42 @@ def _used_packages(
 # ------------------------------------------------------------------ the cascade
 
 
-def _pick(flag: str | None, env: Mapping[str, str], name: str) -> str | None:
+def _pick(flag: str | None, env: Mapping[str, str], setting: Setting) -> str | None:
     if flag is not None:
         return flag
-    value = env.get(ENV_PREFIX + name, "").strip()
+    value = env.get(setting.name, "").strip()
     return value or None
 
 
-def _pick_bool(flag: bool | None, env: Mapping[str, str], name: str, default: bool) -> bool:
+def _pick_bool(flag: bool | None, env: Mapping[str, str], setting: Setting, default: bool) -> bool:
     if flag is not None:
         return flag
-    value = env_flag(env, ENV_PREFIX + name)  # the same spellings as op_builder's DS_* switches
+    value = env_flag(env, setting.name)  # the same spellings as op_builder's DS_* switches
     return default if value is None else value
 
 
 def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     """Resolve and validate ``inp`` against ``env`` and the catalog. Raises BadInputError."""
     target = checks.target(inp.cuda, inp.rocm, inp.cpu)
-    platform = checks.platform(_pick(inp.platform, env, "PLATFORM"), target)
-    standins = _pick_bool(inp.standins, env, "STANDINS", False)
+    platform = checks.platform(_pick(inp.platform, env, settings.PLATFORM), target)
+    standins = _pick_bool(inp.standins, env, settings.STANDINS, False)
     standin_bases = checks.standins(target, platform) if standins else None
-    distro = checks.distro(_pick(inp.distro, env, "DISTRO"), target, standins)
-    base_devel = _pick(inp.base_devel, env, "BASE_DEVEL")
-    base_runtime = _pick(inp.base_runtime, env, "BASE_RUNTIME")
+    distro = checks.distro(_pick(inp.distro, env, settings.DISTRO), target, standins)
+    base_devel = _pick(inp.base_devel, env, settings.BASE_DEVEL)
+    base_runtime = _pick(inp.base_runtime, env, settings.BASE_RUNTIME)
     python = checks.python(
-        _pick(inp.python, env, "PYTHON"), target, distro, standins, base_devel, base_runtime
+        _pick(inp.python, env, settings.PYTHON), target, distro, standins, base_devel, base_runtime
     )
-    torch_index_flag = checks.index_url(_pick(inp.torch_index, env, "TORCH_INDEX"))
+    torch_index_flag = checks.index_url(_pick(inp.torch_index, env, settings.TORCH_INDEX))
     warnings: list[str] = []
-    torch, variant = checks.torch(_pick(inp.torch, env, "TORCH"), target, python, torch_index_flag, warnings)
+    torch_flag = _pick(inp.torch, env, settings.TORCH)
+    torch, variant = checks.torch(torch_flag, target, python, torch_index_flag, warnings)
     source_dirs = op_source_dirs(inp.op_sources, env)
     checks.op_source_paths(source_dirs)
     registry, packages = resolve_packages(source_dirs)
-    names, from_all = checks.ops(_pick(inp.ops, env, "OPS"), target, registry)
+    names, from_all = checks.ops(_pick(inp.ops, env, settings.OPS), target, registry)
     checks.system_packages(names, registry)
-    cuda_archs, rocm_archs = checks.archs(_pick(inp.arch, env, "ARCH"), target, platform)
+    cuda_archs, rocm_archs = checks.archs(_pick(inp.arch, env, settings.ARCH), target, platform)
     names, op_archs = checks.per_op_archs(
         names, cuda_archs, registry, explicit=not from_all, warnings=warnings
     )
@@ -242,8 +244,8 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     for what, ref in (("--base-devel", base_devel), ("--base-runtime", base_runtime)):
         check_reference(what, ref)  # a digest pins a base: allowed
 
-    wheelhouse = checks.existing_dir(_pick(inp.wheelhouse, env, "WHEELHOUSE"))
-    offline = _pick_bool(inp.offline, env, "OFFLINE", False)
+    wheelhouse = checks.existing_dir(_pick(inp.wheelhouse, env, settings.WHEELHOUSE))
+    offline = _pick_bool(inp.offline, env, settings.OFFLINE, False)
     if offline and wheelhouse is None:
         raise BadInputError(
             "--offline needs --wheelhouse: with no index, every wheel must come from it",
@@ -254,7 +256,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     torch_index = torch_index_flag or (None if wheelhouse is not None else catalog.torch_index(variant))
     if offline:
         torch_index = None
-    ca_cert = checks.existing_file(_pick(inp.ca_cert, env, "CA_CERT"))
+    ca_cert = checks.existing_file(_pick(inp.ca_cert, env, settings.CA_CERT))
     if inp.keep_ca_cert and ca_cert is None:
         raise BadInputError("--keep-ca-cert needs --ca-cert FILE", hint="name the CA bundle to keep")
     max_jobs = checks.max_jobs(inp.max_jobs, env)
@@ -263,10 +265,10 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
             "--push with --no-verify: images are pushed only after verification passed",
             hint="drop --no-verify, or push the image yourself",
         )
-    bytecode = checks.bytecode(_pick(inp.bytecode, env, "BYTECODE"))
-    numpy = _pick_bool(inp.numpy, env, "NUMPY", True)
+    bytecode = checks.bytecode(_pick(inp.bytecode, env, settings.BYTECODE))
+    numpy = _pick_bool(inp.numpy, env, settings.NUMPY, True)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
-    tag = _pick(inp.tag, env, "TAG") or (
+    tag = _pick(inp.tag, env, settings.TAG) or (
         f"imagegen:{target.name}{catalog.platform_tag_suffix(platform)}-torch{torch}-py{python}-"
         f"{content_hash(names, archs, packages)}{BYTECODE_TAG_SUFFIX[bytecode]}"
         f"{'' if numpy else NO_NUMPY_TAG_SUFFIX}"
@@ -293,7 +295,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         keep_ca_cert=inp.keep_ca_cert,
         tag=tag,
         max_jobs=max_jobs,
-        buildkit=_pick_bool(inp.buildkit, env, "BUILDKIT", True),
+        buildkit=_pick_bool(inp.buildkit, env, settings.BUILDKIT, True),
         push=inp.push,
         bytecode=bytecode,
         warnings=tuple(warnings),

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from packaging.version import InvalidVersion, Version
 
-from imagegen import catalog
+from imagegen import catalog, settings
 from imagegen.catalog import Accelerator, Target
 from imagegen.errors import BadInputError
 from imagegen.files import stat_input
@@ -21,7 +21,7 @@ from op_builder.registry import Registry, check_op_names
 from op_builder.suggest import did_you_mean
 
 # Environment variables read as the middle layer of the cascade.
-ENV_PREFIX = "IMAGEGEN_"
+ENV_PREFIX = settings.ENV_PREFIX
 
 _VERSION_RE = re.compile(r"\d+\.\d+\Z")  # \Z: "$" would let a trailing newline through
 
@@ -461,7 +461,7 @@ def max_jobs(flag: int | None, env: Mapping[str, str]) -> int | None:
     if flag is not None:
         value: int | str = flag
     else:
-        text = env.get(ENV_PREFIX + "MAX_JOBS", "").strip()
+        text = env.get(settings.MAX_JOBS.name, "").strip()
         if not text:
             return None
         value = text

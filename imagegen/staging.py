@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from imagegen import settings
 from imagegen.errors import BuildFailedError
 from imagegen.render import CA_PATH, WHEELHOUSE_PATH
 from imagegen.sources import check_sources, copy_build_inputs, source_root
@@ -45,7 +46,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 def slots_root() -> Path:
     """Where the context slots live."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    cache = os.environ.get(settings.XDG_CACHE_HOME.name) or str(Path.home() / ".cache")
     return Path(cache) / "imagegen" / "contexts"
 
 

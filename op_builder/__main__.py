@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from op_builder import archs as arch_lib
-from op_builder import binary
+from op_builder import binary, settings
 from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError, UserFacingError
 from op_builder.manifest import read_installed
@@ -273,7 +273,7 @@ def cmd_archs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     else:
         found = probe_cuda(env)
         version = found.version if found else None
-    text = args.list if args.list is not None else env.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    text = args.list if args.list is not None else env.get(settings.CUDA_ARCH_LIST.name, "").strip()
     if text:
         parsed = arch_lib.parse_cuda_arch_list(text, visible_gpu_capabilities)
         origin = "argument" if args.list is not None else "TORCH_CUDA_ARCH_LIST"
@@ -456,7 +456,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 def _report_error(exc: UserFacingError, as_json: bool, env: Mapping[str, str]) -> int:
-    if env.get("OP_BUILDER_DEBUG") == "1":
+    if env.get(settings.DEBUG.name) == "1":
         traceback.print_exc()
     if as_json:
         _emit(exc.to_json())

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from op_builder import archs as arch_lib
+from op_builder import settings
 from op_builder.archs import ArchLimits, CudaArch
 from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
 from op_builder.loader import load_op
@@ -71,7 +72,7 @@ class OpBuilder:
 
     @property
     def build_variable(self) -> str:
-        return f"DS_BUILD_{self.name.upper()}"
+        return settings.build_variable(self.name)
 
     def source_dir(self) -> Path:
         root = type(self).source_root

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 
 from op_builder import archs as arch_lib
+from op_builder import settings
 from op_builder.archs import CudaArch
 from op_builder.env import env_flag, env_positive_int
 from op_builder.errors import BadInputError
@@ -85,7 +86,7 @@ class OpFlags:
 
 def resolve_accelerator(env: Mapping[str, str], toolchain: Toolchain) -> Accelerator:
     """DS_ACCELERATOR when set; else what the installed torch was built for."""
-    named = env.get("DS_ACCELERATOR", "").strip().lower()
+    named = env.get(settings.ACCELERATOR.name, "").strip().lower()
     if named:
         if named not in ("cpu", "cuda", "rocm"):
             raise BadInputError(
@@ -112,7 +113,7 @@ def resolve_context(
     cuda_archs: tuple[arch_lib.CudaArch, ...] = ()
     rocm_archs: tuple[str, ...] = ()
     if accelerator == "cuda":
-        text = env.get("TORCH_CUDA_ARCH_LIST", "").strip()
+        text = env.get(settings.CUDA_ARCH_LIST.name, "").strip()
         if text:
             cuda_archs = arch_lib.parse_cuda_arch_list(text, native)
             if toolchain.cuda is not None:
@@ -130,16 +131,16 @@ def resolve_context(
                 "but their bindings compile only against a CUDA build of torch"
             )
     elif accelerator == "rocm":
-        text = env.get("PYTORCH_ROCM_ARCH", "").strip()
+        text = env.get(settings.ROCM_ARCH.name, "").strip()
         rocm_archs = arch_lib.parse_rocm_arch_list(text) if text else arch_lib.DEFAULT_ROCM_ARCHS
     return BuildContext(
         accelerator=accelerator,
         toolchain=toolchain,
         cuda_archs=cuda_archs,
         rocm_archs=rocm_archs,
-        cpu_native=bool(env_flag(env, "DS_CPU_NATIVE")),
+        cpu_native=bool(env_flag(env, settings.CPU_NATIVE.name)),
         # The default follows the job budget (MAX_JOBS, else the CPUs): see default_nvcc_threads.
-        nvcc_threads=env_positive_int(env, "DS_NVCC_THREADS", default_nvcc_threads(job_budget(env))),
+        nvcc_threads=env_positive_int(env, settings.NVCC_THREADS.name, default_nvcc_threads(job_budget(env))),
         cxx_std=cxx_standard(toolchain.torch.version if toolchain.torch else None),
         warnings=tuple(warnings),
     )

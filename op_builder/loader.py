@@ -34,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal, Protocol
 
+from op_builder import settings
 from op_builder import toolchain as tc
 from op_builder.context import (
     BuildContext,
@@ -92,7 +93,7 @@ def load_op(builder: LoadableOp, env: Mapping[str, str]) -> LoadedOp:
     if module is not None:
         loaded = LoadedOp(builder.name, module, "aot", time.perf_counter() - start)
     else:
-        if env.get("DS_DISABLE_JIT") == "1":
+        if env.get(settings.DISABLE_JIT.name) == "1":
             raise OpLoadError(
                 f"{builder.name}: {reason}, and JIT builds are disabled (DS_DISABLE_JIT=1)",
                 hint=f"build it in ahead of time with {builder.build_variable}=1, or unset DS_DISABLE_JIT",
@@ -140,7 +141,7 @@ def _cpu_context(host: Toolchain, env: Mapping[str, str]) -> BuildContext:
     return BuildContext(
         accelerator="cpu",
         toolchain=host,
-        cpu_native=bool(env_flag(env, "DS_CPU_NATIVE")),
+        cpu_native=bool(env_flag(env, settings.CPU_NATIVE.name)),
         cxx_std=cxx_standard(torch.__version__),
     )
 
@@ -149,7 +150,7 @@ def _probed_context(builder: LoadableOp, env: Mapping[str, str]) -> BuildContext
     """The context for an actual compile: probe only what this op's target needs."""
     libraries = builder.system_library_specs()
     if builder.target == "cpu":  # CPU ops build the same on every target: no GPU toolkit probes
-        cxx = env.get("CXX", "c++")
+        cxx = env.get(settings.CXX.name, "c++")
         host = Toolchain(
             torch=None,
             cuda=None,
@@ -213,7 +214,7 @@ def extensions_root(env: Mapping[str, str]) -> Path:
 
     # Same default as torch.utils.cpp_extension.get_default_build_root, without
     # importing that module (it pulls in setuptools: ~0.2 s on every cached load).
-    root = env.get("TORCH_EXTENSIONS_DIR") or os.path.realpath(
+    root = env.get(settings.EXTENSIONS_DIR.name) or os.path.realpath(
         _appdirs.user_cache_dir(appname="torch_extensions")  # type: ignore[no-untyped-call]
     )
     flavour = (
@@ -315,7 +316,7 @@ def _compile(builder: LoadableOp, env: Mapping[str, str], module_name: str, buil
             extra_ldflags=[*flags.ldflags, *(f"-l{lib}" for lib in flags.libraries)],
             extra_include_paths=list(flags.include_dirs),
             build_directory=str(build_dir),
-            verbose=env.get("DS_JIT_VERBOSE") == "1",
+            verbose=env.get(settings.JIT_VERBOSE.name) == "1",
         )
     except (RuntimeError, OSError, ImportError) as exc:
         tail = "\n".join(str(exc).strip().splitlines()[-15:])

@@ -34,12 +34,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
+from op_builder import settings
 from op_builder.archs import ArchLimits
 from op_builder.builder import CPUOpBuilder, CUDAOpBuilder, OpBuilder, SystemLibrary
 from op_builder.errors import BadInputError, OpBuilderError
 
 ENTRY_POINT_GROUP = "op_builder.ops"
-SOURCES_VARIABLE = "DS_OP_SOURCES"
+SOURCES_VARIABLE = settings.OP_SOURCES.name
 BUILDERS_MODULE = "builders"
 # The name becomes DS_BUILD_<NAME>, a module name and an image label: keep it to what all three take.
 OP_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")

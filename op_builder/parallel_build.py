@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from op_builder import settings
 from op_builder.env import env_positive_int
 
 
@@ -49,7 +50,7 @@ def job_budget(env: Mapping[str, str], cpus: int | None = None) -> int:
 
     A garbled MAX_JOBS is an error rather than torch's silent "let ninja choose".
     """
-    return env_positive_int(env, "MAX_JOBS", host_cpus() if cpus is None else cpus)
+    return env_positive_int(env, settings.MAX_JOBS.name, host_cpus() if cpus is None else cpus)
 
 
 def split_jobs(budget: int, units: Mapping[str, int], cost: Mapping[str, float] | None = None) -> JobSplit:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from op_builder import settings
 from op_builder.builder import OpBuilder
 from op_builder.context import (
     Accelerator,
@@ -28,10 +29,6 @@ from op_builder.errors import BadInputError, UserFacingError
 from op_builder.registry import ALL_OPS
 from op_builder.suggest import did_you_mean
 from op_builder.toolchain import Toolchain, probe
-
-BUILD_PREFIX = "DS_BUILD_"
-# DS_BUILD_* names that are settings, not ops.
-_SETTINGS = frozenset({"DS_BUILD_OPS"})
 
 
 @dataclass(frozen=True)
@@ -93,18 +90,18 @@ def requested_ops(env: Mapping[str, str]) -> tuple[bool, dict[str, bool]]:
     explicit: dict[str, bool] = {}
     by_variable = {b.build_variable: name for name, b in ALL_OPS.items()}
     for variable in sorted(env):
-        if not variable.startswith(BUILD_PREFIX) or variable in _SETTINGS:
+        if not variable.startswith(settings.BUILD_PREFIX) or variable in settings.BUILD_SETTINGS:
             continue
         op = by_variable.get(variable)
         if op is None:
-            suggestion = did_you_mean(variable, [*by_variable, *_SETTINGS])
+            suggestion = did_you_mean(variable, [*by_variable, *settings.BUILD_SETTINGS])
             raise BadInputError(
                 f"unknown build variable {variable}",
                 hint=(suggestion + " " if suggestion else "") + "(python -m op_builder report lists the ops)",
             )
         value = env_flag(env, variable)
         explicit[op] = bool(value)
-    return bool(env_flag(env, "DS_BUILD_OPS")), explicit
+    return bool(env_flag(env, settings.BUILD_OPS.name)), explicit
 
 
 def make_plan(

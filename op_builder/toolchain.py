@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from op_builder import settings
 from op_builder.errors import ToolchainError
 
 
@@ -85,7 +86,7 @@ def find_cuda_home(env: Mapping[str, str]) -> str | None:
     A candidate counts only with both ``bin/nvcc`` and the runtime headers: an
     ``nvcc`` wrapper script in /usr/local/bin must not make /usr/local the home.
     """
-    candidates = [env.get("CUDA_HOME"), env.get("CUDA_PATH")]
+    candidates = [env.get(settings.CUDA_HOME.name), env.get(settings.CUDA_PATH.name)]
     nvcc = shutil.which("nvcc", path=env.get("PATH"))
     if nvcc:
         candidates.append(str(Path(nvcc).resolve().parent.parent))
@@ -112,7 +113,7 @@ def probe_cuda(env: Mapping[str, str] = os.environ) -> CudaToolkit | None:
 
 
 def find_rocm_home(env: Mapping[str, str]) -> str | None:
-    for var in ("ROCM_HOME", "ROCM_PATH"):
+    for var in (settings.ROCM_HOME.name, settings.ROCM_PATH.name):
         if env.get(var) and Path(env[var]).is_dir():
             return env[var]
     if Path("/opt/rocm").is_dir():
@@ -161,7 +162,7 @@ def _probe_cxx(cxx: str) -> Compiler | None:
 
 
 def probe_cxx(env: Mapping[str, str] = os.environ) -> Compiler | None:
-    return _probe_cxx(env.get("CXX", "c++"))
+    return _probe_cxx(env.get(settings.CXX.name, "c++"))
 
 
 def probe_ninja(env: Mapping[str, str] = os.environ) -> str | None:
@@ -208,7 +209,7 @@ LibrarySpec = tuple[str, str, str]
 
 def probe(env: Mapping[str, str] = os.environ, libraries: tuple[LibrarySpec, ...] = ()) -> Toolchain:
     """Read the whole host once. ``libraries`` are (name, header, symbol) triples."""
-    cxx = env.get("CXX", "c++")
+    cxx = env.get(settings.CXX.name, "c++")
     return Toolchain(
         torch=probe_torch(),
         cuda=probe_cuda(env),
@@ -241,7 +242,7 @@ def check_cuda_versions(toolkit_version: str, torch_cuda: str, env: Mapping[str,
     problem = cuda_mismatch(toolkit_version, torch_cuda)
     if problem is None:
         return None
-    if env.get("DS_SKIP_CUDA_CHECK") == "1":
+    if env.get(settings.SKIP_CUDA_CHECK.name) == "1":
         return problem + " (ignored: DS_SKIP_CUDA_CHECK=1)"
     raise ToolchainError(
         problem,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from op_builder import binary
+from op_builder import binary, settings
 from op_builder.errors import UserFacingError
 from op_builder.loader import LoadedOp, load_op
 from op_builder.manifest import Manifest
@@ -42,7 +42,7 @@ def verify_ops(
     # the other op_builder commands must not pay it.
     import torch
 
-    sealed = {**env, "DS_DISABLE_JIT": "1"}  # verification proves the AOT modules: never compile
+    sealed = {**env, settings.DISABLE_JIT.name: "1"}  # verification proves the AOT modules: never compile
     loaded: dict[str, LoadedOp] = {}
     errors: dict[str, str] = {}
     seconds: dict[str, float] = {}

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from imagegen import settings
 from imagegen.errors import BuildFailedError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class Wheel:
 
 
 def cache_root(env: Mapping[str, str] = os.environ) -> Path:
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = env.get(settings.XDG_CACHE_HOME.name) or str(Path.home() / ".cache")
     return Path(base) / "imagegen" / "torch-headers"
 
 
@@ -63,7 +64,7 @@ def cached_include(version: str, env: Mapping[str, str] = os.environ) -> Path | 
 
 def ca_bundle(env: Mapping[str, str] = os.environ) -> str | bool:
     """The CA bundle pip trusts (an intercepting proxy's CA is in it), else requests' default."""
-    for name in ("REQUESTS_CA_BUNDLE", "PIP_CERT", "SSL_CERT_FILE"):
+    for name in (s.name for s in settings.CA_BUNDLES):
         if env.get(name):
             return env[name]
     try:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from imagegen import settings
+from op_builder import settings as op_settings
 from op_builder.builder import OpBuilder
 from op_builder.context import BuildContext, resolve_context
 from op_builder.paths import PACKAGE_ROOT
@@ -68,7 +70,7 @@ class Outcome:
 
 
 def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = env.get(settings.XDG_CACHE_HOME.name) or str(Path.home() / ".cache")
     return Path(base) / "imagegen" / "compat"
 
 
@@ -80,9 +82,9 @@ def torch_include_dirs(include: Path) -> list[Path]:
 
 def context_for(torch: str, accelerator: str, toolchain: Toolchain) -> BuildContext:
     """The build context op_builder resolves for ``torch`` on this host."""
-    env = {"DS_ACCELERATOR": accelerator}
+    env = {op_settings.ACCELERATOR.name: accelerator}
     if accelerator == "cuda":
-        env["TORCH_CUDA_ARCH_LIST"] = BINDING_ARCHS
+        env[op_settings.CUDA_ARCH_LIST.name] = BINDING_ARCHS
     # torch's CUDA version stays unset: the device toolkit is device's question, not this one's.
     return resolve_context(env, replace(toolchain, torch=TorchBuild(torch, None, None)))
 

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from imagegen import settings
 from imagegen.errors import EngineUnavailableError
 
 if TYPE_CHECKING:
@@ -54,14 +55,14 @@ def check_docker_host(env: Mapping[str, str]) -> None:
     port or bracket (``tcp://host:abc``, ``http://[::1``); parsed here, first, so every such
     value is the one error that names the variable instead of a traceback or "no daemon".
     """
-    host = env.get("DOCKER_HOST")
+    host = env.get(settings.DOCKER_HOST.name)
     if not host:  # unset or empty: the SDK uses the local socket
         return
     import docker
     from docker.utils import parse_host
 
     try:
-        parse_host(host, False, tls=bool(env.get("DOCKER_TLS_VERIFY")))
+        parse_host(host, False, tls=bool(env.get(settings.DOCKER_TLS_VERIFY.name)))
     except (ValueError, docker.errors.DockerException) as exc:
         raise EngineUnavailableError(
             f"DOCKER_HOST={host!r} is not a Docker daemon address: {first_line(str(exc))}",

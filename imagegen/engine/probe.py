@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from imagegen import log
+from imagegen import log, settings
 from imagegen.engine.client import (
     ENSURE_DOCKER_HINT,
     NO_DAEMON,
@@ -132,7 +132,7 @@ def probe_engine(env: Mapping[str, str] = os.environ, prefer_buildkit: bool = Tr
 
 def _buildkit_disabled(env: Mapping[str, str]) -> bool:
     # Docker's own switch: DOCKER_BUILDKIT=0 asks for the classic builder.
-    return env.get("DOCKER_BUILDKIT", "").strip().lower() in {"0", "false", "no"}
+    return env.get(settings.DOCKER_BUILDKIT.name, "").strip().lower() in {"0", "false", "no"}
 
 
 def choose_engine(

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from imagegen import settings
 from imagegen.engine.log_lines import BK_HEADER, CLASSIC_STEP, strip_buildkit
 from imagegen.engine.types import EngineKind
 
@@ -21,7 +22,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def plain_output(env: Mapping[str, str] = os.environ) -> bool:
-    return not sys.stderr.isatty() or env.get("CI", "").strip().lower() in {"1", "true", "yes"}
+    return not sys.stderr.isatty() or env.get(settings.CI.name, "").strip().lower() in {"1", "true", "yes"}
 
 
 class LogView:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from imagegen import settings
 from imagegen.errors import BuildFailedError
 from imagegen.standins.engine import log_tail, run_logged
 
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def host_cuda_home(env: Mapping[str, str]) -> Path:
-    return Path(env.get("CUDA_HOME") or "/usr/local/cuda")
+    return Path(env.get(settings.CUDA_HOME.name) or "/usr/local/cuda")
 
 
 def host_cuda_version(home: Path) -> str | None:
@@ -68,8 +69,8 @@ def copy_host(home: Path, ctx: Path, log: Path) -> str:
 def standin_pip(env: Mapping[str, str]) -> str:
     """The Python whose pip fetches the wheels: STANDIN_PYTHON, else the checkout's .venv, else
     this interpreter. It uses pip's configured index."""
-    if env.get("STANDIN_PYTHON"):
-        return env["STANDIN_PYTHON"]
+    if env.get(settings.STANDIN_PYTHON.name):
+        return env[settings.STANDIN_PYTHON.name]
     venv = REPO / ".venv" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
 

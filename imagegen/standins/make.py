@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from imagegen import catalog
+from imagegen import catalog, settings
 from imagegen import log as ui
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.standins import cuda_home, debian_cuda, mirrors, rootfs
@@ -241,7 +241,7 @@ class _Maker:
 def ca_bundle(env: Mapping[str, str]) -> Path | None:
     """The CA bundle apt uses for an HTTPS mirror: STANDIN_CA (bad input when it is no file), else
     the host's bundle where there is one."""
-    named = env.get("STANDIN_CA", "").strip()
+    named = env.get(settings.STANDIN_CA.name, "").strip()
     if named:
         if not Path(named).is_file():
             raise BadInputError(
@@ -256,7 +256,7 @@ def host_cuda(env: Mapping[str, str]) -> str | None:
 
 
 def _lock_path(env: Mapping[str, str]) -> Path:
-    cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    cache = env.get(settings.XDG_CACHE_HOME.name) or str(Path.home() / ".cache")
     return Path(cache) / "imagegen" / "standins.lock"
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagegen import settings
 from imagegen.errors import BuildFailedError
 
 # Debian's names for its suites besides the codenames; "-updates" / "-backports" entries are
@@ -89,8 +90,8 @@ def apt_targets(env: Mapping[str, str]) -> str:
 def resolve(suite: str, env: Mapping[str, str], os_release: Path = Path("/etc/os-release")) -> Mirrors:
     """The mirrors for ``suite``: the environment's, else the host's. Raises BuildFailedError (1)
     naming the variable to set when the host's sources have none."""
-    main = env.get("STANDIN_MIRROR", "").strip()
-    security = env.get("STANDIN_SECURITY_MIRROR", "").strip()
+    main = env.get(settings.STANDIN_MIRROR.name, "").strip()
+    security = env.get(settings.STANDIN_SECURITY_MIRROR.name, "").strip()
     if not (main and security):
         try:
             release = os_release.read_text()

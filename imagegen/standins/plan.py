@@ -16,7 +16,7 @@ from typing import Literal
 
 from packaging.version import Version
 
-from imagegen import catalog
+from imagegen import catalog, settings
 from imagegen.errors import BadInputError
 
 # Bump when a recipe changes: images with another revision are rebuilt. The images made by the
@@ -131,7 +131,7 @@ def request(
 ) -> Request:
     """Validate the flags (BadInputError, exit 2) into a Request."""
     chosen = parse_platform(platform)
-    prefix = ((env or {}).get("STANDIN_PREFIX") or catalog.STANDIN_PREFIX).strip().rstrip("/")
+    prefix = ((env or {}).get(settings.STANDIN_PREFIX.name) or catalog.STANDIN_PREFIX).strip().rstrip("/")
     if not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", prefix):
         raise BadInputError(
             f"STANDIN_PREFIX {prefix!r} is not an image repository name",

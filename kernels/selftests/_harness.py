@@ -25,6 +25,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from op_builder import settings
 from op_builder.errors import OpLoadError
 from op_builder.registry import get_builder
 from op_builder.report import SelfTestReport, SelfTestResult
@@ -207,7 +208,7 @@ def run_one(test: SelfTest, device: Device, env: Mapping[str, str]) -> SelfTestR
     # Any failure of the kernel or the test is this op's result, said with why; sys.exit() in a
     # self-test too, which would otherwise end the whole run with its code (0) and pass the op.
     except BaseException as exc:
-        if env.get("OP_BUILDER_DEBUG") == "1":
+        if env.get(settings.DEBUG.name) == "1":
             traceback.print_exc(file=sys.stderr)
         error = _describe(exc)
     seconds = time.perf_counter() - start

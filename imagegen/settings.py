@@ -1,0 +1,156 @@
+"""Every environment variable imagegen reads: one table, and docs/imagegen.md's from it.
+
+Data only, like ``op_builder.settings`` (whose ``Setting`` it shares): readers refer to these
+names instead of string literals and take the environment as a ``Mapping``. ``IMAGEGEN_<X>``
+stands in for the flag ``--x`` of ``dockerfile`` / ``build`` (flag > variable > catalog), so
+its meaning is the options table's; the rest are imagegen's own. The DS_* variables imagegen
+writes into images are op_builder's (``op_builder.settings``). ``PATH`` and ``HOME`` are
+read only to find tools and the home folder, and are left out.
+"""
+
+from __future__ import annotations
+
+from op_builder.settings import Kind, Setting
+
+ENV_PREFIX = "IMAGEGEN_"
+
+
+def _option(suffix: str, kind: Kind, flag: str) -> Setting:
+    return Setting(
+        ENV_PREFIX + suffix, kind, "as the flag", f"`{flag}` when the flag is not given", "imagegen"
+    )
+
+
+OPS = _option("OPS", "list", "--ops")
+OP_SOURCES = _option("OP_SOURCES", "path", "--op-source")
+PLATFORM = _option("PLATFORM", "text", "--platform")
+PYTHON = _option("PYTHON", "text", "--python")
+TORCH = _option("TORCH", "text", "--torch")
+ARCH = _option("ARCH", "list", "--arch")
+DISTRO = _option("DISTRO", "text", "--distro")
+BASE_DEVEL = _option("BASE_DEVEL", "text", "--base-devel")
+BASE_RUNTIME = _option("BASE_RUNTIME", "text", "--base-runtime")
+STANDINS = _option("STANDINS", "flag", "--standins")
+TORCH_INDEX = _option("TORCH_INDEX", "text", "--torch-index")
+WHEELHOUSE = _option("WHEELHOUSE", "path", "--wheelhouse")
+OFFLINE = _option("OFFLINE", "flag", "--offline")
+CA_CERT = _option("CA_CERT", "path", "--ca-cert")
+BUILDKIT = _option("BUILDKIT", "flag", "--buildkit/--no-buildkit")
+BYTECODE = _option("BYTECODE", "text", "--bytecode")
+NUMPY = _option("NUMPY", "flag", "--numpy/--no-numpy")
+MAX_JOBS = _option("MAX_JOBS", "int", "--max-jobs")
+TAG = _option("TAG", "text", "--tag")
+
+DEBUG = Setting(ENV_PREFIX + "DEBUG", "flag", "unset", "`1`: show a traceback with errors", "imagegen")
+STANDIN_PREFIX = Setting(
+    "STANDIN_PREFIX", "text", "`imagegen-standin`", "the stand-in images' repository prefix", "imagegen"
+)
+STANDIN_MIRROR = Setting(
+    "STANDIN_MIRROR",
+    "text",
+    "the host's apt sources",
+    "the Debian mirror the stand-ins are built from",
+    "imagegen",
+)
+STANDIN_SECURITY_MIRROR = Setting(
+    "STANDIN_SECURITY_MIRROR",
+    "text",
+    "the host's apt sources",
+    "the Debian security mirror, likewise",
+    "imagegen",
+)
+STANDIN_CA = Setting(
+    "STANDIN_CA",
+    "path",
+    "the host's bundle, if any",
+    "a CA bundle apt trusts while building the stand-ins",
+    "imagegen",
+)
+STANDIN_PYTHON = Setting(
+    "STANDIN_PYTHON",
+    "command",
+    "the checkout's `.venv`, else this Python",
+    "the Python whose pip fetches the CUDA wheels",
+    "imagegen",
+)
+DOCKER_HOST = Setting(
+    "DOCKER_HOST", "text", "the local socket", "the container engine, as in Docker", "toolkit"
+)
+DOCKER_TLS_VERIFY = Setting(
+    "DOCKER_TLS_VERIFY", "flag", "unset", "TLS to `DOCKER_HOST`, as in Docker", "toolkit"
+)
+DOCKER_BUILDKIT = Setting(
+    "DOCKER_BUILDKIT", "flag", "unset", "`0`: use the classic builder, as in Docker", "toolkit"
+)
+CI = Setting(
+    "CI", "flag", "unset", "`1`/`true`: plain progress output, as on a terminal that is not one", "toolkit"
+)
+XDG_CACHE_HOME = Setting(
+    "XDG_CACHE_HOME", "path", "`~/.cache`", "where downloads and compile checks are cached", "toolkit"
+)
+CUDA_HOME = Setting(
+    "CUDA_HOME",
+    "path",
+    "`/usr/local/cuda`",
+    "the CUDA toolkit `make compat` and the stand-ins use",
+    "toolkit",
+)
+REQUESTS_CA_BUNDLE = Setting(
+    "REQUESTS_CA_BUNDLE",
+    "path",
+    "pip's",
+    "CA bundle for downloads (then `PIP_CERT`, `SSL_CERT_FILE`)",
+    "toolkit",
+)
+PIP_CERT = Setting("PIP_CERT", "path", "pip's", "CA bundle for downloads, as pip reads it", "toolkit")
+SSL_CERT_FILE = Setting(
+    "SSL_CERT_FILE", "path", "pip's", "CA bundle for downloads, as OpenSSL reads it", "toolkit"
+)
+
+OPTIONS: tuple[Setting, ...] = (
+    OPS,
+    OP_SOURCES,
+    PLATFORM,
+    PYTHON,
+    TORCH,
+    ARCH,
+    DISTRO,
+    BASE_DEVEL,
+    BASE_RUNTIME,
+    STANDINS,
+    TORCH_INDEX,
+    WHEELHOUSE,
+    OFFLINE,
+    CA_CERT,
+    BUILDKIT,
+    BYTECODE,
+    NUMPY,
+    MAX_JOBS,
+    TAG,
+)
+SETTINGS: tuple[Setting, ...] = (
+    *OPTIONS,
+    DEBUG,
+    STANDIN_PREFIX,
+    STANDIN_MIRROR,
+    STANDIN_SECURITY_MIRROR,
+    STANDIN_CA,
+    STANDIN_PYTHON,
+    DOCKER_HOST,
+    DOCKER_TLS_VERIFY,
+    DOCKER_BUILDKIT,
+    CI,
+    XDG_CACHE_HOME,
+    CUDA_HOME,
+    REQUESTS_CA_BUNDLE,
+    PIP_CERT,
+    SSL_CERT_FILE,
+)
+CA_BUNDLES: tuple[Setting, ...] = (REQUESTS_CA_BUNDLE, PIP_CERT, SSL_CERT_FILE)
+
+
+def markdown_table(settings: tuple[Setting, ...] = SETTINGS) -> str:
+    """docs/imagegen.md's table of variables, one row per setting."""
+    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.kind} | {s.default} | {s.meaning} |" for s in settings]
+    return "\n".join(rows) + "\n"
