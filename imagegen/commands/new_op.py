@@ -79,8 +79,10 @@ def skeleton(op: str, root: Path, cuda: bool) -> Skeleton:
     """The package for op ``op`` at ``root``; BadInputError (exit 2) when it cannot be written there."""
     check_op_name(op)
     package = root.name
-    check_package_name(package, root)
+    # Where before what: a path the file system cannot take is the error to report, whatever
+    # the folder's name would clash with.
     check_target(root)
+    check_package_name(package, root)
     context = {
         "name": op,
         "package": package,
