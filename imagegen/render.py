@@ -20,6 +20,7 @@ import jinja2
 from imagegen import __version__, catalog
 from imagegen.op_packages import IMAGE_DIR, STAGED_DIR
 from imagegen.spec import ImageSpec
+from op_builder import settings as op_settings
 
 # Where the staged extras live inside the build context (see imagegen/staging.py).
 EXTRAS_DIR = "_imagegen"
@@ -88,14 +89,14 @@ def shell_words(words: tuple[str, ...]) -> str:
 def build_environment(spec: ImageSpec) -> tuple[str, ...]:
     """The variables the build stage exports: only the requested ops' DS_BUILD_*, the target, archs."""
     env = [
-        "DS_BUILD_OPS=0",
+        f"{op_settings.BUILD_OPS.name}=0",
         *(f"{var}=1" for var in spec.build_variables),
-        f"DS_ACCELERATOR={spec.accelerator}",
+        f"{op_settings.ACCELERATOR.name}={spec.accelerator}",
     ]
     if spec.accelerator == "cuda":
-        env.append(f'TORCH_CUDA_ARCH_LIST="{";".join(spec.cuda_archs)}"')
+        env.append(f'{op_settings.CUDA_ARCH_LIST.name}="{";".join(spec.cuda_archs)}"')
     elif spec.accelerator == "rocm":
-        env.append(f'PYTORCH_ROCM_ARCH="{";".join(spec.rocm_archs)}"')
+        env.append(f'{op_settings.ROCM_ARCH.name}="{";".join(spec.rocm_archs)}"')
     return tuple(env)
 
 

@@ -32,6 +32,7 @@ from imagegen.verify_errors import (
     no_report_error,
     start_error,
 )
+from op_builder import settings as op_settings
 from op_builder.errors import UnknownOpError
 from op_builder.registry import ALL_OPS
 from op_builder.report import OpVerification, VerifyReport
@@ -296,7 +297,7 @@ def _run_sealed(
     import requests
 
     options = sealed_container_options()
-    options["environment"]["DS_DISABLE_JIT"] = "1"
+    options["environment"][op_settings.DISABLE_JIT.name] = "1"
     try:
         container = client.containers.create(
             image,

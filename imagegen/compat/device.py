@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from imagegen.compat.host import Job, include_files, job_key
+from op_builder import settings as op_settings
 from op_builder.builder import OpBuilder
 from op_builder.context import resolve_context
 from op_builder.paths import PACKAGE_ROOT
@@ -129,9 +130,9 @@ def _prefix(toolkit: Toolkit) -> tuple[str, ...]:
 def jobs_for(toolkit: Toolkit, std: str, ops: Mapping[str, OpBuilder], toolchain: Toolchain) -> list[Job]:
     """One device compile per ``.cu`` source of each GPU op, with ``toolkit`` and ``std``."""
     env = (
-        {"DS_ACCELERATOR": "cuda", "TORCH_CUDA_ARCH_LIST": CUDA_ARCHS}
+        {op_settings.ACCELERATOR.name: "cuda", op_settings.CUDA_ARCH_LIST.name: CUDA_ARCHS}
         if toolkit.accelerator == "cuda"
-        else {"DS_ACCELERATOR": "rocm", "PYTORCH_ROCM_ARCH": ROCM_ARCHS}
+        else {op_settings.ACCELERATOR.name: "rocm", op_settings.ROCM_ARCH.name: ROCM_ARCHS}
     )
     ctx = resolve_context(env, _toolchain_for(toolkit, std, toolchain))
     prefix = _prefix(toolkit)
