@@ -78,26 +78,31 @@ def test_damaged_manifest_is_an_error_not_an_empty_install(tmp_path: Path) -> No
 
 
 def test_default_jit_cache_matches_torch() -> None:
-    # In a fresh process: nothing else may have imported torch's helper modules.
+    # In a fresh process: nothing else may have imported torch's helper modules, and torch's
+    # cpp_extension (which imports setuptools) is imported there too, not here, where another
+    # test may already have imported the standard library's distutils, which setuptools refuses.
     import subprocess
     import sys
 
     import torch
-    from torch.utils.cpp_extension import get_default_build_root
 
     from op_builder.loader import extensions_root
 
+    probe = (
+        "from op_builder.loader import extensions_root; print(extensions_root({}))\n"
+        "from torch.utils.cpp_extension import get_default_build_root; print(get_default_build_root())"
+    )
     done = subprocess.run(
-        [sys.executable, "-c", "from op_builder.loader import extensions_root; print(extensions_root({}))"],
+        [sys.executable, "-c", probe],
         capture_output=True,
         text=True,
         env={k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"},
         cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 0, done.stderr
-    root = Path(done.stdout.strip())
-    assert root == extensions_root({})
-    assert root.parent == Path(get_default_build_root())
-    assert root.name == f"py{sys.version_info[0]}{sys.version_info[1]}_" + (
+    ours, torchs = (Path(line) for line in done.stdout.split())
+    assert ours == extensions_root({})
+    assert ours.parent == torchs
+    assert ours.name == f"py{sys.version_info[0]}{sys.version_info[1]}_" + (
         "cpu" if torch.version.cuda is None else f"cu{torch.version.cuda.replace('.', '')}"
     )
