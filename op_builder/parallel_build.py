@@ -104,12 +104,12 @@ def op_cost(sources: Sequence[str], include_dirs: Sequence[str], archs: int = 0)
         if source.endswith((".cu", ".hip")):
             total += max(1, archs)
         else:
-            full = _FULL_TORCH & _includes(Path(source), [Path(d) for d in include_dirs])
+            full = _FULL_TORCH & included_names(Path(source), [Path(d) for d in include_dirs])
             total += FULL_TORCH_COST if full else 1.0
     return total
 
 
-def _includes(source: Path, search: Sequence[Path]) -> set[str]:
+def included_names(source: Path, search: Sequence[Path]) -> set[str]:
     """Every name ``source`` includes, following the project headers found in ``search``."""
     names: set[str] = set()
     seen: set[Path] = set()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 import tempfile
@@ -23,26 +22,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from imagegen.compat.host import Job
+from op_builder.parallel_build import included_names
 from op_builder.paths import PACKAGE_ROOT
 
 HEADER = "torch/extension.h"
-_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
 def includes_torch(source: Path, include_dirs: Sequence[Path]) -> bool:
     """Whether ``source`` includes torch/extension.h itself or through one of its own headers."""
-    seen: set[Path] = set()
-    pending = [source]
-    while pending:
-        path = pending.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        for name in _INCLUDE.findall(path.read_text(errors="replace")):
-            if name == HEADER:
-                return True
-            pending += [d / name for d in (path.parent, *include_dirs) if (d / name).is_file()]
-    return False
+    return HEADER in included_names(source, include_dirs)
 
 
 def _group(job: Job) -> tuple[str, ...]:
