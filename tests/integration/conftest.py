@@ -186,3 +186,15 @@ def local_registry(docker_ready: None, tmp_path_factory: pytest.TempPathFactory)
             proc.kill()
             proc.wait()
         log.close()
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """The pids whose command line holds ``text`` (a build left running would)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # the process ended meanwhile
+            continue
+    return found

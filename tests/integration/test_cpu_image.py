@@ -24,6 +24,7 @@ from tests.integration.conftest import (
     STANDIN_DEVEL,
     build_args,
     imagegen,
+    processes_mentioning,
     run_in,
 )
 
@@ -373,15 +374,4 @@ def test_ctrl_c_during_a_build_stops_it_and_leaves_no_container(
         time.sleep(0.5)
     assert not left, f"containers left behind: {left}"
     # The docker CLI runs in its own session: it must have been stopped too, not left building.
-    assert not _processes_mentioning("imagegen-it/interrupted:1")
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:  # the process ended meanwhile
-            continue
-    return found
+    assert not processes_mentioning("imagegen-it/interrupted:1")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from imagegen.verify import VERIFY_LABEL
-from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args
+from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args, processes_mentioning
 from tests.integration.derived import derive
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
@@ -126,15 +126,4 @@ def test_sigterm_during_a_build_leaves_no_staged_context(docker_ready: None, tmp
     left = [p for slot in slots.glob("slot-*") if slot.is_dir() for p in slot.iterdir()]
     assert not left, f"the staged context was left behind: {left[:5]}"
     # The docker CLI runs in its own session, so SIGTERM reached only imagegen: it stopped it.
-    assert not _processes_mentioning(BUILD_TAG)
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:  # the process ended meanwhile
-            continue
-    return found
+    assert not processes_mentioning(BUILD_TAG)
