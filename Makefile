@@ -34,7 +34,7 @@ docker: system-deps
 PLATFORM ?= linux/amd64
 ARM64 := $(filter linux/arm64,$(PLATFORM))
 
-# `imagegen standins` (imagegen/standins/): the CPU stand-ins, cached by tag and recipe revision.
+# `imagegen standins` (imagegen/build/standins/): the CPU stand-ins, cached by tag and recipe revision.
 standins: setup docker
 	$(VENV)/bin/imagegen standins --platform $(PLATFORM)
 

@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from imagegen import log
-from imagegen.bases import missing_base_hint
-from imagegen.engine import Engine, EngineKind, build_image, detect_engine, image_size, push_image
-from imagegen.engine.build_log import compile_seconds
-from imagegen.errors import BadInputError, BuildFailedError
-from imagegen.render import render
-from imagegen.sources import check_sources, source_root
-from imagegen.spec import ImageSpec
-from imagegen.staging import staged_context
-from imagegen.verify import VerifyResult, verify_image
+from imagegen.build.bases import missing_base_hint
+from imagegen.build.engine import Engine, EngineKind, build_image, detect_engine, image_size
+from imagegen.build.engine.build_log import compile_seconds
+from imagegen.build.sources import check_sources, source_root
+from imagegen.build.staging import staged_context
+from imagegen.errors import BuildFailedError
+from imagegen.publish import check_push_request, publish
+from imagegen.render.dockerfile import render
+from imagegen.spec.image import ImageSpec
+from imagegen.verify.image import VerifyResult, verify_image
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,7 @@ def build(
     """
     root = source or source_root()
     check_sources(root)  # bad input before any engine work
-    if spec.push and not verify:
-        raise BadInputError(
-            "pushing without verifying: images are pushed only after verification passed",
-            hint="verify the image, or push it yourself",
-        )
+    check_push_request(spec.push, verify)
     steps = _Steps()
     if engine is None:
         with steps.step("engine", "detect the container engine"):
@@ -165,9 +162,10 @@ def build(
         with steps.step("verify", f"verify {spec.tag}"):
             verified = verify_image(spec.tag, ops=spec.ops)
     ok = verified is None or verified.ok
+    pushed = False
     if spec.push and ok:
         with steps.step("push", f"push {spec.tag}"):
-            push_image(engine, spec.tag)
+            pushed = publish(engine, spec.tag, verified)
     return BuildReport(
         ok=ok,
         tag=spec.tag,
@@ -182,7 +180,7 @@ def build(
         size_bytes=size,
         build_seconds=result.seconds,
         verify=verified,
-        pushed=spec.push and ok,
+        pushed=pushed,
         steps=tuple(steps.timings),
         compile_seconds=compile_seconds(result.log),
         log=result.log,

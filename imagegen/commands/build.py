@@ -38,8 +38,8 @@ from imagegen.commands._options import (
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import VerificationFailedError
-from imagegen.spec import SpecInput
-from imagegen.verify_table import render_table
+from imagegen.spec.image import SpecInput
+from imagegen.verify.table import render_table
 
 NoVerifyOption = Annotated[
     bool, typer.Option("--no-verify", help="Skip loading the ops in a sealed container.")

@@ -12,10 +12,10 @@ from typing import Any
 
 from rich.table import Table
 
-from imagegen import catalog as cat
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.compat import results
+from imagegen.spec import catalog as cat
 from imagegen.tables import fitted
 
 

@@ -192,7 +192,7 @@ def write(package: Skeleton) -> None:
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("imagegen", "templates"),
+        loader=jinja2.PackageLoader("imagegen.commands", "templates"),
         undefined=jinja2.StrictUndefined,  # a missing value is a bug, not an empty line
         keep_trailing_newline=True,
         trim_blocks=True,

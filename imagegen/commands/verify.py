@@ -7,12 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from imagegen import verify as verify_lib
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import VerificationFailedError
-from imagegen.spec_checks import op_list
-from imagegen.verify_table import render_table
+from imagegen.spec.checks import op_list
+from imagegen.verify import image as verify_lib
+from imagegen.verify.table import render_table
 from op_builder.registry import ALL_OPS, check_op_names
 from op_builder.suggest import closest
 

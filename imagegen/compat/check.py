@@ -19,8 +19,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from imagegen import catalog
 from imagegen.compat import device, headers, host, pch, results
+from imagegen.spec import catalog
 from op_builder.builder import OpBuilder
 from op_builder.context import cxx_standard
 from op_builder.plan import probe_host

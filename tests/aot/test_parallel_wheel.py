@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.engine.build_log import compile_seconds
-from imagegen.sources import copy_build_inputs
+from imagegen.build.engine.build_log import compile_seconds
+from imagegen.build.sources import copy_build_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 OPS = ("cpu_adam", "cpu_lion")

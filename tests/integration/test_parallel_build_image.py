@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.sources import copy_build_inputs
+from imagegen.build.sources import copy_build_inputs
 from op_builder import get_builder
 from tests.integration.conftest import CPU_OPS, REPO, build_args, imagegen
 

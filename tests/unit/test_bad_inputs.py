@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from imagegen import verify as verify_lib
 from imagegen.errors import BadInputError, VerificationFailedError
-from imagegen.reference import reference_problem
-from imagegen.spec import SpecInput, build_spec
-from imagegen.spec_checks import op_list
+from imagegen.spec.checks import op_list
+from imagegen.spec.image import SpecInput, build_spec
+from imagegen.spec.reference import reference_problem
+from imagegen.verify import image as verify_lib
 from tests.op_package_files import builder_source, unique, write_package
 from tests.unit.contract import DOCKERFILE, PEM, assert_json_error, assert_reported, invoke
 

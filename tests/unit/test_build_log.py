@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen.engine.build_log import (
+from imagegen.build.engine.build_log import (
     compiler_excerpt,
     describe_failure,
     failing_step_output,
     find_failed_op,
     op_sources,
 )
-from imagegen.engine.types import EngineKind
+from imagegen.build.engine.types import EngineKind
 from imagegen.errors import BuildFailedError
 
 # ---------------------------------------------------------------- reading a failed build's log

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.engine.probe import (
+from imagegen.build.engine.probe import (
     ClientProbe,
     EngineProbe,
     choose_engine,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen import catalog
+from imagegen.spec import catalog, catalog_table
 from op_builder import archs as arch_lib
 
 
@@ -134,7 +134,9 @@ def test_docs_catalog_table_matches_the_code() -> None:
     from pathlib import Path
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "imagegen.md").read_text()
-    assert catalog.markdown_table() in docs, "paste catalog.markdown_table() into docs/imagegen.md"
+    assert catalog_table.markdown_table() in docs, (
+        "paste catalog_table.markdown_table() into docs/imagegen.md"
+    )
 
 
 # ---------------------------------------------------------------- CUDA 13.x
@@ -163,8 +165,8 @@ def test_cuda_13_2_default_archs_name_every_blackwell() -> None:
 
 @pytest.mark.parametrize("version", CUDA13)
 def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
-    from imagegen.render import render
-    from imagegen.spec import SpecInput, build_spec
+    from imagegen.render.dockerfile import render
+    from imagegen.spec.image import SpecInput, build_spec
 
     target = catalog.CUDA_TARGETS[version]
     spec = build_spec(SpecInput(cuda=version, ops="all"), {})
@@ -176,7 +178,7 @@ def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
 
 @pytest.mark.parametrize("version", CUDA13)
 def test_every_cuda_13_target_has_standins(version: str) -> None:
-    from imagegen.spec import SpecInput, build_spec
+    from imagegen.spec.image import SpecInput, build_spec
 
     spec = build_spec(SpecInput(cuda=version, ops="all", standins=True), {})
     assert (spec.base_devel, spec.base_runtime) == (

@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console
 from typer.testing import CliRunner
 
-from imagegen import catalog
 from imagegen.cli import app
 from imagegen.commands.catalog import catalog_entries, render_table
 from imagegen.compat import results
+from imagegen.spec import catalog
 
 runner = CliRunner()
 

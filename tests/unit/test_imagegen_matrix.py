@@ -7,9 +7,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from imagegen import catalog
 from imagegen.cli import app
-from imagegen.matrix import BAKE_FILE, render_matrix, stale_files, standard_entries, write_matrix
+from imagegen.render import matrix
+from imagegen.render.matrix import BAKE_FILE, render_matrix, stale_files, standard_entries, write_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = REPO / "dockerfiles"
@@ -24,7 +24,7 @@ def test_matrix_covers_the_standard_targets_with_every_op() -> None:
     entries = standard_entries()
     assert [e.folder for e in entries] == [
         ("cpu" if a == "cpu" else f"{a}{v}") + ("-arm64" if p == "linux/arm64" else "")
-        for a, v, p in catalog.STANDARD_MATRIX
+        for a, v, p in matrix.STANDARD_MATRIX
     ]
     files = render_matrix()
     assert set(files) == {f"{e.folder}/Dockerfile" for e in entries} | {BAKE_FILE}

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import catalog
 from imagegen.cli import app
 from imagegen.errors import BadInputError
-from imagegen.spec import SpecInput, build_spec, content_hash
+from imagegen.spec import catalog
+from imagegen.spec.image import SpecInput, build_spec, content_hash
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from imagegen.cli import app
-from imagegen.matrix import render_matrix
+from imagegen.render.matrix import render_matrix
 
 
 def _tree(root: Path) -> list[str]:

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import pipeline
+from imagegen import pipeline, publish
+from imagegen.build.engine import BuildResult, Engine
 from imagegen.cli import app
-from imagegen.engine import BuildResult, Engine
 from imagegen.errors import BuildFailedError
-from imagegen.spec import ImageSpec, SpecInput, build_spec
-from imagegen.verify import VerifyResult
+from imagegen.spec.image import ImageSpec, SpecInput, build_spec
+from imagegen.verify.image import VerifyResult
 from op_builder.report import OpVerification
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ class FakeEngine:
         monkeypatch.setattr(pipeline, "build_image", self.build_image)
         monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 123 * 2**20)
         monkeypatch.setattr(pipeline, "verify_image", self.verify_image)
-        monkeypatch.setattr(pipeline, "push_image", lambda engine, tag: self.calls.append(f"push {tag}"))
+        monkeypatch.setattr(publish, "push_image", lambda engine, tag: self.calls.append(f"push {tag}"))
         monkeypatch.setattr(pipeline, "missing_base_hint", lambda spec: f"not here: {spec.base_devel}")
 
     def detect_engine(self, env: object, prefer_buildkit: bool = True) -> Engine:

@@ -1,4 +1,5 @@
-"""The Debian mirrors of the stand-in bases come from the host's apt sources (imagegen/standins/mirrors.py).
+"""The Debian mirrors of the stand-in bases come from the host's apt sources (imagegen/build/standins/
+mirrors.py).
 
 The selection is a pure function of apt's indextargets lines (tested on tables); the whole path,
 ``imagegen standins --mirrors``, asks apt itself, pointed by APT_CONFIG at made-up sources
@@ -14,9 +15,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from imagegen.build.standins.mirrors import debian_mirror, host_suites, resolve
 from imagegen.cli import app
 from imagegen.errors import BuildFailedError
-from imagegen.standins.mirrors import debian_mirror, host_suites, resolve
 
 runner = CliRunner()
 BOOKWORM = host_suites("bookworm", 'ID=debian\nVERSION_CODENAME="bookworm"\n')

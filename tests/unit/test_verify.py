@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from imagegen import verify as ver
 from imagegen.errors import BadInputError
-from imagegen.verify_table import render_table
+from imagegen.verify import image as ver
+from imagegen.verify.table import render_table
 
 
 def report(*ops: dict[str, Any], ok: bool = True) -> str:

@@ -12,10 +12,10 @@ import signal
 import pytest
 from rich.console import Console
 
-from imagegen import verify
-from imagegen.engine.build_log import describe_failure
+from imagegen.build.engine.build_log import describe_failure
 from imagegen.errors import BadInputError, VerificationFailedError
-from imagegen.verify_errors import (
+from imagegen.verify import image as verify
+from imagegen.verify.errors import (
     OUTPUT_LINE_CHARS,
     OUTPUT_TAIL_LINES,
     StreamTail,
@@ -23,7 +23,7 @@ from imagegen.verify_errors import (
     signal_of,
     start_error,
 )
-from imagegen.verify_table import render_table
+from imagegen.verify.table import render_table
 
 COMMAND = "python -m op_builder verify --json"
 

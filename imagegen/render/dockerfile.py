@@ -1,0 +1,233 @@
+"""ImageSpec -> Dockerfile text (pure and deterministic: the same spec gives the same bytes).
+
+The template is ``imagegen/render/templates/Dockerfile.j2``. Two variants: BuildKit (cache mounts
+for pip and ccache, the wheelhouse bind-mounted instead of copied) and classic (the same
+stages with plain instructions, for engines without BuildKit). Files the build needs
+from outside the checkout are expected at fixed places in the build context:
+``_imagegen/ca.crt`` and ``_imagegen/wheelhouse/`` (``imagegen build`` stages them), so host
+paths never appear in the text.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+from functools import lru_cache
+
+import jinja2
+
+from imagegen import __version__
+from imagegen.spec import catalog
+from imagegen.spec.image import ImageSpec
+from imagegen.spec.op_packages import IMAGE_DIR, STAGED_DIR
+from op_builder import settings as op_settings
+
+# Where the staged extras live inside the build context (see imagegen/build/staging.py).
+EXTRAS_DIR = "_imagegen"
+CA_PATH = f"{EXTRAS_DIR}/ca.crt"
+WHEELHOUSE_PATH = f"{EXTRAS_DIR}/wheelhouse"
+
+# Puts the op packages' folder on sys.path, so `import acme_ops` works in every process.
+OP_SOURCES_PTH = "imagegen-op-sources.pth"
+
+# Memory one compile job may take, for the default MAX_JOBS: torch's headers make a C++
+# translation unit take ~1.5 GiB; nvcc/hipcc with several archs take more.
+_GIB_PER_JOB = {"cpu": 2, "cuda": 4, "rocm": 4}
+
+
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("imagegen.render", "templates"),
+        undefined=jinja2.StrictUndefined,  # a missing value is a bug, not an empty line
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return env.get_template("Dockerfile.j2")
+
+
+def render(spec: ImageSpec) -> str:
+    """The Dockerfile for ``spec`` (variant from ``spec.buildkit``)."""
+    return _template().render(**context(spec))
+
+
+def render_classic(spec: ImageSpec) -> str:
+    """The classic-builder variant, whatever ``spec.buildkit`` says."""
+    return render(replace(spec, buildkit=False))
+
+
+def runtime_base_has_python(spec: ImageSpec) -> bool:
+    """Official python:* images ship Python at /usr/local; every other base gets it from apt."""
+    return spec.base_runtime.startswith(("python:", "docker.io/library/python:"))
+
+
+def devel_packages(spec: ImageSpec) -> tuple[str, ...]:
+    packages = {"ca-certificates", "g++", "make", *spec.build_packages()}
+    if spec.buildkit:
+        packages.add("ccache")  # only useful with the BuildKit cache mount
+    return tuple(sorted(packages))
+
+
+def runtime_packages(spec: ImageSpec) -> tuple[str, ...]:
+    packages = set(spec.runtime_packages())
+    if not runtime_base_has_python(spec):
+        packages.add("python3")
+    if spec.keep_ca_cert:
+        packages.add("ca-certificates")
+    return tuple(sorted(packages))
+
+
+def shell_words(words: tuple[str, ...]) -> str:
+    """``words`` as one shell command line's arguments, each quoted where it needs it.
+
+    The spec has checked every value already (package names, the index URL); quoting here too
+    means no value can ever become a second command of a RUN line.
+    """
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def build_environment(spec: ImageSpec) -> tuple[str, ...]:
+    """The variables the build stage exports: only the requested ops' DS_BUILD_*, the target, archs."""
+    env = [
+        f"{op_settings.BUILD_OPS.name}=0",
+        *(f"{var}=1" for var in spec.build_variables),
+        f"{op_settings.ACCELERATOR.name}={spec.accelerator}",
+    ]
+    if spec.accelerator == "cuda":
+        env.append(f'{op_settings.CUDA_ARCH_LIST.name}="{";".join(spec.cuda_archs)}"')
+    elif spec.accelerator == "rocm":
+        env.append(f'{op_settings.ROCM_ARCH.name}="{";".join(spec.rocm_archs)}"')
+    return tuple(env)
+
+
+def expected_torch_build(spec: ImageSpec) -> str:
+    """How ``torch_build_check`` names the build the target needs: ``CUDA 13.``, ``ROCm 6.2.``, ``CPU``.
+
+    CUDA matches on the major version only: torch's CUDA 13.2 wheels load against a 13.0
+    toolkit's ops (minor versions are ABI-compatible). ROCm needs its minor release.
+    """
+    if spec.accelerator == "cuda":
+        return f"CUDA {(spec.toolkit_version or '').split('.')[0]}."
+    if spec.accelerator == "rocm":
+        return f"ROCm {spec.toolkit_version}."
+    return "CPU"
+
+
+def torch_build_check(spec: ImageSpec) -> str:
+    """A ``python -c`` program (no single quotes) failing the devel stage on the wrong torch build.
+
+    pip resolves an unlabelled pin (``torch==2.15.0``) to whatever build the source has, so a
+    CUDA 12 or a CPU wheel would otherwise surface much later as a compile or load error.
+    """
+    want = expected_torch_build(spec)
+    hint = (
+        f"use an index or wheelhouse with torch {spec.torch} built for {spec.target}"
+        " (--torch-index, --wheelhouse), or the target that build is for"
+    )
+    return (
+        "import sys, torch; v = torch.version; "
+        'build = ("CUDA " + v.cuda) if v.cuda else ("ROCm " + v.hip) if v.hip else "CPU"; '
+        f'sys.exit(None if (build + ".").startswith("{want}") else '
+        f'"imagegen: pip installed torch " + torch.__version__ + ", a " + build + '
+        f'" build; the image targets {spec.target}: {hint}")'
+    )
+
+
+def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
+    """OCI labels plus io.imagegen.* (values JSON-quoted, which Dockerfile strings accept)."""
+    version = spec.toolkit_version or ""
+    pairs: list[tuple[str, str]] = [
+        ("org.opencontainers.image.title", f"imagegen ops image ({spec.target})"),
+        ("org.opencontainers.image.description", "Ahead-of-time built ops: " + ", ".join(spec.ops)),
+        ("org.opencontainers.image.version", __version__),
+        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ("org.opencontainers.image.base.name", spec.base_runtime),
+        ("io.imagegen.target", spec.target),
+        ("io.imagegen.ops", ",".join(spec.ops)),
+        ("io.imagegen.archs", ";".join(spec.archs)),
+        ("io.imagegen.cuda", version if spec.accelerator == "cuda" else ""),
+        ("io.imagegen.rocm", version if spec.accelerator == "rocm" else ""),
+        ("io.imagegen.torch", spec.torch_release),
+        ("io.imagegen.python", spec.python),
+        ("io.imagegen.distro", spec.distro),
+        ("io.imagegen.platform", spec.platform),
+        ("io.imagegen.bytecode", spec.bytecode),
+    ]
+    # Each GPU op's own arch list (an op may compile for fewer archs than the image names).
+    pairs += [(f"io.imagegen.archs.{name}", ";".join(archs)) for name, archs in spec.op_archs]
+    if spec.op_packages:  # which ops are not ours, and exactly which sources they were built from
+        pairs += [
+            ("io.imagegen.external-ops", ",".join(spec.external_ops)),
+            ("io.imagegen.op-packages", ",".join(p.reference for p in spec.op_packages)),
+        ]
+    return tuple((key, json.dumps(value)) for key, value in pairs)
+
+
+def context_extras(spec: ImageSpec) -> tuple[str, ...]:
+    """What the build context must hold besides the project's sources (``imagegen build`` stages it)."""
+    extras = [CA_PATH] if spec.ca_cert is not None else []
+    if spec.wheelhouse is not None:
+        extras.append(WHEELHOUSE_PATH + "/")
+    extras += [package.staged_path + "/" for package in spec.op_packages]
+    return tuple(extras)
+
+
+def op_sources_value(spec: ImageSpec) -> str:
+    """``DS_OP_SOURCES`` inside the image: every op package's folder there."""
+    return ":".join(package.image_path for package in spec.op_packages)
+
+
+def _pip_sources(spec: ImageSpec, index: str | None) -> str:
+    flags: list[str] = []
+    if spec.offline:
+        flags.append("--no-index")
+    if spec.wheelhouse is not None:
+        flags.append("--find-links /wheelhouse")
+    if index is not None:
+        flags.append(f"--index-url {shlex.quote(index)}")
+    return "".join(flag + " " for flag in flags)
+
+
+def context(spec: ImageSpec) -> dict[str, object]:
+    """Everything the template reads; exposed so tests can check decisions without parsing text."""
+    return {
+        "variant": "BuildKit" if spec.buildkit else "classic",
+        "buildkit": spec.buildkit,
+        "target": spec.target,
+        "platform": spec.platform,
+        # CPU torch ships its libraries with static symbol tables (~90 MB); stripping them keeps
+        # the dynamic symbols extensions link against. GPU libraries carry device code: left alone.
+        "strip_torch_libs": spec.target == "cpu",
+        "bytecode": spec.bytecode,
+        "ops": spec.ops,
+        "ops_csv": ",".join(spec.ops),
+        "torch_version": spec.torch_release,
+        "python": spec.python,
+        "archs": ";".join(spec.archs),
+        "base_devel": spec.base_devel,
+        "base_runtime": spec.base_runtime,
+        "ca_cert": spec.ca_cert is not None,
+        "context_extras": context_extras(spec),
+        "op_packages": tuple(p.name for p in spec.op_packages),
+        "op_sources_staged": STAGED_DIR,
+        "op_sources_dir": IMAGE_DIR,
+        "op_sources_value": op_sources_value(spec),
+        "op_sources_pth": OP_SOURCES_PTH,
+        "keep_ca_cert": spec.keep_ca_cert,
+        "wheelhouse": spec.wheelhouse is not None,
+        "devel_packages": shell_words(devel_packages(spec)),
+        "runtime_packages": shell_words(runtime_packages(spec)),
+        "runtime_python": not runtime_base_has_python(spec),
+        "build_tools": tuple(f'"{tool}"' for tool in catalog.BUILD_TOOLS),
+        "runtime_drops": catalog.BUILD_ONLY_TOOLS,
+        "tool_source": _pip_sources(spec, None),
+        "torch_source": _pip_sources(spec, spec.torch_index),
+        "torch_requirement": spec.torch_requirement,
+        "numpy_requirement": spec.numpy_requirement or "",
+        "torch_build_check": torch_build_check(spec),
+        "build_env": build_environment(spec),
+        "max_jobs": "" if spec.max_jobs is None else str(spec.max_jobs),
+        "per_job_gib": _GIB_PER_JOB[spec.accelerator],
+        "labels": labels(spec),
+    }

@@ -1,0 +1,132 @@
+"""The checks of the spec's inputs that name files and folders, or carry numbers and URLs
+(``--wheelhouse``, ``--ca-cert``, ``--max-jobs``, ``--torch-index``, ``--op-source``): each returns
+the value resolved, or raises one ``BadInputError`` with a hint (exit 2)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from stat import S_ISDIR, S_ISREG
+from urllib.parse import urlsplit
+
+from imagegen import settings
+from imagegen.errors import BadInputError
+from imagegen.files import stat_input
+
+
+def existing_dir(value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    try:
+        is_dir = path.is_dir()
+    except OSError:  # a name too long, a folder we may not search: not a usable wheelhouse either
+        is_dir = False
+    if not is_dir:
+        raise BadInputError(
+            f"wheelhouse {value} is not a directory",
+            hint="pass a folder of wheels, e.g. --wheelhouse /opt/wheels (pip download --dest DIR ...)",
+        )
+    return path.resolve()
+
+
+_PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+
+
+def existing_file(value: str | None) -> Path | None:
+    """The --ca-cert bundle, checked here: apt and pip in the build would fail on it later
+    without naming it (update-ca-certificates skips a non-PEM file silently)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    hint = "pass a PEM bundle, e.g. --ca-cert /etc/ssl/certs/ca-certificates.crt"
+    try:
+        mode = path.stat().st_mode
+        # Checked before reading: a FIFO or a device (/dev/zero) would block or never end.
+        if S_ISDIR(mode):
+            problem: str | None = "is a directory, not a file"
+        elif not S_ISREG(mode):
+            problem = "is not a regular file"
+        else:
+            problem, data = None, path.read_bytes()
+    except FileNotFoundError:
+        problem = "does not exist"
+    except OSError as exc:
+        problem = f"cannot be read: {(exc.strerror or str(exc)).lower()}"
+    if problem:
+        raise BadInputError(f"CA certificate file {value} {problem}", hint=hint)
+    if _PEM_CERTIFICATE not in data:
+        raise BadInputError(
+            f"CA certificate file {value} is not PEM: it has no {_PEM_CERTIFICATE.decode()} line",
+            hint=hint + "; convert a DER file with `openssl x509 -inform der -in FILE -out FILE.pem`",
+        )
+    return path.resolve()
+
+
+def max_jobs(flag: int | None, env: Mapping[str, str]) -> int | None:
+    if flag is not None:
+        value: int | str = flag
+    else:
+        text = env.get(settings.MAX_JOBS.name, "").strip()
+        if not text:
+            return None
+        value = text
+    if isinstance(value, str) and not value.isdigit():
+        raise BadInputError(f"max jobs {value!r} is not a whole number", hint="for example --max-jobs 4")
+    jobs = int(value)
+    if jobs < 1:
+        raise BadInputError(f"max jobs {jobs} is below 1", hint="for example --max-jobs 4, or leave it out")
+    if jobs > MAX_JOBS_LIMIT:
+        shown = str(jobs) if len(str(jobs)) <= 20 else str(jobs)[:20] + "..."
+        raise BadInputError(
+            f"max jobs {shown} is more than {MAX_JOBS_LIMIT}",
+            hint="for example --max-jobs 4, or leave it out: the build then picks from its cores and memory",
+        )
+    return jobs
+
+
+# More compile jobs than any build machine has cores is a typo, and a number this large would
+# be passed to make and ninja as it is.
+MAX_JOBS_LIMIT = 1024
+
+
+_INDEX_SCHEMES = ("https", "http", "file")
+# RFC 3986's characters (unreserved, reserved and '%'): no white space, no control character,
+# no quote or backslash that could end the shell word the URL is rendered into.
+_URL_CHARS_RE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&()*+,;=%]+")
+
+
+def index_url(value: str | None) -> str | None:
+    """``--torch-index``: a URL pip can take as ``--index-url``, or bad input naming what is wrong."""
+    if value is None:
+        return None
+    hint = "pass the index's URL, e.g. --torch-index https://pypi.example.com/simple (or file:///srv/index)"
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    if not _URL_CHARS_RE.fullmatch(value):
+        raise BadInputError(
+            f"--torch-index {shown!r} is not a URL: it has characters a URL cannot hold",
+            hint=hint + "; percent-encode spaces and quotes",
+        )
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises ValueError for a port out of range)
+    except ValueError as exc:
+        raise BadInputError(f"--torch-index {shown!r} is not a URL: {exc}", hint=hint) from None
+    if parts.scheme.lower() not in _INDEX_SCHEMES:
+        raise BadInputError(
+            f"--torch-index {shown!r} is not a URL pip can use: "
+            + (f"scheme {parts.scheme!r}" if parts.scheme else "it has no scheme"),
+            hint=hint,
+        )
+    if parts.scheme.lower() != "file" and not parts.hostname:
+        raise BadInputError(f"--torch-index {shown!r} names no host", hint=hint)
+    if parts.scheme.lower() == "file" and not parts.path.startswith("/"):
+        raise BadInputError(f"--torch-index {shown!r} names no absolute path", hint=hint)
+    return value
+
+
+def op_source_paths(dirs: tuple[str, ...]) -> None:
+    """Each ``--op-source`` folder can at least be looked up (a name too long is bad input here)."""
+    for folder in dirs:
+        stat_input(Path(folder).expanduser(), "--op-source")
