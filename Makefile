@@ -32,7 +32,6 @@ docker: system-deps
 # linux/amd64 (the default) or linux/arm64: the platform of `make standins` and `make images`.
 # arm64 runs here under Debian's qemu-user-static (scripts/system-deps.sh registers it).
 PLATFORM ?= linux/amd64
-ARM64 := $(filter linux/arm64,$(PLATFORM))
 
 # `imagegen standins` (imagegen/build/standins/): the CPU stand-ins, cached by tag and recipe revision.
 standins: setup docker
@@ -63,55 +62,43 @@ bench: setup
 	$(PY) bench/gpu_transformer.py
 	$(PY) bench/gpu_quantizer.py
 
-# Local torch wheels (an air-gapped or proxied machine keeps them here) and the CA bundle
-# that HTTPS through an intercepting proxy needs; both only when present.
-WHEELHOUSE ?= $(wildcard /opt/wheels)
-CA_CERT ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
-IMAGE_OPS ?= cpu_adam,cpu_adagrad,cpu_lion,async_io
-
-# torch for the arm64 CPU image: PyPI's aarch64 wheels are CPU builds up to 2.10 and CUDA 13.0
-# builds from 2.11 on (several GB of nvidia-* wheels, and the CPU image's build check refuses
-# them), and download.pytorch.org is not reachable everywhere; so the newest CPU one, fetched
-# into a wheelhouse of its own from the index this machine's pip uses.
-ARM64_TORCH ?= 2.10.0
-ARM64_WHEELHOUSE ?= .cache/wheelhouse-linux-arm64
-# qemu-user has no Linux AIO system calls (io_setup answers ENOSYS), so under emulation
-# async_io compiles but cannot pass its self-test, which the build runs: an arm64 image made
-# on another architecture leaves it out; on an arm64 host it is in.
-EMULATED_ARM64_OPS := cpu_adam,cpu_adagrad,cpu_lion
-ARM64_IMAGE_OPS ?= $(if $(filter aarch64 arm64,$(shell uname -m)),$(IMAGE_OPS),$(EMULATED_ARM64_OPS))
+# The image targets' rules (which ops, which torch and index, for which platform or CUDA) are in
+# scripts/images.py; these variables pass through, and an empty one takes its default there.
+# WHEELHOUSE: local torch wheels (default /opt/wheels when present); CA_CERT: the CA bundle that
+# HTTPS through an intercepting proxy needs (default the system's, when present).
+WHEELHOUSE ?=
+CA_CERT ?=
+# IMAGE_OPS: default our CPU ops. PLATFORM=linux/arm64: torch ARM64_TORCH (default 2.10.0, PyPI's
+# newest aarch64 CPU build) fetched into ARM64_WHEELHOUSE; ARM64_IMAGE_OPS default IMAGE_OPS, less
+# async_io when built under emulation (qemu-user has no Linux AIO, so its self-test cannot pass).
+IMAGE_OPS ?=
+ARM64_TORCH ?=
+ARM64_WHEELHOUSE ?=
+ARM64_IMAGE_OPS ?=
 
 # The standard CPU image, from the stand-in bases (no registry needed), verified; for
 # PLATFORM=linux/arm64 built and verified (load + self-tests) under emulation: slow, not in CI.
 images: setup standins
-	$(if $(ARM64),$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-	  --platform manylinux_2_28_aarch64 --platform manylinux2014_aarch64 \
-	  --dest $(ARM64_WHEELHOUSE) "torch==$(ARM64_TORCH)")
-	$(VENV)/bin/imagegen build --cpu --platform $(PLATFORM) --ops $(if $(ARM64),$(ARM64_IMAGE_OPS),$(IMAGE_OPS)) --standins \
-	  $(if $(ARM64),--torch $(ARM64_TORCH) --wheelhouse $(ARM64_WHEELHOUSE),$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))) \
-	  $(if $(CA_CERT),--ca-cert $(CA_CERT))
+	$(PY) scripts/images.py cpu --platform '$(PLATFORM)' --ops '$(IMAGE_OPS)' --wheelhouse '$(WHEELHOUSE)' \
+	  --ca-cert '$(CA_CERT)' --arm64-torch '$(ARM64_TORCH)' --arm64-wheelhouse '$(ARM64_WHEELHOUSE)' --arm64-ops '$(ARM64_IMAGE_OPS)'
 
-# A CUDA image of the GPU ops from the CUDA stand-ins (`imagegen standins --cuda X.Y`; CUDA=12.4:
-# Debian trixie's nvidia-cuda-toolkit; CUDA=13.0: this machine's toolkit; another 13.x: NVIDIA's
-# compiler wheels of exactly that release), for the catalog's default arch list of that CUDA unless
-# CUDA_ARCH names one, with torch's matching build (12.4: 2.6.0, whose wheels on the index are cu124;
-# 13.x: 2.15.0, a CUDA 13.2 build) from the index this machine's pip installs from (PIP_INDEX_URL,
-# pip.conf, else pip's default; scripts/pip_index.py), so a corporate mirror works as it is:
-# without --torch-index imagegen would go to the catalog's download.pytorch.org index, which
-# a mirror-only network cannot reach. CUDA_TORCH_INDEX (or IMAGEGEN_TORCH_INDEX) overrides.
-# Several GB to download, and ~30 GB of disk with the build cache (`docker builder prune`
-# gives it back). Not in CI. torch 2.15.0 on PyPI is a CUDA 13.2 build: CUDA=13.2 matches it exactly.
-# Figures (cold build, compile seconds per op, sizes) in docs/benchmarks.md.
-CUDA ?= 13.0
-CUDA_TORCH ?= $(if $(filter 12.4,$(CUDA)),2.6.0,2.15.0)
+# A CUDA image of our GPU ops from the CUDA stand-ins (`imagegen standins --cuda X.Y`; CUDA=12.4:
+# Debian trixie's nvidia-cuda-toolkit; CUDA=13.0, the default: this machine's toolkit; another
+# 13.x: NVIDIA's compiler wheels of exactly that release), for the catalog's default arch list of
+# that CUDA unless CUDA_ARCH names one, with torch's matching build on PyPI (CUDA_TORCH; 12.4:
+# 2.6.0; 13.x: 2.15.0, a CUDA 13.2 build) from the index this machine's pip installs from
+# (scripts/pip_index.py), so a corporate mirror works as it is. CUDA_TORCH_INDEX (or
+# IMAGEGEN_TORCH_INDEX) names another index; CUDA_IMAGE_OPS picks some ops. Several GB to
+# download, and ~30 GB of disk with the build cache (`docker builder prune` gives it back). Not
+# in CI. Figures (cold build, compile seconds per op, sizes) in docs/benchmarks.md.
+CUDA ?=
+CUDA_TORCH ?=
 CUDA_TORCH_INDEX ?= $(IMAGEGEN_TORCH_INDEX)
 CUDA_ARCH ?=
-CUDA_IMAGE_OPS ?= fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer
+CUDA_IMAGE_OPS ?=
 image-cuda: setup docker
-	$(VENV)/bin/imagegen standins --cuda $(CUDA)
-	index='$(CUDA_TORCH_INDEX)' && index="$${index:-$$($(PY) scripts/pip_index.py)}" \
-	&& $(VENV)/bin/imagegen build --cuda $(CUDA) --standins --ops $(CUDA_IMAGE_OPS) $(if $(CUDA_ARCH),--arch "$(CUDA_ARCH)") \
-	  --torch $(CUDA_TORCH) --torch-index "$$index" $(if $(CA_CERT),--ca-cert $(CA_CERT))
+	$(PY) scripts/images.py cuda --cuda '$(CUDA)' --arch '$(CUDA_ARCH)' --torch '$(CUDA_TORCH)' \
+	  --torch-index '$(CUDA_TORCH_INDEX)' --ops '$(CUDA_IMAGE_OPS)' --ca-cert '$(CA_CERT)'
 
 # Image figures: runtime/devel size of the CPU and the CUDA image, and the rebuild ratio.
 bench-images: setup standins

@@ -48,12 +48,7 @@ mkdir -p "$WORK"
 "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
 # TORCH_SPEC pins the torch to build against (default: the registry's newest CUDA build).
 "$VENV/bin/pip" install -q "${TORCH_SPEC:-torch}" packaging ninja
-"$VENV/bin/python" - <<'PY'
-import torch
-print(f"torch {torch.__version__}, CUDA {torch.version.cuda}")
-if torch.version.cuda is None:
-    raise SystemExit("the installed torch is not a CUDA build")
-PY
+"$VENV/bin/python" "$ROOT/scripts/e2e_cuda.py" torch-is-cuda
 
 step "AOT wheel for ${OPS[*]} (TORCH_CUDA_ARCH_LIST=$ARCHS)"
 build_env=(DS_ACCELERATOR=cuda "TORCH_CUDA_ARCH_LIST=$ARCHS" DS_BUILD_OPS=0 "MAX_JOBS=${MAX_JOBS:-2}")
@@ -75,16 +70,5 @@ step "install the wheel"
 step "verify: every op from its ahead-of-time module"
 cd "$WORK"  # not the checkout: import the installed packages
 DS_DISABLE_JIT=1 "$VENV/bin/python" -m op_builder verify --json "${OPS[@]}" | tee "$WORK/verify.json"
-"$VENV/bin/python" - "$WORK/verify.json" "${OPS[@]}" <<'PY'
-import json
-import sys
-
-report = json.load(open(sys.argv[1]))
-wanted = sys.argv[2:]
-by_name = {op["name"]: op for op in report["ops"]}
-bad = [name for name in wanted if by_name.get(name, {}).get("source") != "aot" or not by_name[name]["ok"]]
-if bad or not report["ok"]:
-    raise SystemExit(f"not loaded ahead of time: {', '.join(bad) or 'see report'}")
-print(f"all {len(wanted)} GPU ops load from their AOT modules (torch {report['torch']}, CUDA {report['cuda']})")
-PY
+"$VENV/bin/python" "$ROOT/scripts/e2e_cuda.py" aot "$WORK/verify.json" "${OPS[@]}"
 step "done"

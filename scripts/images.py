@@ -1,0 +1,217 @@
+"""`make images` and `make image-cuda`: which ops, torch and index an image target builds with.
+
+    python scripts/images.py cpu  [--platform P] [--ops A,B] [--wheelhouse DIR] [--ca-cert FILE]
+                                  [--arm64-torch X.Y.Z] [--arm64-wheelhouse DIR] [--arm64-ops A,B]
+    python scripts/images.py cuda [--cuda X.Y] [--arch LIST] [--torch X.Y.Z] [--torch-index URL]
+                                  [--ops A,B] [--ca-cert FILE]
+    ... --dry-run                 print the commands, run nothing
+
+An empty value is the same as leaving the option out (the Makefile passes its variables through
+as they are, set or not): the default, below, applies. The commands run are ``imagegen``'s (the
+one beside this Python), each printed before it runs, as make prints its recipes; the first
+that fails ends the run with its exit status. Images are built from the stand-in bases.
+
+- ``cpu``: the CPU image of our CPU ops (op_builder's registry), for ``--platform``
+  (linux/amd64 or linux/arm64). For linux/arm64 torch ``--arm64-torch`` is first fetched as an
+  aarch64 wheel into ``--arm64-wheelhouse`` from the index this machine's pip uses, and an
+  image built on another architecture (under qemu-user) leaves out the ops qemu cannot run.
+- ``cuda``: the stand-ins of that CUDA, then an image of our GPU ops for the catalog's default
+  arch list of that CUDA (or ``--arch``), with the torch build PyPI publishes for it, from the
+  index this machine's pip installs from (``scripts/pip_index.py``) unless ``--torch-index``.
+
+Exit status: 0 when every command passed; a failing command's own status (imagegen: 1 build or
+verify failed, 2 bad input, 3 no container engine); 1 when pip's index cannot be used; 2 on bad
+arguments (argparse's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+sys.path.insert(0, str(ROOT))  # run from a checkout
+
+AMD64, ARM64 = "linux/amd64", "linux/arm64"
+# Machines on which an arm64 image builds natively, without qemu (platform.machine()'s names).
+ARM64_MACHINES = ("aarch64", "arm64")
+
+# torch for the arm64 CPU image: PyPI's aarch64 wheels are CPU builds up to 2.10 and CUDA 13.0
+# builds from 2.11 on (several GB of nvidia-* wheels, and the CPU image's build check refuses
+# them), and download.pytorch.org is not reachable everywhere; so the newest CPU one, fetched
+# into a wheelhouse of its own from the index this machine's pip uses.
+ARM64_TORCH = "2.10.0"
+ARM64_WHEELHOUSE = ".cache/wheelhouse-linux-arm64"
+# The stand-ins' Python and the wheel tags torch's aarch64 wheels carry.
+ARM64_WHEEL_PYTHON = "3.11"
+ARM64_WHEEL_PLATFORMS = ("manylinux_2_28_aarch64", "manylinux2014_aarch64")
+# qemu-user has no Linux AIO system calls (io_setup answers ENOSYS), so under emulation an op
+# linking libaio (async_io) compiles but cannot pass its self-test, which the build runs: an
+# arm64 image made on another architecture leaves such ops out; on an arm64 host they are in.
+NOT_UNDER_QEMU_LIBRARIES = frozenset({"aio"})
+
+# Local torch wheels (an air-gapped or proxied machine keeps them here) and the CA bundle that
+# HTTPS through an intercepting proxy needs; each used only when present.
+WHEELHOUSE = Path("/opt/wheels")
+CA_CERT = Path("/etc/ssl/certs/ca-certificates.crt")
+
+# CUDA 13.0: this machine's toolkit (the stand-ins' default).
+CUDA = "13.0"
+
+
+def cuda_torch(cuda: str) -> str:
+    """The torch release whose PyPI wheels are a build for ``cuda``.
+
+    PyPI's torch 2.6.0 Linux wheels are its CUDA 12.4 build; torch 2.15.0's are a CUDA 13.2
+    build (``cuda-toolkit==13.2.2``), which 13.0 (an older toolkit of the same major, whose
+    stand-ins the ops are compiled with) runs too.
+    """
+    return "2.6.0" if cuda == "12.4" else "2.15.0"
+
+
+@dataclass(frozen=True)
+class Ops:
+    """Our ops by target, and those of them qemu-user cannot run (from op_builder's registry)."""
+
+    cpu: tuple[str, ...]
+    gpu: tuple[str, ...]
+    not_under_qemu: frozenset[str]
+
+
+def our_ops() -> Ops:
+    from op_builder.registry import BUILTIN_OPS
+
+    builders = BUILTIN_OPS.values()
+    return Ops(
+        cpu=tuple(b.name for b in builders if b.target == "cpu"),
+        gpu=tuple(b.name for b in builders if b.target == "gpu"),
+        not_under_qemu=frozenset(
+            b.name
+            for b in builders
+            if any(lib.name in NOT_UNDER_QEMU_LIBRARIES for lib in b.system_libraries)
+        ),
+    )
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    """A comma-separated list as make passes it; None when empty (the default applies)."""
+    names = tuple(n.strip() for n in (text or "").split(",") if n.strip())
+    return names or None
+
+
+def _present(path: Path) -> str | None:
+    return str(path) if path.exists() else None
+
+
+def cpu_commands(
+    args: argparse.Namespace, ops: Ops, machine: str, imagegen: Sequence[str]
+) -> list[list[str]]:
+    """What `make images` runs for these options on a ``machine`` (platform.machine())."""
+    platform_ = args.platform or AMD64  # imagegen judges any other
+    wanted = _names(args.ops) or ops.cpu
+    ca_cert = args.ca_cert or _present(CA_CERT)
+    commands = []
+    if platform_ == ARM64:
+        torch = args.arm64_torch or ARM64_TORCH
+        wheelhouse = args.arm64_wheelhouse or ARM64_WHEELHOUSE
+        native = machine in ARM64_MACHINES
+        wanted = _names(args.arm64_ops) or tuple(n for n in wanted if native or n not in ops.not_under_qemu)
+        platforms = [arg for tag in ARM64_WHEEL_PLATFORMS for arg in ("--platform", tag)]
+        commands.append(
+            [
+                *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"),
+                *(
+                    "--python-version",
+                    ARM64_WHEEL_PYTHON,
+                    *platforms,
+                    "--dest",
+                    wheelhouse,
+                    f"torch=={torch}",
+                ),
+            ]
+        )
+        sources = ["--torch", torch, "--wheelhouse", wheelhouse]
+    else:
+        wheelhouse = args.wheelhouse or _present(WHEELHOUSE)
+        sources = ["--wheelhouse", wheelhouse] if wheelhouse else []
+    build = [*imagegen, "build", "--cpu", "--platform", platform_, "--ops", ",".join(wanted), "--standins"]
+    commands.append(build + sources + (["--ca-cert", ca_cert] if ca_cert else []))
+    return commands
+
+
+def cuda_commands(args: argparse.Namespace, ops: Ops, index: str, imagegen: Sequence[str]) -> list[list[str]]:
+    """What `make image-cuda` runs for these options, with torch from ``index``."""
+    cuda = args.cuda or CUDA
+    ca_cert = args.ca_cert or _present(CA_CERT)
+    build = [*imagegen, "build", "--cuda", cuda, "--standins", "--ops", ",".join(_names(args.ops) or ops.gpu)]
+    build += ["--arch", args.arch] if args.arch else []
+    build += ["--torch", args.torch or cuda_torch(cuda), "--torch-index", index]
+    return [[*imagegen, "standins", "--cuda", cuda], build + (["--ca-cert", ca_cert] if ca_cert else [])]
+
+
+def imagegen_command() -> list[str]:
+    """The venv's ``imagegen`` beside this Python (make's ``$(VENV)/bin/imagegen``)."""
+    script = Path(sys.executable).with_name("imagegen")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "imagegen"]
+
+
+def run_all(commands: Iterable[Sequence[str]], dry_run: bool) -> int:
+    for command in commands:
+        print(shlex.join(command), flush=True)
+        if dry_run:
+            continue
+        code = subprocess.run(command, cwd=ROOT).returncode
+        if code:
+            return code
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    kinds = top.add_subparsers(dest="kind", required=True)
+    cpu = kinds.add_parser("cpu", help="the CPU image of our CPU ops (make images)")
+    cpu.add_argument("--platform", help=f"{AMD64} (default) or {ARM64}")
+    cpu.add_argument("--ops", help="default: our CPU ops")
+    cpu.add_argument("--wheelhouse", help=f"wheels installed first (default: {WHEELHOUSE} when present)")
+    cpu.add_argument("--arm64-torch", help=f"torch of the arm64 image (default {ARM64_TORCH})")
+    cpu.add_argument("--arm64-wheelhouse", help=f"where its wheel is fetched (default {ARM64_WHEELHOUSE})")
+    cpu.add_argument("--arm64-ops", help="ops of the arm64 image (default: --ops, less what qemu cannot run)")
+    cuda = kinds.add_parser("cuda", help="a CUDA image of our GPU ops (make image-cuda)")
+    cuda.add_argument("--cuda", help=f"the CUDA version of the stand-ins (default {CUDA})")
+    cuda.add_argument("--arch", help="the arch list (default: the catalog's for that CUDA)")
+    cuda.add_argument("--torch", help="the torch release (default: PyPI's build for that CUDA)")
+    cuda.add_argument("--torch-index", help="where torch comes from (default: this machine's pip index)")
+    cuda.add_argument("--ops", help="default: our GPU ops")
+    for sub in (cpu, cuda):
+        sub.add_argument("--ca-cert", help=f"CA bundle for the build (default: {CA_CERT} when present)")
+        sub.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    imagegen = imagegen_command()
+    if args.kind == "cpu":
+        return run_all(cpu_commands(args, our_ops(), platform.machine(), imagegen), args.dry_run)
+    sys.path.insert(0, str(SCRIPTS))
+    from pip_index import pip_index_url
+
+    try:
+        index = args.torch_index or pip_index_url()
+    except (ImportError, ValueError) as exc:
+        print(
+            f"images: {exc}; name an http(s) index for torch instead (CUDA_TORCH_INDEX=URL)", file=sys.stderr
+        )
+        return 1
+    return run_all(cuda_commands(args, our_ops(), index, imagegen), args.dry_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""scripts/images.py: what `make images` and `make image-cuda` run for their variables.
+
+The plans are checked against op_builder's registry read here (each op's target and system
+libraries) and against the rules written out: PyPI's torch per CUDA, async_io out under qemu.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from op_builder import ALL_OPS
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "images.py"
+IMAGEGEN = ["imagegen"]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("images_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses looks its module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+images = _load()
+
+
+def _option(command: list[str], name: str) -> str | None:
+    return command[command.index(name) + 1] if name in command else None
+
+
+def _cpu(machine: str = "x86_64", *argv: str) -> list[list[str]]:
+    args = images.parser().parse_args(["cpu", *argv])
+    return images.cpu_commands(args, images.our_ops(), machine, IMAGEGEN)  # type: ignore[no-any-return]
+
+
+def _cuda(*argv: str, index: str = "https://mirror.example/simple") -> list[list[str]]:
+    args = images.parser().parse_args(["cuda", *argv])
+    return images.cuda_commands(args, images.our_ops(), index, IMAGEGEN)  # type: ignore[no-any-return]
+
+
+def test_our_ops_are_the_registrys_by_target() -> None:
+    builtin = [b for b in ALL_OPS.values() if b.name in images.our_ops().cpu + images.our_ops().gpu]
+    ops = images.our_ops()
+    assert ops.cpu == tuple(b.name for b in builtin if b.target == "cpu")
+    assert ops.gpu == tuple(b.name for b in builtin if b.target == "gpu")
+    assert {"cpu_adam", "async_io"} <= set(ops.cpu) and {"fused_adam", "transformer"} <= set(ops.gpu)
+    # libaio: the one system library qemu-user cannot serve.
+    assert ops.not_under_qemu == {
+        b.name for b in builtin if any(lib.name == "aio" for lib in b.system_libraries)
+    }
+    assert ops.not_under_qemu == {"async_io"}
+
+
+def test_amd64_image_builds_every_cpu_op() -> None:
+    (build,) = _cpu("x86_64", "--platform", "", "--ops", "")
+    assert build[:3] == [*IMAGEGEN, "build", "--cpu"]
+    assert _option(build, "--platform") == "linux/amd64"
+    assert _option(build, "--ops") == ",".join(images.our_ops().cpu)
+    assert "--torch" not in build
+
+
+@pytest.mark.parametrize(
+    ("machine", "argv", "ops"),
+    [
+        ("x86_64", [], "cpu_adam,cpu_adagrad,cpu_lion"),  # under qemu: no async_io
+        ("aarch64", [], "cpu_adam,cpu_adagrad,cpu_lion,async_io"),  # natively: all four
+        ("x86_64", ["--ops", "cpu_adam,async_io"], "cpu_adam"),  # IMAGE_OPS, less async_io
+        ("x86_64", ["--arm64-ops", "cpu_lion,async_io"], "cpu_lion,async_io"),  # ARM64_IMAGE_OPS as given
+    ],
+)
+def test_arm64_image_ops(machine: str, argv: list[str], ops: str) -> None:
+    _fetch, build = _cpu(machine, "--platform", "linux/arm64", *argv)
+    assert _option(build, "--ops") == ops
+
+
+def test_arm64_image_fetches_its_torch_into_its_wheelhouse() -> None:
+    fetch, build = _cpu("x86_64", "--platform", "linux/arm64", "--arm64-torch", "", "--arm64-wheelhouse", "")
+    assert fetch[1:4] == ["-m", "pip", "download"] and fetch[-1] == "torch==2.10.0"
+    assert _option(fetch, "--dest") == _option(build, "--wheelhouse") == ".cache/wheelhouse-linux-arm64"
+    assert _option(build, "--torch") == "2.10.0"
+    fetch, build = _cpu(
+        "x86_64", "--platform", "linux/arm64", "--arm64-torch", "2.9.0", "--arm64-wheelhouse", "w"
+    )
+    assert fetch[-1] == "torch==2.9.0" and _option(build, "--torch") == "2.9.0"
+    assert _option(fetch, "--dest") == _option(build, "--wheelhouse") == "w"
+
+
+@pytest.mark.parametrize(
+    ("cuda", "torch"), [("", "2.15.0"), ("13.0", "2.15.0"), ("13.2", "2.15.0"), ("12.4", "2.6.0")]
+)
+def test_cuda_image_takes_pypis_torch_for_that_cuda(cuda: str, torch: str) -> None:
+    standins, build = _cuda("--cuda", cuda)
+    assert standins == [*IMAGEGEN, "standins", "--cuda", cuda or "13.0"]
+    assert _option(build, "--cuda") == (cuda or "13.0")
+    assert _option(build, "--torch") == torch
+    assert _option(build, "--torch-index") == "https://mirror.example/simple"
+    assert _option(build, "--ops") == ",".join(images.our_ops().gpu)
+    assert "--arch" not in build  # the catalog's default list for that CUDA
+
+
+def test_cuda_image_passes_what_is_set() -> None:
+    _, build = _cuda(
+        "--arch", "8.0;9.0+PTX", "--torch", "2.14.1", "--ops", "transformer", "--ca-cert", "ca.pem"
+    )
+    assert _option(build, "--arch") == "8.0;9.0+PTX"
+    assert _option(build, "--torch") == "2.14.1"
+    assert _option(build, "--ops") == "transformer"
+    assert _option(build, "--ca-cert") == "ca.pem"
+
+
+def test_wheelhouse_and_ca_cert_only_when_present(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(images, "WHEELHOUSE", tmp_path / "wheels")
+    monkeypatch.setattr(images, "CA_CERT", tmp_path / "ca.crt")
+    (build,) = _cpu()
+    assert "--wheelhouse" not in build and "--ca-cert" not in build
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "ca.crt").write_text("")
+    (build,) = _cpu()
+    assert _option(build, "--wheelhouse") == str(tmp_path / "wheels")
+    assert _option(build, "--ca-cert") == str(tmp_path / "ca.crt")
+
+
+def test_the_first_failing_command_ends_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    marker = tmp_path / "ran"
+    commands = [["sh", "-c", "exit 3"], ["touch", str(marker)]]
+    assert images.run_all(commands, dry_run=False) == 3
+    assert not marker.exists()
+    assert capsys.readouterr().out.splitlines() == ["sh -c 'exit 3'"]
+    assert images.run_all(commands, dry_run=True) == 0 and not marker.exists()
+
+
+def _script(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+
+
+def test_a_pip_index_a_container_cannot_read_exits_1() -> None:
+    proc = _script("cuda", "--dry-run", PIP_INDEX_URL="file:///srv/wheels", PIP_CONFIG_FILE=os.devnull)
+    assert proc.returncode == 1, proc.stderr
+    assert "file:///srv/wheels" in proc.stderr and "CUDA_TORCH_INDEX=URL" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_dry_run_prints_the_commands() -> None:
+    proc = _script("cuda", "--dry-run", "--torch-index", "https://mirror.example/simple", "--cuda", "12.4")
+    assert proc.returncode == 0, proc.stderr
+    standins, build = proc.stdout.splitlines()
+    assert standins.endswith("standins --cuda 12.4")
+    assert "--torch 2.6.0 --torch-index https://mirror.example/simple" in build
