@@ -5,8 +5,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
-TORCH_SPEC ?= torch==2.13.0
+# torch's pip requirement for the venv; empty: scripts/setup_venv.py's (the release the tests use).
+TORCH_SPEC ?=
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
@@ -17,10 +17,7 @@ setup: $(STAMP)
 
 # The venv is reused across runs; it is refreshed when the package metadata changes.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q --no-build-isolation -e ".[cli,dev,parity]"
+	$(PYTHON) scripts/setup_venv.py --venv '$(VENV)' --torch '$(TORCH_SPEC)'
 	touch $@
 
 system-deps:
