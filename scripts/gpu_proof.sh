@@ -35,7 +35,7 @@ run_env() {
     {
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
         nvcc --version | tail -2
-        "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'
+        "$PY" scripts/gpu_proof.py env
         grep -m1 'model name' /proc/cpuinfo
         echo "cpus $(nproc)"
         grep -o -m1 -w 'avx512f\|avx512bw\|avx512_bf16\|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' '
@@ -53,8 +53,7 @@ run_build() {
     # Every op in its own process at once: their nvcc jobs share the cores.
     local pids=() op
     for op in "${GPU_OPS[@]}"; do
-        MAX_JOBS=6 "$PY" -c "import time,sys; from op_builder import get_builder; t=time.time(); get_builder('$op').load(); print('$op loaded in %.1fs' % (time.time()-t))" \
-            >"$LOG_DIR/build-$op.log" 2>&1 &
+        MAX_JOBS=6 "$PY" scripts/gpu_proof.py load "$op" >"$LOG_DIR/build-$op.log" 2>&1 &
         pids+=($!)
     done
     local i=0
