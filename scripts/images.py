@@ -86,9 +86,11 @@ class Ops:
 
 
 def our_ops() -> Ops:
-    from op_builder.registry import BUILTIN_OPS
+    from op_builder.registry import registry_for
 
-    builders = BUILTIN_OPS.values()
+    # Ours only: not an installed op package's (entry points) nor DS_OP_SOURCES'.
+    registry = registry_for(())
+    builders = [b for name, b in registry.ops.items() if not registry.origins[name].external]
     return Ops(
         cpu=tuple(b.name for b in builders if b.target == "cpu"),
         gpu=tuple(b.name for b in builders if b.target == "gpu"),
