@@ -36,6 +36,7 @@ from imagegen.commands import (
     new_op,
     ops,
     report_error,
+    size,
     standins,
     verify,
 )
@@ -124,6 +125,7 @@ app.command("catalog")(catalog.catalog)
 app.command("doctor")(doctor.doctor)
 app.command("new-op")(new_op.new_op)
 app.command("standins")(standins.standins)
+app.command("size")(size.size)
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from imagegen.build.engine.build_log import compile_seconds
 from imagegen.build.sources import check_sources, source_root
 from imagegen.build.staging import staged_context
 from imagegen.errors import BuildFailedError
+from imagegen.proof.size import SizeReport, measure_image
 from imagegen.publish import check_push_request, publish
 from imagegen.render.dockerfile import render
 from imagegen.spec.image import ImageSpec
@@ -30,7 +31,7 @@ from imagegen.verify.image import VerifyResult, verify_image
 
 @dataclass(frozen=True)
 class StepTiming:
-    name: str  # "engine", "build", "verify", "push"
+    name: str  # "engine", "build", "size", "verify", "push"
     seconds: float
 
     def to_json(self) -> dict[str, Any]:
@@ -40,7 +41,8 @@ class StepTiming:
 @dataclass(frozen=True)
 class BuildReport:
     """What one build made. ``ok`` is False only when the image was built and an op did not
-    verify (it was then not pushed); every other failure is raised instead."""
+    verify, or it is larger than ``max_size_bytes`` (it was then not pushed); every other
+    failure is raised instead."""
 
     ok: bool
     tag: str
@@ -62,6 +64,13 @@ class BuildReport:
     compile_seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
     # The build's output lines (benchmarks read which steps ran and which were cached).
     log: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # The runtime image's bytes by part (None for another stage), and the budget it was held to.
+    size: SizeReport | None = None
+    max_size_bytes: int | None = None
+
+    @property
+    def over_budget(self) -> bool:
+        return self.max_size_bytes is not None and self.size_bytes > self.max_size_bytes
 
     @property
     def verify_seconds(self) -> float | None:
@@ -92,6 +101,8 @@ class BuildReport:
             "stage": self.stage,
             "steps": [step.to_json() for step in self.steps],
             "compile_seconds": {op: round(s, 1) for op, s in self.compile_seconds.items()},
+            "size": None if self.size is None else self.size.to_json(),
+            "max_size_bytes": self.max_size_bytes,
         }
 
 
@@ -118,13 +129,15 @@ def build(
     stage: str = "runtime",
     no_cache: bool = False,
     env: Mapping[str, str] = os.environ,
+    max_size: int | None = None,
 ) -> BuildReport:
     """Build ``spec``'s image up to ``stage`` from the checkout at ``source`` (default: the one
     imagegen runs from), verify it, and push it when ``spec.push`` and every op verified.
 
     ``engine``: one already detected (benchmarks building several images); default: detect
     it here, and fall back to the classic variant of the Dockerfile when BuildKit is wanted
-    but missing. ``no_cache`` re-runs every build step.
+    but missing. ``no_cache`` re-runs every build step. The runtime stage is measured by part
+    (``imagegen.proof.size``); with ``max_size`` (bytes), a larger image is not ``ok`` and not pushed.
     Raises BadInputError, EngineUnavailableError, BuildFailedError (with how to get the base
     images when they are not here), VerificationFailedError (when the verifier cannot run).
     """
@@ -156,12 +169,16 @@ def build(
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None
     size = image_size(engine, spec.tag)
+    sized = None
+    if stage == "runtime":
+        with steps.step("size", f"measure {spec.tag}"):
+            sized = measure_image(spec.tag)
 
     verified = None
     if verify:
         with steps.step("verify", f"verify {spec.tag}"):
             verified = verify_image(spec.tag, ops=spec.ops)
-    ok = verified is None or verified.ok
+    ok = (verified is None or verified.ok) and (max_size is None or size <= max_size)
     pushed = False
     if spec.push and ok:
         with steps.step("push", f"push {spec.tag}"):
@@ -184,6 +201,8 @@ def build(
         steps=tuple(steps.timings),
         compile_seconds=compile_seconds(result.log),
         log=result.log,
+        size=sized,
+        max_size_bytes=max_size,
     )
 
 

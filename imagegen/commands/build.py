@@ -38,11 +38,20 @@ from imagegen.commands._options import (
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import VerificationFailedError
+from imagegen.proof.size import check_budget, parse_size
 from imagegen.spec.image import SpecInput
 from imagegen.verify.table import render_table
 
 NoVerifyOption = Annotated[
     bool, typer.Option("--no-verify", help="Skip loading the ops in a sealed container.")
+]
+MaxSizeOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--max-size",
+        metavar="SIZE",
+        help="Fail (exit 1, not pushed) when the runtime image is larger: 2GiB, 1.5GB, 500MiB, bytes.",
+    ),
 ]
 PushOption = Annotated[bool, typer.Option("--push", help="Push the tag after verification passed.")]
 SourceOption = Annotated[
@@ -80,6 +89,7 @@ def build(
     no_verify: NoVerifyOption = False,
     push: PushOption = False,
     source: SourceOption = None,
+    max_size: MaxSizeOption = None,
     json: JsonOption = False,
 ) -> None:
     """Build the image of the selected ops, verify every op loads ahead of time, print a summary."""
@@ -90,18 +100,21 @@ def build(
         keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
         tag=tag, push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
     ))  # fmt: skip
-    report = pipeline.build(spec, verify=not no_verify, source=source)
+    budget = None if max_size is None else parse_size(max_size)
+    report = pipeline.build(spec, verify=not no_verify, source=source, max_size=budget)
     if json:
         emit_json(report.to_json())
     else:
         _print(report)
-    if not report.ok:
-        why = report.verify.failure_summary() if report.verify is not None else "?"
+    if report.verify is not None and not report.verify.ok:
+        why = report.verify.failure_summary()
         raise VerificationFailedError(
             f"{report.tag} was built but failed verification: {why}",
             hint="the table above has each op's load, self-test and device-code results; not pushed",
             reported=json,  # the summary printed above already is the whole JSON answer
         )
+    if budget is not None and report.size is not None:
+        check_budget(report.size, budget, reported=json)  # the JSON summary above has every part
 
 
 def _mib(size: int) -> str:
@@ -135,3 +148,7 @@ def _print(report: pipeline.BuildReport) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         out.print(f"{key.ljust(width)}  {value}", markup=False)
+    if report.size is not None:
+        out.print("")
+        for line in report.size.lines():
+            out.print(line, markup=False)

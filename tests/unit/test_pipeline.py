@@ -13,6 +13,7 @@ from imagegen import pipeline, publish
 from imagegen.build.engine import BuildResult, Engine
 from imagegen.cli import app
 from imagegen.errors import BuildFailedError
+from imagegen.proof.size import SizeReport, attribute
 from imagegen.spec.image import ImageSpec, SpecInput, build_spec
 from imagegen.verify.image import VerifyResult
 from op_builder.report import OpVerification
@@ -46,6 +47,7 @@ class FakeEngine:
         monkeypatch.setattr(pipeline, "build_image", self.build_image)
         monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 123 * 2**20)
         monkeypatch.setattr(pipeline, "verify_image", self.verify_image)
+        monkeypatch.setattr(pipeline, "measure_image", self.measure_image)
         monkeypatch.setattr(publish, "push_image", lambda engine, tag: self.calls.append(f"push {tag}"))
         monkeypatch.setattr(pipeline, "missing_base_hint", lambda spec: f"not here: {spec.base_devel}")
 
@@ -59,6 +61,12 @@ class FakeEngine:
         if self.build_error is not None:
             raise self.build_error
         return BuildResult(tag, "sha256:abc", 12.34, log=self.log)
+
+    def measure_image(self, tag: str) -> SizeReport:
+        # What the probe reports for the CPU image: torch, one other distribution, the ops.
+        self.calls.append(f"size {tag}")
+        probe = {"dists": {"torch": 90 * 2**20, "numpy": 20 * 2**20}, "ops": {"cpu_adam": {"bytes": 2**20}}}
+        return attribute(tag, 123 * 2**20, probe, "base:1", 10 * 2**20)
 
     def verify_image(self, tag: str, ops: tuple[str, ...]) -> VerifyResult:
         self.calls.append(f"verify {tag}")
@@ -83,7 +91,7 @@ def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.Monke
     engine = FakeEngine()
     engine.install(monkeypatch)
     report = pipeline.build(spec(), source=REPO)
-    assert engine.calls == ["detect", "build it:1 runtime no_cache=False", "verify it:1"]
+    assert engine.calls == ["detect", "build it:1 runtime no_cache=False", "size it:1", "verify it:1"]
     assert "setup.py" in engine.context_files and "imagegen" not in engine.context_files  # staged
     data = report.to_json()
     assert set(data) >= SUMMARY_KEYS
@@ -93,7 +101,7 @@ def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.Monke
     assert data["size_bytes"] == 123 * 2**20
     assert data["build_seconds"] == 12.3 and data["verify_seconds"] == 2.3
     assert data["verify"]["ok"] is True and [op["name"] for op in data["verify"]["ops"]] == list(report.ops)
-    assert [step["name"] for step in data["steps"]] == ["engine", "build", "verify"]
+    assert [step["name"] for step in data["steps"]] == ["engine", "build", "size", "verify"]
     assert report.log == ("#1 DONE 0.1s",)
     json.dumps(data)  # serialisable as it is
 
@@ -111,7 +119,7 @@ def test_push_after_verification_and_a_given_engine_is_not_probed(monkeypatch: p
     engine.install(monkeypatch)
     report = pipeline.build(spec(push=True), source=REPO, engine=ENGINE, no_cache=True)
     assert report.ok and report.pushed
-    assert engine.calls == ["build it:1 runtime no_cache=True", "verify it:1", "push it:1"]
+    assert engine.calls == ["build it:1 runtime no_cache=True", "size it:1", "verify it:1", "push it:1"]
 
 
 def test_a_stage_without_verification(monkeypatch: pytest.MonkeyPatch) -> None:
