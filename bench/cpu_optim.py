@@ -29,8 +29,8 @@ from _common import RESULTS, Column, parse_size, print_table, speed_columns, tim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from kernels import cpu_optim
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
+from kernels.optim import cpu as cpu_optim
+from kernels.optim.cpu import CPUAdagrad, CPUAdam, CPULion
 
 DEFAULT_OUT = RESULTS / "cpu_optim.json"
 # Bytes per element one step must move: fp32 reads + writes of p, g and the state tensors.

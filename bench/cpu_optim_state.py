@@ -25,8 +25,8 @@ from _common import RESULTS, parse_size, time_interleaved, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from kernels import cpu_optim
-from kernels.cpu_optim import CPUAdam
+from kernels.optim import cpu as cpu_optim
+from kernels.optim.cpu import CPUAdam
 
 DEFAULT_OUT = RESULTS / "cpu_optim_state.json"
 

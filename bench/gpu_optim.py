@@ -32,7 +32,8 @@ from _common import RESULTS, Column, copy_gbps, cuda_medians, gpu_missing, repor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from kernels.optim.fused import FusedAdam, FusedLion
+from kernels.optim.fused_lamb import FusedLamb
 
 DEFAULT_OUT = RESULTS / "gpu_optim.json"
 

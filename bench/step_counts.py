@@ -22,7 +22,7 @@ from _common import RESULTS, Column, print_table, time_interleaved, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from kernels._optim_common import StepCounts
+from kernels.optim._common import StepCounts
 
 DEFAULT_OUT = RESULTS / "step_counts.json"
 

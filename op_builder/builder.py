@@ -52,16 +52,15 @@ class OpBuilder:
     name: ClassVar[str]
     target: ClassVar[Target]
     description: ClassVar[str] = ""
-    # Sources and include dirs are relative to ``source_dir()``: ``source_root`` when set (ours:
-    # kernels/csrc), else the folder of the module that defines the builder (an op package's).
+    # Sources and include dirs are relative to ``source_dir()``: ``source_root`` when set, else the
+    # folder of the module that defines the builder (an op package's, ours: kernels/<family>).
     source_root: ClassVar[Path | None] = None
     sources: ClassVar[tuple[str, ...]] = ()
     include_dirs: ClassVar[tuple[str, ...]] = ("includes",)
     system_libraries: ClassVar[tuple[SystemLibrary, ...]] = ()
     runtime_packages: ClassVar[tuple[str, ...]] = ()  # Debian packages needed to run
     defines: ClassVar[tuple[str, ...]] = ()
-    # The op's self-test, "module:function" taking a kernels.selftests.SelfTestContext; ours
-    # are listed in kernels.selftests instead.
+    # The op's self-test, "module:function" taking an op_builder.selftest.SelfTestContext.
     selftest: ClassVar[str | None] = None
 
     # ---- identity
@@ -85,7 +84,8 @@ class OpBuilder:
 
     def include_paths(self) -> tuple[str, ...]:
         """The include dirs that exist (an op package need not have an ``includes`` folder)."""
-        dirs = (self.source_dir() / d for d in self.include_dirs)
+        # Normalized: ours name the shared kernels/includes as "../includes".
+        dirs = (Path(os.path.normpath(self.source_dir() / d)) for d in self.include_dirs)
         return tuple(str(d) for d in dirs if d.is_dir())
 
     def system_library_specs(self) -> tuple[LibrarySpec, ...]:

@@ -1,8 +1,9 @@
 """Op packages from outside this distribution: where they are found, and what makes one valid.
 
-An op package is a Python package whose ``builders`` module defines builder classes in the
-same declarative form as ``op_builder/ops`` (``name``, ``sources``, limits, runtime packages),
-with its C++/CUDA sources beside them. It is found two ways:
+An op package is a Python package whose ``builders`` module defines builder classes in
+declarative form (``name``, ``sources``, limits, runtime packages), with its C++/CUDA sources
+beside them; ours are op packages too (``kernels/optim``, ...), which ``registry`` names itself.
+Another is found two ways:
 
 * an installed distribution registers it under the entry-point group ``op_builder.ops``; an
   entry point names a builder class (``my_rmsnorm = my_ops.builders:RMSNormBuilder``) or a
@@ -166,7 +167,7 @@ def directory_builders(path: Path) -> list[tuple[OpBuilder, OpOrigin]]:
             hint="give the op package a name no other installed package has",
         )
     origin = OpOrigin("directory", str(root), root.name, root)
-    return [(builder, origin) for builder in _builders_in(module)]
+    return [(builder, origin) for builder in builders_in(module)]
 
 
 def _import_path(root: Path) -> None:
@@ -197,7 +198,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _builders_in(module: ModuleType) -> Iterator[OpBuilder]:
+def builders_in(module: ModuleType) -> Iterator[OpBuilder]:
     """Every concrete builder class the module defines (classes without a name are bases)."""
     for _, cls in inspect.getmembers(module, inspect.isclass):
         if cls.__module__ == module.__name__ and issubclass(cls, OpBuilder) and hasattr(cls, "name"):
@@ -246,7 +247,7 @@ def entry_point_builders() -> list[tuple[OpBuilder, OpOrigin]]:
         root = Path(module.__file__).resolve().parent if module and module.__file__ else None
         origin = OpOrigin("entry point", where, package, root)
         if inspect.ismodule(target):
-            found += [(builder, origin) for builder in _builders_in(target)]
+            found += [(builder, origin) for builder in builders_in(target)]
         elif inspect.isclass(target) and issubclass(target, OpBuilder):
             found.append((_instantiate(target), origin))
         else:

@@ -1,7 +1,7 @@
 """Where the distribution's files are: a leaf module every other one may import.
 
-Op sources live under ``kernels/csrc`` beside ``op_builder/``, both in a checkout and in an
-installed wheel (sources ship as package data).
+``PACKAGE_ROOT`` holds ``op_builder/`` and ``kernels/`` side by side, in a checkout and in an
+installed wheel (our ops' sources ship as package data in their folders under ``kernels/``).
 """
 
 from __future__ import annotations
@@ -9,5 +9,4 @@ from __future__ import annotations
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-CSRC = PACKAGE_ROOT / "kernels" / "csrc"
 MANIFEST_RELPATH = Path("kernels", "_ops", "manifest.json")

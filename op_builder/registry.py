@@ -1,55 +1,69 @@
 """The op registry: every op this process knows, by name, and where each came from.
 
-Ours are fixed; op packages add theirs (``op_sources``): installed distributions through the
-``op_builder.ops`` entry points, directories through ``DS_OP_SOURCES``. ``ALL_OPS`` is a
+Ours are op packages of this distribution (``kernels.optim``, ``kernels.aio``, ...), named here
+by import name and found by importing each one's ``builders`` module: op_builder never imports
+kernels by a static import, and a builders module imports neither torch nor the fronts. Other op
+packages add theirs (``op_sources``): installed distributions through the ``op_builder.ops``
+entry points, directories through ``DS_OP_SOURCES``. ``ALL_OPS`` is a
 read-only view that follows ``DS_OP_SOURCES`` as it is when read, so setting the variable (or
 ``--op-source`` on a command line) is all it takes to see a package's ops everywhere.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 
 from op_builder.builder import OpBuilder
 from op_builder.errors import UnknownOpError
 from op_builder.op_sources import (
+    BUILDERS_MODULE,
     BUILTIN,
     SOURCES_VARIABLE,
     OpOrigin,
     OpSourceError,
+    builders_in,
     check_builder,
     directory_builders,
     entry_point_builders,
     sources_from_env,
 )
-from op_builder.ops.async_io import AsyncIOBuilder
-from op_builder.ops.cpu_adagrad import CPUAdagradBuilder
-from op_builder.ops.cpu_adam import CPUAdamBuilder
-from op_builder.ops.cpu_lion import CPULionBuilder
-from op_builder.ops.fp_quantizer import FPQuantizerBuilder
-from op_builder.ops.fused_optim import FusedAdamBuilder, FusedLambBuilder, FusedLionBuilder
-from op_builder.ops.quantizer import QuantizerBuilder
-from op_builder.ops.transformer import TransformerBuilder
 from op_builder.suggest import did_you_mean
 
-_BUILDERS: tuple[OpBuilder, ...] = (
-    CPUAdamBuilder(),
-    CPUAdagradBuilder(),
-    CPULionBuilder(),
-    AsyncIOBuilder(),
-    FusedAdamBuilder(),
-    FusedLambBuilder(),
-    FusedLionBuilder(),
-    TransformerBuilder(),
-    QuantizerBuilder(),
-    FPQuantizerBuilder(),
+# The distribution's own op packages, by import name: each is a folder of kernels/ with its
+# builders, sources, front and self-test (an op package like any other, found without a scan).
+OUR_OP_PACKAGES = ("kernels.optim", "kernels.aio", "kernels.transformer", "kernels.quantization")
+# The order every listing shows our ops in (report, plan, verify); an op missing here comes last.
+OUR_ORDER = (
+    "cpu_adam",
+    "cpu_adagrad",
+    "cpu_lion",
+    "async_io",
+    "fused_adam",
+    "fused_lamb",
+    "fused_lion",
+    "transformer",
+    "quantizer",
+    "fp_quantizer",
 )
 
-BUILTIN_OPS: Mapping[str, OpBuilder] = MappingProxyType({b.name: b for b in _BUILDERS})
+
+@cache
+def builtin_ops() -> Mapping[str, OpBuilder]:
+    """Our ops by name, in ``OUR_ORDER``: each package's ``builders`` module, imported once."""
+    found = [
+        builder
+        for package in OUR_OP_PACKAGES
+        for builder in builders_in(importlib.import_module(f"{package}.{BUILDERS_MODULE}"))
+    ]
+    rank = {name: i for i, name in enumerate(OUR_ORDER)}
+    found.sort(key=lambda b: rank.get(b.name, len(rank)))
+    return MappingProxyType({b.name: b for b in found})
 
 
 @dataclass(frozen=True)
@@ -78,8 +92,9 @@ def _assemble(sources: tuple[Path, ...]) -> Registry:
     global _ENTRY_POINTS
     if _ENTRY_POINTS is None:
         _ENTRY_POINTS = entry_point_builders()
-    ops: dict[str, OpBuilder] = dict(BUILTIN_OPS)
-    origins: dict[str, OpOrigin] = dict.fromkeys(BUILTIN_OPS, BUILTIN)
+    ours = builtin_ops()
+    ops: dict[str, OpBuilder] = dict(ours)
+    origins: dict[str, OpOrigin] = dict.fromkeys(ours, BUILTIN)
     seen_dirs = {origin.root for _, origin in _ENTRY_POINTS}
     extra = [pair for path in sources if path not in seen_dirs for pair in directory_builders(path)]
     for builder, origin in (*_ENTRY_POINTS, *extra):
@@ -126,7 +141,7 @@ def origin_of(name: str) -> OpOrigin:
 
 def get_builder(name: str) -> OpBuilder:
     """The builder for ``name``; UnknownOpError (with a suggestion) otherwise."""
-    builtin = BUILTIN_OPS.get(name)
+    builtin = builtin_ops().get(name)
     if builtin is not None and not os.environ.get(SOURCES_VARIABLE):
         # Loading one of ours must not pay for scanning every installed distribution.
         return builtin

@@ -8,8 +8,8 @@ in imagegen's sealed verify container. Per op, in order:
 2. for a GPU op, read the device code of that module (``binary``) and compare it with the arch
    list the manifest recorded when it was built: every planned arch's SASS, PTX exactly for the
    ``+PTX`` archs, nothing else;
-3. run its self-test (``kernels.selftests``) on ``device``; a GPU op without a GPU is reported
-   skipped, which passes unless ``require_gpu``.
+3. run its self-test (the one its builder names; ``op_builder.selftest``) on ``device``; a GPU
+   op without a GPU is reported skipped, which passes unless ``require_gpu``.
 """
 
 from __future__ import annotations
@@ -90,8 +90,9 @@ def _selftests(
 ) -> dict[str, SelfTestResult]:
     if not names:
         return {}
-    # Deferred: the self-tests import torch and every front (see the module docstring).
-    from kernels import selftests
+    # Deferred: the self-tests import torch and their ops' fronts (see the module docstring).
+    from op_builder.selftest.harness import resolve_device
+    from op_builder.selftest.runner import run_selftests
 
-    report = selftests.run_selftests(names, selftests.resolve_device(device), env)
+    report = run_selftests(names, resolve_device(device), env)
     return {result.name: result for result in report.ops}

@@ -1,10 +1,11 @@
 """Hipify every GPU op's CUDA sources and compile the device code with hipcc for AMD targets.
 
-The sources under ``kernels/csrc`` are copied to a temporary directory and run
-through torch's hipify (as a ROCm build of an extension does); each hipified
-``.cu`` is then compiled with ``-c`` by ``hipcc`` (``HIP_PLATFORM=amd``) with the
-flags ``op_builder`` gives the op for ``DS_ACCELERATOR=rocm`` and the gfx list
-(``--archs``, default ``gfx90a;gfx1030``: one wave64 and one wave32 target).
+Our op packages' sources and headers (``kernels/<family>/csrc`` and ``includes``, and the
+shared ``kernels/includes``) are copied to a temporary directory and run through torch's
+hipify (as a ROCm build of an extension does); each hipified ``.cu`` is then compiled with
+``-c`` by ``hipcc`` (``HIP_PLATFORM=amd``) with the flags ``op_builder`` gives the op for
+``DS_ACCELERATOR=rocm`` and the gfx list (``--archs``, default ``gfx90a;gfx1030``: one wave64
+and one wave32 target).
 ``--no-hipify`` compiles the unmodified ``.cu`` files instead (the kernels use only
 portable names, so both must work).
 
@@ -29,20 +30,36 @@ from _compile_check import Job, finish, resolve, run_all, skip  # puts the check
 
 from op_builder import ALL_OPS
 from op_builder.context import BuildContext
-from op_builder.paths import CSRC
+from op_builder.paths import PACKAGE_ROOT
+from op_builder.registry import origin_of
+
+KERNELS = PACKAGE_ROOT / "kernels"
 
 
-def hipify_tree(csrc: Path) -> dict[Path, Path]:
-    """Hipify ``csrc`` in place; map each original .cu path to the file to compile."""
+def include_dirs(ctx: BuildContext) -> list[Path]:
+    """Every include dir of our GPU ops (their families' and the shared one), once each."""
+    dirs = (Path(d) for name in our_gpu_ops() for d in ALL_OPS[name].flags(ctx).include_dirs)
+    return list(dict.fromkeys(dirs))
+
+
+def our_gpu_ops() -> list[str]:
+    """Our ops only: the hipified copy is of kernels/, and an op package's sources
+    (DS_OP_SOURCES) live elsewhere."""
+    return [name for name, b in ALL_OPS.items() if b.target == "gpu" and not origin_of(name).external]
+
+
+def hipify_tree(root: Path, headers: Sequence[Path]) -> dict[Path, Path]:
+    """Hipify the copy of kernels/ at ``root`` in place (``headers``: its include dirs); map each
+    original .cu path to the file to compile."""
     from torch.utils.hipify import hipify_python
 
     # hipify prints progress; keep it out of the report.
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         results = hipify_python.hipify(
-            project_directory=str(csrc),
-            output_directory=str(csrc),
+            project_directory=str(root),
+            output_directory=str(root),
             includes=["*"],
-            header_include_dirs=[str(csrc / "includes")],
+            header_include_dirs=[str(d) for d in headers],
             is_pytorch_extension=True,
             show_detailed=False,
             show_progress=False,
@@ -59,17 +76,13 @@ def jobs_for(
     ctx: BuildContext, hipcc: str, tree: Path, hipified: dict[Path, Path] | None, out: Path
 ) -> list[Job]:
     jobs: list[Job] = []
-    for name, builder in ALL_OPS.items():
-        # Our ops only: the hipified copy is of kernels/csrc, and an op package's sources
-        # (DS_OP_SOURCES) live elsewhere.
-        if builder.target != "gpu" or builder.source_dir() != CSRC:
-            continue
-        flags = builder.flags(ctx)
-        includes = [f"-I{tree / Path(d).relative_to(CSRC)}" for d in flags.include_dirs]
+    for name in our_gpu_ops():
+        flags = ALL_OPS[name].flags(ctx)
+        includes = [f"-I{tree / Path(d).relative_to(KERNELS)}" for d in flags.include_dirs]
         for source in flags.sources:
             if not source.endswith(".cu"):
                 continue
-            copied = tree / Path(source).relative_to(CSRC)
+            copied = tree / Path(source).relative_to(KERNELS)
             target = hipified.get(copied, copied) if hipified is not None else copied
             language = [] if hipified is not None else ["-x", "hip"]
             obj = out / f"{name}-{Path(source).stem}.o"
@@ -98,10 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     with tempfile.TemporaryDirectory(prefix="hip_check_") as tmp:
-        tree = Path(tmp, "csrc")
-        shutil.copytree(CSRC, tree)
+        tree = Path(tmp, "kernels")
+        # The C++ sources and headers only: the fronts and any compiled module stay behind.
+        shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("__pycache__", "_ops", "*.py", "*.so"))
+        headers = [tree / d.relative_to(KERNELS) for d in include_dirs(ctx)]
         start = time.perf_counter()
-        hipified = None if args.no_hipify else hipify_tree(tree)
+        hipified = None if args.no_hipify else hipify_tree(tree, headers)
         hipify_seconds = time.perf_counter() - start
         jobs = jobs_for(ctx, hipcc, tree, hipified, Path(tmp))
         if not args.json:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Do the CPU ops run on x86-64 CPUs other than the build machine's? They are compiled without
 # -march=native and pick their code path (avx512 / avx2 / scalar) at run time
-# (kernels/csrc/includes/cpu_simd.h). This compiles them here with the normal flags, then runs
+# (kernels/optim/includes/cpu_simd.h). This compiles them here with the normal flags, then runs
 # their self-tests natively and under `qemu-x86_64 -cpu MODEL`, an emulated older CPU, and checks
 # that each run passes on the code path that CPU really has.
 #

@@ -1,4 +1,4 @@
-"""An independent reference for the small float formats of ``kernels.fp_quantization``, written
+"""An independent reference for the small float formats of ``kernels.quantization.fp_quantizer``, written
 from the formats' definitions (never from the module under test): each format's values
 enumerated code by code, the nearest value chosen from that table with ties to the even code,
 Philox4x32-10 on Python integers (checked against Random123's known answers), and a bit

@@ -64,7 +64,7 @@ def write_package(parent: Path, package: str, builders: str, *, selftest_referen
             f"""\
             import torch
 
-            from kernels.selftests import SelfTestContext, Tolerance
+            from op_builder.selftest import SelfTestContext, Tolerance
             from op_builder import get_builder
 
 

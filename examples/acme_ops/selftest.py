@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from acme_ops.rmsnorm import rms_norm
-from kernels.selftests import SelfTestContext, Tolerance
+from op_builder.selftest import SelfTestContext, Tolerance
 
 COLS = (1, 7, 127, 4097)
 SHAPES = [(37, cols) for cols in COLS] + [(3, 5, 127)]

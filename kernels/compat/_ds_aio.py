@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kernels.aio_handle import AIOHandle
+from kernels.aio.handle import AIOHandle
 
 
 class AsyncIOBuilder:
     """Stands in for ``deepspeed.ops.op_builder.AsyncIOBuilder``: ``load()`` gives an object whose
-    ``aio_handle`` is ours (``kernels.aio_handle.AIOHandle``, DeepSpeed's arguments and returns).
+    ``aio_handle`` is ours (``kernels.aio.handle.AIOHandle``, DeepSpeed's arguments and returns).
 
     The op itself loads (AOT, else JIT, else the Python fallback with a warning) on the handle's
     first transfer, as every front here does, so ``load()`` never compiles.

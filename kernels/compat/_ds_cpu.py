@@ -16,9 +16,9 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
-from kernels._cpu_optim_base import CPUOptimizer
 from kernels.compat._ds_snapshots import Snapshots
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
+from kernels.optim._cpu_base import CPUOptimizer
+from kernels.optim.cpu import CPUAdagrad, CPUAdam, CPULion
 
 __all__ = ["DeepSpeedCPUAdagrad", "DeepSpeedCPUAdam", "DeepSpeedCPULion", "refuse_amsgrad"]
 

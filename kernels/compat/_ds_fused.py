@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import torch
 from torch.optim.optimizer import ParamsT
 
-from kernels import fused_optim
 from kernels.compat._ds_cpu import refuse_amsgrad
+from kernels.optim import fused as fused_optim
 
 __all__ = ["FusedAdam", "FusedLion"]
 

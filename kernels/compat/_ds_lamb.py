@@ -29,10 +29,10 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
-from kernels import fused_optim
-from kernels._optim_common import Hyper, KernelOptimizer, Scalar, check_betas, check_nonnegative
 from kernels.compat._ds_cpu import refuse_amsgrad
-from kernels.fused_optim import Entry, GroupContext
+from kernels.optim._common import Hyper, KernelOptimizer, Scalar, check_betas, check_nonnegative
+from kernels.optim.fused import Entry, GroupContext
+from kernels.optim.fused_lamb import FusedLamb as _NativeLamb
 
 __all__ = ["DeepSpeedLambHyper", "FusedLamb"]
 
@@ -88,7 +88,7 @@ def _per_param(value: Any, params: int, what: str) -> Sequence[Any]:
     return entries
 
 
-class FusedLamb(fused_optim.FusedLamb):
+class FusedLamb(_NativeLamb):
     """``deepspeed.ops.lamb.FusedLamb``: DeepSpeed's signature, step arguments and LAMB rule (see
     the module's docstring), ``lamb_coeffs`` / ``get_lamb_coeffs()`` after each step."""
 

@@ -11,7 +11,7 @@
 | ``deepspeed.ops.adam.FusedAdam``            | ``kernels.optim.FusedAdam``                    |
 | ``deepspeed.ops.lion.FusedLion``            | ``kernels.optim.FusedLion``                    |
 | ``deepspeed.ops.lamb.FusedLamb``            | ``kernels.optim.FusedLamb``, DeepSpeed's rule  |
-| ``AsyncIOBuilder().load().aio_handle``      | ``kernels.aio_handle.AIOHandle``               |
+| ``AsyncIOBuilder().load().aio_handle``      | ``kernels.aio.handle.AIOHandle``               |
 | ``deepspeed.ops.quantizer.ds_quantizer``    | DeepSpeed's fake-quantization grid, in PyTorch |
 | ``deepspeed.ops.fp_quantizer.FP_Quantize``  | DeepSpeed's FP8/12/6/4 formats, in PyTorch     |
 | ``deepspeed.linear.QuantizationConfig``     | the config ``FP_Quantize`` takes               |

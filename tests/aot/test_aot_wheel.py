@@ -65,7 +65,8 @@ def test_wheel_holds_exactly_the_requested_op(cpu_adam_wheel: Path) -> None:
 
     assert data["torch"] == torch.__version__ and data["accelerator"] == "cpu"
     # Sources ship too, so other ops can still compile just in time.
-    assert "kernels/csrc/cpu_optim/cpu_lion.cpp" in names
+    assert "kernels/optim/csrc/cpu_lion.cpp" in names
+    assert "kernels/optim/includes/cpu_simd.h" in names and "kernels/includes/gpu_runtime.h" in names
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,7 @@ def test_two_jobs_compile_both_ops_at_once(two_jobs: Built) -> None:
     for op in OPS:
         for tu in (op, f"{op}_kernel"):
             assert any(
-                re.search(rf"\[{op}\] \[[12]/2\] c\+\+ .*kernels/csrc/cpu_optim/{tu}\.cpp", ln) for ln in log
+                re.search(rf"\[{op}\] \[[12]/2\] c\+\+ .*kernels/optim/csrc/{tu}\.cpp", ln) for ln in log
             )
     assert set(compile_seconds(log)) == set(OPS)
 

@@ -1,4 +1,4 @@
-"""fp_quantizer's packed small float formats (kernels.fp_quantization) on the GPU.
+"""fp_quantizer's packed small float formats (kernels.quantization.fp_quantizer) on the GPU.
 
 Round to nearest: the kernels' codes and scales against an independent reference
 (tests/_fp_reference.py: each format's values enumerated, the nearer neighbour with ties to
@@ -17,8 +17,8 @@ import math
 import pytest
 import torch
 
-from kernels._quant_common import FP_OP
-from kernels.fp_quantization import FPQuantizedTensor, dequantize_fp, quantize_fp
+from kernels.quantization._common import FP_OP
+from kernels.quantization.fp_quantizer import FPQuantizedTensor, dequantize_fp, quantize_fp
 from tests import _fp_reference as ref
 from tests.gpu._inputs import offset_view, on_side_stream
 from tests.gpu._tolerances import DTYPES
@@ -224,7 +224,7 @@ def _non_finite_input(device: torch.device, dtype: torch.dtype, group_size: int)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fmt", ref.NAMES)
 def test_nan_and_inf(device: torch.device, dtype: torch.dtype, fmt: str) -> None:
-    """The FP8 rules (kernels.fp_quantization): the codes equal the fallback's bit for bit (the
+    """The FP8 rules (kernels.quantization.fp_quantizer): the codes equal the fallback's bit for bit (the
     NaN code is a fixed positive one), every such group dequantizes to NaN, the last is finite."""
     group_size = 128
     x = _non_finite_input(device, dtype, group_size)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels.fused_optim import FusedLamb
+from kernels.optim.fused_lamb import FusedLamb
 from tests._lamb_reference import LambOptions, lamb_reference
 from tests.gpu._tolerances import DTYPES
 from tests.gpu.test_gpu_optim import MANY, SIZES, _assert_same

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from kernels.optim.fused import FusedAdam, FusedLion
+from kernels.optim.fused_lamb import FusedLamb
 from tests.gpu._inputs import offset_view, on_side_stream
 from tests.gpu._tolerances import DTYPES
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import transformer
+from kernels.transformer import _op as transformer_op
 from kernels.transformer import residual_layer_norm
 from tests.gpu._inputs import offset_view, on_side_stream
 from tests.gpu._tolerances import DTYPES, TOLERANCE
@@ -242,7 +243,7 @@ def test_residual_layer_norm_mixed_dtypes_fall_back(device: torch.device) -> Non
 
 
 def test_residual_layer_norm_binding_checks(device: torch.device) -> None:
-    module = transformer._OP.load()
+    module = transformer_op.OP.load()
     x = torch.randn(4, 64, device=device)
     with pytest.raises(RuntimeError, match="residual has shape"):
         module.residual_layer_norm_forward(x, torch.randn(4, 32, device=device), None, None, None, 1e-5)

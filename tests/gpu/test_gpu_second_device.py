@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from kernels.optim.fused import FusedAdam, FusedLion
+from kernels.optim.fused_lamb import FusedLamb
 from kernels.transformer import bias_gelu, layer_norm, residual_layer_norm, scaled_masked_softmax
 
 pytestmark = pytest.mark.skipif(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from kernels.selftests import run_selftests
+from op_builder.selftest import run_selftests
 from op_builder import ALL_OPS, get_builder
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import transformer
+from kernels.transformer import _op as transformer_op
 from kernels.transformer import bias_gelu, layer_norm, scaled_masked_softmax
 from tests.gpu._inputs import offset_view, on_side_stream
 from tests.gpu._tolerances import DTYPES, TOLERANCE
@@ -220,7 +220,7 @@ def test_layer_norm_backward_without_rows(device: torch.device, dtype: torch.dty
     # Leave freed blocks of the outputs' size full of NaN: uninitialized outputs would show it.
     stale = [torch.full((cols,), math.nan, device=device, dtype=dtype) for _ in range(16)]
     del stale
-    module = transformer._OP.load()
+    module = transformer_op.OP.load()
     x = torch.empty(0, cols, device=device, dtype=dtype)
     w = torch.randn(cols, device=device).to(dtype)
     stats = torch.empty(0, device=device)
@@ -249,7 +249,7 @@ def test_layer_norm_backward_workspace_is_what_its_path_writes(
     grid (768 fp16 columns: one warp a row, 16 rows a block). Measured as the peak the call adds
     beyond dx, dweight and dbias."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    module = transformer._OP.load()
+    module = transformer_op.OP.load()
     x, w, b, dy = _inputs(device, torch.float16, rows, cols, 5)
     _, mean, rstd = module.layer_norm_forward(x, w, b, 1e-5)
     torch.cuda.synchronize(device)
@@ -388,7 +388,7 @@ def test_softmax_uint8_mask_straight_to_the_kernel(device: torch.device) -> None
     gen = torch.Generator(device=device).manual_seed(9)
     codes = torch.randint(0, 256, (2, 1, 5, 40), device=device, generator=gen, dtype=torch.uint8)
     codes[..., 0] = 0
-    y = transformer._OP.load().softmax_forward(x, codes, 0.5, False)
+    y = transformer_op.OP.load().softmax_forward(x, codes, 0.5, False)
     ref = torch.softmax((x * 0.5).masked_fill(codes != 0, -math.inf), dim=-1)
     _close(y, ref, torch.float32)
 

@@ -128,7 +128,7 @@ def test_runtime_venv_has_pip_but_no_build_tools(cpu_image: dict[str, Any], dock
 # `python -v` names the file each module's code came from: its .pyc, or its source when
 # Python had to compile it (and, read-only, could not keep the result).
 _CODE_FROM = re.compile(r"^# code object from '?(/opt/venv/\S+?)'?$", re.M)
-_STARTUP = f"python -v -m op_builder verify {' '.join(CPU_OPS)}; python -v -c 'import kernels.cpu_optim'"
+_STARTUP = f"python -v -m op_builder verify {' '.join(CPU_OPS)}; python -v -c 'import kernels.optim.cpu'"
 _COUNT_PYC = "find /opt/venv -name '*.pyc' | wc -l"
 
 
@@ -140,7 +140,7 @@ def test_default_image_keeps_bytecode_for_startup_only(cpu_image: dict[str, Any]
     assert len(loaded) > 300, out[-3000:]  # torch alone brings hundreds
     compiled = [path for path in loaded if not path.endswith(".pyc")]
     assert compiled == [], f"compiled at start, no valid bytecode: {compiled[:5]}"
-    assert "kernels/__pycache__/cpu_optim.cpython" in out  # the fronts are part of a start
+    assert "kernels/optim/__pycache__/cpu.cpython" in out  # the fronts are part of a start
     code, pyc_files = run_in(docker_client, CPU_TAG, ["sh", "-c", _COUNT_PYC])
     assert code == 0
     # pip compiled every module of the venv (several thousand); a start needs a fraction.

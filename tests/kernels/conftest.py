@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from kernels import aio
-from kernels.cpu_optim import set_simd_level, supported_simd_level
+from kernels.optim.cpu import set_simd_level, supported_simd_level
 from op_builder import get_builder
 from op_builder.errors import OpLoadError
 from op_builder.toolchain import probe_library

@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 import torch
 
-import kernels.aio as aio
+import kernels.aio.async_io as aio
 from kernels._op_load import LazyOp
 from op_builder import OpLoadError
 

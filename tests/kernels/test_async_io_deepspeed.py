@@ -1,4 +1,4 @@
-"""DeepSpeed's ``aio_handle`` conventions (``kernels.aio_handle``) and page-locked buffers.
+"""DeepSpeed's ``aio_handle`` conventions (``kernels.aio.handle``) and page-locked buffers.
 
 Names, argument order, defaults and return values follow DeepSpeed's
 ``csrc/aio/py_lib/py_ds_aio.cpp`` and ``deepspeed_py_io_handle.cpp``. References are files
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels.aio as aio
-import kernels.aio_memory as aio_memory
-from kernels.aio_handle import AIOHandle, aio_handle
+import kernels.aio.async_io as aio
+import kernels.aio.memory as aio_memory
+from kernels.aio.handle import AIOHandle, aio_handle
 
 BLOCK = 64 * 1024
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels.aio as aio
+import kernels.aio.async_io as aio
 
 BLOCK = 64 * 1024
 ALIGN = aio.DIRECT_IO_ALIGNMENT

@@ -35,9 +35,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels import cpu_optim
 from kernels._op_load import LazyOp
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion, set_simd_level
+from kernels.optim import cpu as cpu_optim
+from kernels.optim.cpu import CPUAdagrad, CPUAdam, CPULion, set_simd_level
 from op_builder import get_builder
 from op_builder.errors import OpLoadError
 

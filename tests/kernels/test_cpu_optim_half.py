@@ -24,7 +24,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
+from kernels.optim.cpu import CPUAdagrad, CPUAdam, CPULion
 from tests.kernels._half_bounds import assert_half_trajectory_close, start_reach, track_reach
 
 # torch.optim.Adagrad's own sparse path builds COO tensors without opting in or out of checks.

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
+from kernels.optim.cpu import CPUAdagrad, CPUAdam, CPULion
 
 RTOL, ATOL = 1e-5, 1e-6
 STEPS = 10

@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
+from kernels.optim.cpu import CPUAdagrad, CPUAdam, CPULion
 from tests.kernels._half_bounds import assert_half_trajectory_close
 
 LEVELS = ("scalar", "avx2", "avx512")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels.cpu_optim import CPUAdagrad, CPUAdam, CPULion
+from kernels.optim.cpu import CPUAdagrad, CPUAdam, CPULion
 
 KINDS = ("adam", "adagrad", "lion")
 SIZES = ((1, 1003), (7,))  # group 0, group 1

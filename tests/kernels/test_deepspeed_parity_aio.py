@@ -1,6 +1,6 @@
 """Our DeepSpeed-compat AIO handle against DeepSpeed's own, on the same files.
 
-``kernels.compat.deepspeed.AsyncIOBuilder().load().aio_handle`` (``kernels.aio_handle.AIOHandle``,
+``kernels.compat.deepspeed.AsyncIOBuilder().load().aio_handle`` (``kernels.aio.handle.AIOHandle``,
 on both of our backends) is run side by side with DeepSpeed's compiled ``aio_handle``
 (``deepspeed.ops.op_builder.AsyncIOBuilder().load()``, JIT-built once and cached in
 ``~/.cache/torch_extensions``). DeepSpeed is the reference throughout: the getters, the return
@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import torch
 
-import kernels.aio as aio
+import kernels.aio.async_io as aio
 from kernels.compat.deepspeed import AsyncIOBuilder as CompatAsyncIOBuilder
 from op_builder.toolchain import probe_library
 from tests.kernels._deepspeed import import_deepspeed

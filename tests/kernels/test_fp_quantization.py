@@ -1,4 +1,4 @@
-"""kernels.fp_quantization (FP8 / FP6 / FP4 / 12-bit packed formats) through its PyTorch rules,
+"""kernels.quantization.fp_quantizer (FP8 / FP6 / FP4 / 12-bit packed formats) through its PyTorch rules,
 and gpu_fp_format.h (the kernels' encoder) compiled for the host.
 
 References come from tests/_fp_reference.py only: every format's values enumerated from its
@@ -20,14 +20,20 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import _fp_formats
-from kernels.fp_quantization import FPQuantizedTensor, dequantize_fp, quantize_fp, selective_dequantize
-from kernels.quantization import quantize_fp8
+from kernels.quantization import _fp_formats, quantize_fp8
+from kernels.quantization.fp_quantizer import (
+    FPQuantizedTensor,
+    dequantize_fp,
+    quantize_fp,
+    selective_dequantize,
+)
+from op_builder.registry import get_builder
 from tests import _fp_reference as ref
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*using the PyTorch fallback:RuntimeWarning")
 
-CSRC_INCLUDES = Path(__file__).resolve().parents[2] / "kernels" / "csrc" / "includes"
+# The header search path the op is compiled with (its family's includes/, then the shared one).
+FP_INCLUDES = [f"-I{d}" for d in get_builder("fp_quantizer").include_paths()]
 NAN, INF = math.nan, math.inf
 
 
@@ -481,7 +487,7 @@ def _host_expected(fmt: str) -> list[int]:
 
 
 def test_torch_encoder_matches_reference_at_the_thresholds() -> None:
-    """The fallback's encoder (kernels._fp_formats) on the cases of the host test below: random
+    """The fallback's encoder (kernels.quantization._fp_formats) on the cases of the host test below: random
     words on both sides of each stochastic threshold, which seeded runs almost never hit."""
     cases = _host_cases()
     values = torch.tensor([v for v, _, _ in cases], dtype=torch.float32)
@@ -510,7 +516,7 @@ def test_device_encoder_matches_reference_on_the_host(tmp_path: Path) -> None:
     source.write_text(_CODEC_MAIN)
     binary = tmp_path / "codec"
     subprocess.run(
-        ["g++", "-O2", "-std=c++17", f"-I{CSRC_INCLUDES}", str(source), "-o", str(binary)], check=True
+        ["g++", "-O2", "-std=c++17", *FP_INCLUDES, str(source), "-o", str(binary)], check=True
     )
     cases = _host_cases()
     kat = [(*ctr, *key) for ctr, key, _ in ref.PHILOX_KAT] + [(i, 0, 0, 0, 77, 5) for i in range(3)]

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels.fused_optim import FusedLamb
+from kernels.optim.fused_lamb import FusedLamb
 from tests._lamb_reference import LambOptions, lamb_reference
 from tests.kernels._half_bounds import assert_half_trajectory_close, start_reach, track_reach
 

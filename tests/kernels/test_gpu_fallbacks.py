@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from kernels import _gpu_load
-from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from kernels.optim.fused import FusedAdam, FusedLion
+from kernels.optim.fused_lamb import FusedLamb
 from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
 from kernels.transformer import (
     FusedBiasGelu,
@@ -31,9 +32,11 @@ from kernels.transformer import (
     layer_norm,
     scaled_masked_softmax,
 )
+from op_builder.registry import get_builder
 from tests.kernels._half_bounds import assert_half_trajectory_close
 
-CSRC_INCLUDES = Path(__file__).resolve().parents[2] / "kernels" / "csrc" / "includes"
+# The header search path the op is compiled with (its family's includes/, then the shared one).
+FP_INCLUDES = [f"-I{d}" for d in get_builder("fp_quantizer").include_paths()]
 SHAPES = [(7,), (3, 127), (2, 5, 33)]  # odd sizes: no vector-friendly multiples
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*using the PyTorch fallback:RuntimeWarning")
@@ -556,7 +559,7 @@ def test_software_fp8_codec_matches_reference(tmp_path: Path) -> None:
     source.write_text(_CODEC_MAIN)
     binary = tmp_path / "codec"
     subprocess.run(
-        ["g++", "-O1", "-std=c++17", f"-I{CSRC_INCLUDES}", str(source), "-o", str(binary)], check=True
+        ["g++", "-O1", "-std=c++17", *FP_INCLUDES, str(source), "-o", str(binary)], check=True
     )
     gen = torch.Generator().manual_seed(11)
     samples = torch.cat(
@@ -655,7 +658,8 @@ def test_multi_tensor_packing_covers_every_chunk_once(tmp_path: Path) -> None:
     source = tmp_path / "packing.cu"
     source.write_text(_PACKING_MAIN)
     binary = tmp_path / "packing"
-    subprocess.run(["nvcc", "-std=c++17", f"-I{CSRC_INCLUDES}", str(source), "-o", str(binary)], check=True)
+    includes = [f"-I{d}" for d in get_builder("fused_adam").include_paths()]
+    subprocess.run(["nvcc", "-std=c++17", *includes, str(source), "-o", str(binary)], check=True)
     chunk = 65536
     sizes = [0, 1, chunk, chunk + 1, 5, 330 * chunk + 1, *([33] * 50), 0, 3 * chunk - 1, *([7] * 140)]
     text = f"{len(sizes)} " + " ".join(map(str, sizes))

@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from kernels.optim.fused import FusedAdam, FusedLion
+from kernels.optim.fused_lamb import FusedLamb
 from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
 from kernels.transformer import bias_gelu, layer_norm, scaled_masked_softmax
 from op_builder.context import OpFlags

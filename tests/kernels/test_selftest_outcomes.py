@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import torch
 
-from kernels.selftests import SelfTest, SelfTestContext, Tolerance
-from kernels.selftests._harness import run_one
 from op_builder.report import SelfTestReport, SelfTestResult
+from op_builder.selftest import SelfTest, SelfTestContext, Tolerance
+from op_builder.selftest.harness import run_one
 from tests.op_package_files import square_package, unique
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""Self-tests (``kernels.selftests``) and ``python -m op_builder selftest``.
+"""Self-tests (each builder's ``selftest``, run by ``op_builder.selftest``) and
+``python -m op_builder selftest``.
 
 The CPU ops' self-tests must pass on this machine through the command, with the JSON shape
 and the code path (isa) they report; GPU ops must be reported skipped, and so not ok. And the
@@ -11,6 +12,7 @@ references, the tolerances, the shapes) where no GPU is available.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -23,12 +25,13 @@ from typing import Any
 import pytest
 import torch
 
-from kernels import _gpu_load, cpu_optim
-from kernels.selftests import SELFTESTS, SelfTestContext, isa_problem, run_selftests
+from kernels import _gpu_load
+from kernels.optim import cpu as cpu_optim
 from op_builder import ALL_OPS, get_builder
 from op_builder.__main__ import main
 from op_builder.manifest import read_installed
 from op_builder.report import SelfTestReport
+from op_builder.selftest import SelfTestContext, isa_problem, run_selftests, selftest_for
 from op_builder.toolchain import probe_library
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,10 +73,12 @@ def machine_isa() -> str:
 # ------------------------------------------------------------------ the command
 
 
-def test_every_op_declares_a_self_test_for_its_target() -> None:
-    assert set(SELFTESTS) == set(ALL_OPS)
-    for name, test in SELFTESTS.items():
-        assert test.target == ALL_OPS[name].target, name
+def test_every_op_of_ours_names_a_self_test_that_imports() -> None:
+    for name, builder in ALL_OPS.items():
+        assert builder.selftest is not None, name
+        module_name, _, function = builder.selftest.partition(":")
+        assert module_name == f"{type(builder).__module__.rsplit('.', 1)[0]}.selftest", name
+        assert callable(getattr(importlib.import_module(module_name), function)), name
 
 
 def test_cpu_self_tests_pass_through_the_command() -> None:
@@ -180,7 +185,7 @@ def test_an_isa_the_cpu_cannot_run_is_bad_input(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # An AVX2-only CPU, as its kernel's probe would report it.
-    monkeypatch.setattr(cpu_optim, "supported_simd_level", lambda op="cpu_adam": "avx2")
+    monkeypatch.setattr(get_builder("cpu_adam").load(), "supported_simd_level", lambda: "avx2")
     assert main(["selftest", "cpu_adam", "--isa", "avx512"]) == 2
     err = capsys.readouterr().err
     assert "cannot run the avx512 code path" in err and "--isa avx2" in err
@@ -295,7 +300,7 @@ def test_gpu_self_test_code_runs_against_the_fallback(monkeypatch: pytest.Monkey
     nothing about the kernels (tests/gpu does), only that references and fallbacks agree."""
     monkeypatch.setattr(_gpu_load.GpuOp, "resolve", lambda self, tensors, use_kernel=None, dtypes=(): None)
     ctx = SelfTestContext(torch.device("cpu"), (torch.float32, torch.float16, torch.bfloat16))
-    SELFTESTS[op].run(ctx)
+    selftest_for(op).run(ctx)
     assert ctx.checks
     failed = [c for c in ctx.checks if not (c.max_abs_err is not None and c.max_abs_err <= c.tolerance)]
     assert not failed, failed[:5]

@@ -13,7 +13,8 @@ import warnings
 import pytest
 import torch
 
-from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from kernels.optim.fused import FusedAdam, FusedLion
+from kernels.optim.fused_lamb import FusedLamb
 
 OPTIMIZERS = [FusedAdam, FusedLamb, FusedLion]
 

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from imagegen.compat import pch
 from imagegen.compat.host import Job
-from op_builder.paths import CSRC, PACKAGE_ROOT
+from op_builder.paths import PACKAGE_ROOT
+from op_builder.registry import get_builder
 
-INCLUDES = [CSRC / "includes"]
+KERNELS = PACKAGE_ROOT / "kernels"
+
+
+def includes(op: str) -> list[Path]:
+    return [Path(d) for d in get_builder(op).include_paths()]
 
 
 def test_only_sources_that_include_torch_extension_get_it() -> None:
-    assert pch.includes_torch(
-        CSRC / "fused_optim" / "fused_adam_bindings.cpp", INCLUDES
-    )  # via gpu_bindings.h
-    assert pch.includes_torch(CSRC / "aio" / "async_io.cpp", INCLUDES)  # directly
+    optim = KERNELS / "optim" / "csrc"
+    assert pch.includes_torch(optim / "fused_adam_bindings.cpp", includes("fused_adam"))  # via gpu_bindings.h
+    assert pch.includes_torch(KERNELS / "aio" / "csrc" / "async_io.cpp", includes("async_io"))  # directly
     # The CPU optimizers' binding takes narrower headers, their kernels none of torch's.
-    assert not pch.includes_torch(CSRC / "cpu_optim" / "cpu_adam.cpp", INCLUDES)
-    assert not pch.includes_torch(CSRC / "cpu_optim" / "cpu_adam_kernel.cpp", INCLUDES)
+    assert not pch.includes_torch(optim / "cpu_adam.cpp", includes("cpu_adam"))
+    assert not pch.includes_torch(optim / "cpu_adam_kernel.cpp", includes("cpu_adam"))
 
 
 def _job(compiler: str, name: str) -> Job:
@@ -24,7 +30,7 @@ def _job(compiler: str, name: str) -> Job:
         compiler,
         "-std=c++17",
         f"-DTORCH_EXTENSION_NAME={name}",
-        f"-I{CSRC}/includes",
+        f"-I{KERNELS}/includes",
         "-c",
         "a.cpp",
         "-o",

@@ -181,7 +181,7 @@ def test_a_package_op_without_a_self_test_fails_its_self_test(tmp_path: Path) ->
     root = write_package(tmp_path, unique("pkg_untested"), builder_source("Untested", op))
     code = (
         "import sys\n"
-        "from kernels.selftests import selftest_for, SelfTestContext\n"
+        "from op_builder.selftest import selftest_for, SelfTestContext\n"
         "import torch\n"
         f"test = selftest_for({op!r})\n"
         "try:\n"

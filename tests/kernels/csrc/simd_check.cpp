@@ -1,9 +1,9 @@
-// simd_check: the CPU optimizer kernels (kernels/csrc/includes/cpu_*_impl.h) and their storage
+// simd_check: the CPU optimizer kernels (kernels/optim/includes/cpu_*_impl.h) and their storage
 // conversions at every instruction set this CPU runs, against simd_check_ref.h's independent
 // scalar reference, without torch, so that it also runs where no torch does: cross-compiled for
 // aarch64 and run under qemu by tests/kernels/test_aarch64_cross.py, and natively there too.
 //
-//   g++ -O3 -std=c++17 -fopenmp -I kernels/csrc/includes -I tests/kernels/csrc simd_check.cpp
+//   g++ -O3 -std=c++17 -fopenmp -I kernels/optim/includes -I tests/kernels/csrc simd_check.cpp
 //
 // No -march: the levels are chosen at run time, as in the ops. Prints the best level, one line
 // per level run, then `ran: <levels>` and PASS or FAIL; exits 1 on any failure.
@@ -21,7 +21,7 @@
 #include "cpu_simd.h"
 #include "simd_check_ref.h"
 
-// The argument structs of cpu_optim/*.cpp, with the fields the kernel bodies read (one missing
+// The argument structs of kernels/optim/csrc/*.cpp, with the fields the kernel bodies read (one missing
 // here fails to compile). Each op's dispatch (its `pick`) lives in the op's own namespace.
 namespace adam_op {
 struct AdamArgs {

@@ -1,5 +1,5 @@
 // The independent side of simd_check.cpp: conversions and update rules written out plainly,
-// in double where arithmetic is involved, sharing no code with kernels/csrc (so a bug there
+// in double where arithmetic is involved, sharing no code with kernels/optim (so a bug there
 // cannot hide in both). Values follow torch: round to nearest even, bf16 NaN -> 0x7FC0.
 #pragma once
 

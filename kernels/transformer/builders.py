@@ -1,0 +1,19 @@
+"""The transformer op: LayerNorm, bias + GeLU and scaled masked softmax, forward and backward."""
+
+from __future__ import annotations
+
+from kernels._build_common import INCLUDE_DIRS
+from op_builder.builder import CUDAOpBuilder
+
+
+class TransformerBuilder(CUDAOpBuilder):
+    name = "transformer"
+    description = "Fused LayerNorm, bias+GeLU and scaled masked softmax, forward and backward"
+    sources = (
+        "csrc/layer_norm.cu",
+        "csrc/bias_gelu.cu",
+        "csrc/softmax.cu",
+        "csrc/bindings.cpp",
+    )
+    include_dirs = INCLUDE_DIRS
+    selftest = "kernels.transformer.selftest:run_transformer"

@@ -1,1 +1,0 @@
-"""One small declarative module per op. ``op_builder.ALL_OPS`` collects them."""
