@@ -31,8 +31,9 @@ from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from kernels.fp_quantization import dequantize_fp, quantize_fp, selective_dequantize
-from kernels.fused_optim import FusedAdam, FusedLamb, FusedLion
+from kernels.optim.fused import FusedAdam, FusedLion
+from kernels.optim.fused_lamb import FusedLamb
+from kernels.quantization.fp_quantizer import dequantize_fp, quantize_fp, selective_dequantize
 from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
 from kernels.transformer import bias_gelu, layer_norm, residual_layer_norm, scaled_masked_softmax
 
