@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from kernels.optim.fused import FusedAdam, FusedLion
 from kernels.optim.fused_lamb import FusedLamb
-from kernels.quantization.fp_quantizer import dequantize_fp, quantize_fp, selective_dequantize
 from kernels.quantization import dequantize, dequantize_fp8, quantize, quantize_fp8
+from kernels.quantization.fp_quantizer import dequantize_fp, quantize_fp, selective_dequantize
 from kernels.transformer import bias_gelu, layer_norm, residual_layer_norm, scaled_masked_softmax
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
