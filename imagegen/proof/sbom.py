@@ -1,0 +1,187 @@
+"""An image's CycloneDX 1.6 SBOM, made from the probe's facts with cyclonedx-python-lib (pure).
+
+Components: the base images (name, digest), the runtime's OS packages (``pkg:deb``), the venv's
+Python packages (``pkg:pypi``: torch and the ``nvidia-*`` wheels among them), and each op's
+compiled module as a ``file`` component whose SHA-256 is the file's as it is in the image and
+whose ``imagegen:*`` properties say what it was built for and what it holds (``OP_PROPERTIES``).
+``imagegen verify`` reads those back (``imagegen.proof.check``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from imagegen.proof.facts import ImageFacts, OpModule
+
+# The properties of an op module component (CycloneDX property names, namespaced imagegen:).
+OP = "imagegen:op"
+PATH = "imagegen:path"
+SASS, PTX, GFX, ISA = "imagegen:sass", "imagegen:ptx", "imagegen:gfx", "imagegen:isa"
+OP_PROPERTIES = (
+    OP, "imagegen:module", PATH, "imagegen:target", "imagegen:toolkit", "imagegen:torch",
+    "imagegen:torch.cxx11-abi", "imagegen:archs", SASS, PTX, GFX, ISA, "imagegen:ds-build",
+    "imagegen:compilers", "imagegen:flags.cxx", "imagegen:flags.device", "imagegen:device-compiler",
+    "imagegen:sources.digest",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    role: str  # "devel" or "runtime"
+    name: str
+    digest: str | None  # "sha256:..." (the local image id), None when the engine does not have it
+
+
+@dataclass(frozen=True)
+class SbomInput:
+    """What the SBOM is made of besides the image's own facts."""
+
+    image: str  # the tag
+    facts: ImageFacts
+    bases: tuple[BaseImage, ...]
+    ds_build: tuple[str, ...]  # DS_BUILD_OPS=0, DS_BUILD_<OP>=1, ...: the build's op selection
+    source_digests: Mapping[str, str]  # op -> "sha256:..." of its sources and headers
+    timestamp: datetime.datetime
+    tool_version: str
+
+
+def _csv(names: Sequence[str]) -> str:
+    return ",".join(names)
+
+
+def _words(value: Any) -> str:
+    return " ".join(str(v) for v in value) if isinstance(value, list) else ""
+
+
+def op_properties(
+    op: OpModule, facts: ImageFacts, ds_build: Sequence[str], sources: str | None
+) -> dict[str, str]:
+    """The ``imagegen:*`` properties of ``op``'s module component, in ``OP_PROPERTIES`` order."""
+    entry = facts.manifest_op(op.name)
+    raw_flags = entry.get("flags")
+    flags: Mapping[str, Any] = raw_flags if isinstance(raw_flags, Mapping) else {}
+    accelerator = str(facts.manifest.get("accelerator") or "")
+    gpu = op.target != "cpu"
+    cuda, hip = facts.manifest.get("cuda"), facts.manifest.get("hip")
+    toolkit = (f"cuda {cuda}" if cuda else f"rocm {hip}" if hip else "") if gpu else ""
+    archs = entry.get("archs")
+    values: dict[str, str | None] = {
+        OP: op.name,
+        "imagegen:module": op.module,
+        PATH: op.path or "",
+        "imagegen:target": accelerator if gpu else "cpu",
+        "imagegen:toolkit": toolkit,
+        "imagegen:torch": str(facts.torch.get("version") or facts.manifest.get("torch") or ""),
+        "imagegen:torch.cxx11-abi": _abi(facts.torch.get("cxx11_abi")),
+        "imagegen:archs": ";".join(str(a) for a in archs) if isinstance(archs, list) else "",
+        SASS: _csv(op.sass) if gpu else None,
+        PTX: _csv(op.ptx) if gpu else None,
+        GFX: _csv(op.gfx) if gpu else None,
+        ISA: None if gpu else _csv(op.isa),
+        "imagegen:ds-build": " ".join(ds_build),
+        "imagegen:compilers": " | ".join(op.compilers),
+        "imagegen:flags.cxx": _words(flags.get("cxx")),
+        "imagegen:flags.device": _words(flags.get("device")),
+        "imagegen:device-compiler": str(flags.get("device_compiler") or ""),
+        "imagegen:sources.digest": sources or "",
+    }
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _abi(value: Any) -> str:
+    return "" if value is None else ("cxx11" if value else "pre-cxx11")
+
+
+def _bom_ref(kind: str, *parts: str) -> str:
+    return kind + ":" + ":".join(re.sub(r"[^A-Za-z0-9._+~/@-]", "_", p) for p in parts)
+
+
+def make_sbom(data: SbomInput) -> bytes:
+    """The CycloneDX 1.6 JSON document, as bytes (the ones the image and its label's digest hold)."""
+    # Deferred: only `imagegen build` and `imagegen sbom` need the library (the cli extra).
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+    from packageurl import PackageURL
+
+    facts = data.facts
+    root = Component(name=data.image, type=ComponentType.CONTAINER, bom_ref="image")
+    bom = Bom(
+        serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"imagegen:{data.image}:{data.timestamp.isoformat()}")
+    )
+    bom.metadata.component = root
+    bom.metadata.timestamp = data.timestamp
+    bom.metadata.tools.components.add(
+        Component(name="imagegen", version=data.tool_version, type=ComponentType.APPLICATION)
+    )
+    components: list[Any] = []
+    for base in data.bases:
+        hashes = (
+            [HashType(alg=HashAlgorithm.SHA_256, content=base.digest.split(":", 1)[1])] if base.digest else []
+        )
+        components.append(
+            Component(
+                name=base.name,
+                version=base.digest,
+                type=ComponentType.CONTAINER,
+                bom_ref=_bom_ref("base", base.role),
+                hashes=hashes,
+                properties=[Property(name="imagegen:base", value=base.role)],
+            )
+        )
+    distro = facts.os.get("id") or "debian"
+    qualifiers = {"distro": f"{distro}-{facts.os['version_id']}"} if facts.os.get("version_id") else {}
+    for pkg in facts.deb_packages:
+        arch = {"arch": pkg.architecture} if pkg.architecture else {}
+        components.append(
+            Component(
+                name=pkg.name,
+                version=pkg.version,
+                type=ComponentType.LIBRARY,
+                bom_ref=_bom_ref("deb", pkg.name, pkg.architecture),
+                purl=PackageURL(
+                    type="deb",
+                    namespace=distro,
+                    name=pkg.name,
+                    version=pkg.version,
+                    qualifiers={**arch, **qualifiers},
+                ),
+            )
+        )
+    for pkg in facts.python_packages:
+        normalized = re.sub(r"[-_.]+", "-", pkg.name).lower()  # PEP 503, as purl's pypi type says
+        components.append(
+            Component(
+                name=pkg.name,
+                version=pkg.version,
+                type=ComponentType.LIBRARY,
+                bom_ref=_bom_ref("pypi", normalized),
+                purl=PackageURL(type="pypi", name=normalized, version=pkg.version),
+            )
+        )
+    for op in facts.ops:
+        props = op_properties(op, facts, data.ds_build, data.source_digests.get(op.name))
+        components.append(
+            Component(
+                name=op.path or op.module,
+                type=ComponentType.FILE,
+                bom_ref=_bom_ref("op", op.name),
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=op.sha256)] if op.sha256 else [],
+                properties=[Property(name=k, value=v) for k, v in props.items()],
+            )
+        )
+    for component in components:
+        bom.components.add(component)
+    bom.register_dependency(root, components)
+    with warnings.catch_warnings():
+        # The library warns about components without a version (the op modules are files).
+        warnings.simplefilter("ignore", UserWarning)
+        text = JsonV1Dot6(bom).output_as_string(indent=2)
+    return (text + "\n").encode()
