@@ -11,6 +11,7 @@
 #   qemu-user-static          a static qemu-aarch64 that binfmt-support registers with the F flag,
 #   binfmt-support            so arm64 programs run inside chroots and containers: the arm64
 #                             stand-ins and `make images PLATFORM=linux/arm64`
+#   docker-buildx             (scripts/buildx-plugin.sh) the buildx CLI plugin `imagegen bake` runs
 # Idempotent and quiet when everything is present. Needs root (or sudo) for apt.
 set -euo pipefail
 
@@ -24,7 +25,11 @@ missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# Debian's docker buildx plugin (from trixie: bookworm has none), for `imagegen bake`; quiet when present.
+buildx_plugin() {
+  if command -v apt-get >/dev/null; then bash "$(dirname "$0")/buildx-plugin.sh"; fi
+}
+[ ${#missing[@]} -eq 0 ] && { buildx_plugin; exit 0; }
 
 if ! command -v apt-get >/dev/null; then
   echo "system-deps: missing ${missing[*]}; install them with your package manager" >&2
@@ -39,3 +44,4 @@ echo "system-deps: installing ${missing[*]}"
 $SUDO apt-get update -qq
 # docker-registry's postinst starts a service where systemd runs; tests start their own.
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+buildx_plugin
