@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from imagegen import log
+from imagegen.build import compile_cache
 from imagegen.build.bases import missing_base_hint
+from imagegen.build.compile_cache import CacheStats
 from imagegen.build.engine import Engine, EngineKind, build_image, detect_engine, image_size
 from imagegen.build.engine.build_log import compile_seconds
 from imagegen.build.sources import check_sources, source_root
@@ -68,6 +70,9 @@ class BuildReport:
     size: SizeReport | None = None
     max_size_bytes: int | None = None
 
+    # sccache's hits and misses in the compile step (--compile-cache); None without a compile
+    # cache, or when the build stage came from the layer cache (nothing was compiled).
+    compile_cache: CacheStats | None = field(default=None, compare=False)
     @property
     def over_budget(self) -> bool:
         return self.max_size_bytes is not None and self.size_bytes > self.max_size_bytes
@@ -106,6 +111,7 @@ class BuildReport:
         }
 
 
+            "compile_cache": None if self.compile_cache is None else self.compile_cache.to_json(),
 class _Steps:
     """Step headers with timings on stderr (``imagegen.log.step``), kept for the report too."""
 
@@ -154,7 +160,8 @@ def build(
         spec = replace(spec, buildkit=False)
     text = render(spec)
 
-    with steps.step("build", f"build {spec.tag}"), staged_context(spec, root) as context:
+    secrets = compile_cache.build_secrets(spec.compile_cache, env)  # credentials as BuildKit secrets
+    with steps.step("build", f"build {spec.tag}"), staged_context(spec, root) as context, secrets as found:
         try:
             result = build_image(
                 engine,
@@ -173,6 +180,8 @@ def build(
     if stage == "runtime":
         with steps.step("size", f"measure {spec.tag}"):
             sized = measure_image(spec.tag)
+                secrets=found,
+                network=_network(spec),
 
     verified = None
     if verify:
@@ -213,3 +222,9 @@ def _with_base_hint(exc: BuildFailedError, spec: ImageSpec) -> BuildFailedError:
         return exc
     hint = extra if not exc.hint else f"{extra}\n{exc.hint}"
     return BuildFailedError(exc.message, hint=hint)
+        compile_cache=compile_cache.stats_from_log(result.log) if spec.compile_cache else None,
+def _network(spec: ImageSpec) -> str | None:
+    """The host's network for a build whose compile cache is on the host's loopback."""
+    return "host" if spec.compile_cache is not None and spec.compile_cache.host_network else None
+
+

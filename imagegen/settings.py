@@ -39,6 +39,7 @@ BUILDKIT = _option("BUILDKIT", "flag", "--buildkit/--no-buildkit")
 BYTECODE = _option("BYTECODE", "text", "--bytecode")
 NUMPY = _option("NUMPY", "flag", "--numpy/--no-numpy")
 MAX_JOBS = _option("MAX_JOBS", "int", "--max-jobs")
+COMPILE_CACHE = _option("COMPILE_CACHE", "text", "--compile-cache")
 TAG = _option("TAG", "text", "--tag")
 
 DEBUG = Setting(ENV_PREFIX + "DEBUG", "flag", "unset", "`1`: show a traceback with errors", "imagegen")
@@ -126,8 +127,32 @@ OPTIONS: tuple[Setting, ...] = (
     BYTECODE,
     NUMPY,
     MAX_JOBS,
+    COMPILE_CACHE,
     TAG,
 )
+
+def _cache_credential(name: str, meaning: str) -> Setting:
+    return Setting(name, "text", "unset", meaning + " (sent to the build as a BuildKit secret)", "toolkit")
+
+
+# What sccache reads its backend's credentials and connection details from. With
+# --compile-cache these go from imagegen's environment into the build's secret, never into a
+# build argument or a layer (imagegen/build/compile_cache.py).
+GOOGLE_APPLICATION_CREDENTIALS = _cache_credential(
+    "GOOGLE_APPLICATION_CREDENTIALS", "a GCS compile cache's service account key file"
+)
+COMPILE_CACHE_CREDENTIALS: tuple[Setting, ...] = (
+    _cache_credential("SCCACHE_REDIS_USERNAME", "a Redis compile cache's user"),
+    _cache_credential("SCCACHE_REDIS_PASSWORD", "a Redis compile cache's password"),
+    _cache_credential("AWS_ACCESS_KEY_ID", "an S3 compile cache's access key"),
+    _cache_credential("AWS_SECRET_ACCESS_KEY", "an S3 compile cache's secret key"),
+    _cache_credential("AWS_SESSION_TOKEN", "an S3 compile cache's session token"),
+    _cache_credential("AWS_REGION", "an S3 compile cache's region"),
+    _cache_credential("SCCACHE_REGION", "an S3 compile cache's region, as sccache names it"),
+    _cache_credential("SCCACHE_ENDPOINT", "an S3-compatible compile cache's endpoint"),
+    GOOGLE_APPLICATION_CREDENTIALS,
+)
+
 SETTINGS: tuple[Setting, ...] = (
     *OPTIONS,
     DEBUG,
@@ -145,6 +170,7 @@ SETTINGS: tuple[Setting, ...] = (
     REQUESTS_CA_BUNDLE,
     PIP_CERT,
     SSL_CERT_FILE,
+    *COMPILE_CACHE_CREDENTIALS,
 )
 CA_BUNDLES: tuple[Setting, ...] = (REQUESTS_CA_BUNDLE, PIP_CERT, SSL_CERT_FILE)
 

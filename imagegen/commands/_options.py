@@ -209,3 +209,15 @@ TagOption = Annotated[
         rich_help_panel=_BUILD,
     ),
 ]
+CompileCacheOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--compile-cache",
+        metavar="URL",
+        help="Compile through sccache with this cache: local (a BuildKit cache mount), "
+        "redis://HOST:PORT, s3://BUCKET/PREFIX or gcs://BUCKET/PREFIX; credentials from the "
+        "environment go in as a build secret. Default: ccache in a cache mount. "
+        "(env: IMAGEGEN_COMPILE_CACHE)",
+        rich_help_panel=_BUILD,
+    ),
+]

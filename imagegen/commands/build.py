@@ -17,6 +17,7 @@ from imagegen.commands._options import (
     BytecodeOption,
     CaCertOption,
     CpuOption,
+    CompileCacheOption,
     CudaOption,
     DistroOption,
     JsonOption,
@@ -97,6 +98,7 @@ def build(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=platform, python=python, torch=torch, arch=arch,
         distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
         torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
+    compile_cache: CompileCacheOption = None,
         keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
         tag=tag, push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
     ))  # fmt: skip
@@ -111,6 +113,7 @@ def build(
         raise VerificationFailedError(
             f"{report.tag} was built but failed verification: {why}",
             hint="the table above has each op's load, self-test and device-code results; not pushed",
+        compile_cache=compile_cache,
             reported=json,  # the summary printed above already is the whole JSON answer
         )
     if budget is not None and report.size is not None:
@@ -150,5 +153,14 @@ def _print(report: pipeline.BuildReport) -> None:
         out.print(f"{key.ljust(width)}  {value}", markup=False)
     if report.size is not None:
         out.print("")
+def _cache_cell(report: pipeline.BuildReport) -> str:
+    """sccache's hits and misses in this build (--compile-cache); "-" when nothing was counted."""
+    stats = report.compile_cache
+    if stats is None:
+        return "-"
+    return f"{stats.hits} hits, {stats.misses} misses ({stats.location})"
+
+
         for line in report.size.lines():
             out.print(line, markup=False)
+        ("compile cache", _cache_cell(report)),

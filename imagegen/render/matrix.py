@@ -11,6 +11,7 @@ their content changes.
 from __future__ import annotations
 
 import contextlib
+import json
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,44 +77,96 @@ def standard_entries(op_sources: Sequence[str] = ()) -> tuple[MatrixEntry, ...]:
     return tuple(entries)
 
 
-def _hcl_list(items: list[str]) -> str:
-    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+def _hcl_string(text: str) -> str:
+    # HCL strings are JSON strings, except that "${" and "%{" start a template: doubled, they are literal.
+    return json.dumps(text).replace("${", "$${").replace("%{", "%%{")
 
 
-def render_bake(entries: tuple[MatrixEntry, ...], dockerfiles_dir: str = "dockerfiles") -> str:
-    """docker-bake.hcl: one target per entry; cache settings shared through one variable."""
-    lines = [
-        "# The standard image matrix. Regenerate with `imagegen matrix`; do not edit by hand.",
-        "# Build from the repository root, e.g.: docker buildx bake -f dockerfiles/docker-bake.hcl cpu",
-        "",
-        'variable "CACHE_DIR" {',
-        '  default = ".cache/imagegen-bake"',
-        "}",
-        "",
-        'group "default" {',
-        f"  targets = {_hcl_list([e.bake_target for e in entries])}",
-        "}",
-        "",
-        'target "_common" {',
-        '  context = "."',
-        '  target  = "runtime"',
-        "}",
-    ]
-    for entry in entries:
-        name = entry.bake_target
+def _hcl_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(_hcl_string(item) for item in items) + "]"
+
+
+@dataclass(frozen=True)
+class BakeTarget:
+    """One target of a bake file: what ``docker buildx bake`` builds, and with which arguments."""
+
+    name: str
+    dockerfile: str
+    tag: str
+    platform: str
+    args: tuple[tuple[str, str], ...]  # build arguments: the bases, MAX_JOBS
+    context: str = "."
+    secrets: tuple[tuple[str, str], ...] = ()  # BuildKit secret id -> file
+    network: str | None = None  # "host" for a compile cache on the host's loopback
+
+
+def base_args(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
+    """The bases as the Dockerfile's build arguments (``ARG BASE_DEVEL`` / ``ARG BASE_RUNTIME``)."""
+    args = [("BASE_DEVEL", spec.base_devel), ("BASE_RUNTIME", spec.base_runtime)]
+    if spec.max_jobs is not None:
+        args.append(("MAX_JOBS", str(spec.max_jobs)))
+    return tuple(args)
+
+
+def bake_file(targets: Sequence[BakeTarget], header: Sequence[str] = ()) -> str:
+    """A docker-bake.hcl of ``targets``: a default group of all of them, and layer-cache export
+    opt-in through ``CACHE_DIR`` (the docker driver cannot export a cache; a docker-container,
+    remote or kubernetes builder can)."""
+    lines = [*header, 'variable "CACHE_DIR" {', '  default = ""', "}", ""]
+    lines += ['group "default" {', f"  targets = {_hcl_list([t.name for t in targets])}", "}"]
+    for t in targets:
+        name = _hcl_string(t.name)
         lines += [
             "",
-            f'target "{name}" {{',
-            '  inherits   = ["_common"]',
-            f'  dockerfile = "{dockerfiles_dir}/{entry.dockerfile_path}"',
-            f"  tags       = {_hcl_list([entry.spec.tag])}",
-            f"  platforms  = {_hcl_list([entry.spec.platform])}",
-            # One cache folder per target: local cache exports rewrite their index whole.
-            f'  cache-from = ["type=local,src=${{CACHE_DIR}}/{name}"]',
-            f'  cache-to   = ["type=local,dest=${{CACHE_DIR}}/{name},mode=max"]',
+            f"target {name} {{",
+            f"  context    = {_hcl_string(t.context)}",
+            f"  dockerfile = {_hcl_string(t.dockerfile)}",
+            '  target     = "runtime"',
+            f"  tags       = {_hcl_list([t.tag])}",
+            f"  platforms  = {_hcl_list([t.platform])}",
+            "  args = {",
+            *(f"    {key} = {_hcl_string(value)}" for key, value in t.args),
+            "  }",
+        ]
+        if t.secrets:
+            lines.append(f"  secret     = {_hcl_list([f'id={sid},src={src}' for sid, src in t.secrets])}")
+        if t.network is not None:
+            lines.append(f"  network    = {_hcl_string(t.network)}")
+        # One cache folder per target: local cache exports rewrite their index whole.
+        lines += [
+            f'  cache-from = CACHE_DIR == "" ? [] : ["type=local,src=${{CACHE_DIR}}/{t.name}"]',
+            f'  cache-to   = CACHE_DIR == "" ? [] : ["type=local,dest=${{CACHE_DIR}}/{t.name},mode=max"]',
             "}",
         ]
     return "\n".join(lines) + "\n"
+
+
+STANDARD_HEADER = (
+    "# The standard image matrix. Regenerate with `imagegen matrix`; do not edit by hand.",
+    "# Build from the repository root, with any builder (the docker driver's too), e.g.:",
+    "#   docker buildx bake -f dockerfiles/docker-bake.hcl cpu",
+    "# The bases are build arguments: --set cpu.args.BASE_DEVEL=mirror.example/python:3.11-slim-bookworm",
+    "# Export the layer cache (a docker-container, remote or kubernetes builder; not the docker driver):",
+    "#   CACHE_DIR=.cache/imagegen-bake docker buildx bake -f dockerfiles/docker-bake.hcl --builder NAME cpu",
+    "# `imagegen bake` builds targets of this matrix, verifies and pushes them (docs/imagegen.md).",
+    "",
+)
+
+
+def entry_target(entry: MatrixEntry, dockerfiles_dir: str = "dockerfiles") -> BakeTarget:
+    """The committed bake file's target for ``entry`` (paths from the repository root)."""
+    return BakeTarget(
+        name=entry.bake_target,
+        dockerfile=f"{dockerfiles_dir}/{entry.dockerfile_path}",
+        tag=entry.spec.tag,
+        platform=entry.spec.platform,
+        args=base_args(entry.spec),
+    )
+
+
+def render_bake(entries: tuple[MatrixEntry, ...], dockerfiles_dir: str = "dockerfiles") -> str:
+    """docker-bake.hcl: one target per entry, its bases as build arguments."""
+    return bake_file([entry_target(e, dockerfiles_dir) for e in entries], STANDARD_HEADER)
 
 
 def render_matrix(op_sources: Sequence[str] = (), platforms: Sequence[str] = ()) -> dict[str, str]:

@@ -16,6 +16,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from imagegen import settings
+from imagegen.build import compile_cache as compile_cache_lib
+from imagegen.build.compile_cache import CompileCache
 from imagegen.errors import BadInputError
 from imagegen.publish import check_push_request
 from imagegen.spec import catalog, checks, inputs
@@ -68,6 +70,7 @@ class SpecInput:
     numpy: bool | None = None  # --numpy/--no-numpy
     op_sources: tuple[str, ...] = ()  # op package folders (--op-source, repeatable)
     platform: str | None = None  # "linux/amd64" / "linux/arm64"
+    compile_cache: str | None = None  # --compile-cache: local, redis://, s3://, gcs://
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class ImageSpec:
     op_packages: tuple[OpPackage, ...] = ()  # the op packages whose ops the image holds
     platform: str = catalog.DEFAULT_PLATFORM  # the OCI platform the image is built for
     numpy: bool = True  # NumPy in the runtime venv, from torch's sources
+    # sccache's cache for the build stage's compilers; None: ccache in a BuildKit cache mount.
+    compile_cache: CompileCache | None = None
 
     @property
     def numpy_requirement(self) -> str | None:
@@ -264,6 +269,8 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     check_push_request(inp.push, inp.verify)
     bytecode = checks.bytecode(_pick(inp.bytecode, env, settings.BYTECODE))
     numpy = _pick_bool(inp.numpy, env, settings.NUMPY, True)
+    buildkit = _pick_bool(inp.buildkit, env, settings.BUILDKIT, True)
+    compile_cache = _compile_cache(_pick(inp.compile_cache, env, settings.COMPILE_CACHE), buildkit)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, settings.TAG) or (
         f"imagegen:{target.name}{catalog.platform_tag_suffix(platform)}-torch{torch}-py{python}-"
@@ -292,11 +299,25 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         keep_ca_cert=inp.keep_ca_cert,
         tag=tag,
         max_jobs=max_jobs,
-        buildkit=_pick_bool(inp.buildkit, env, settings.BUILDKIT, True),
+        buildkit=buildkit,
         push=inp.push,
         bytecode=bytecode,
         warnings=tuple(warnings),
         op_packages=packages,
         platform=platform,
         numpy=numpy,
+        compile_cache=compile_cache,
     )
+
+
+def _compile_cache(value: str | None, buildkit: bool) -> CompileCache | None:
+    """The compile cache asked for; it needs BuildKit (its secrets and cache mounts)."""
+    if not value:
+        return None
+    cache = compile_cache_lib.parse(value)
+    if not buildkit:
+        raise BadInputError(
+            "--compile-cache needs BuildKit: the classic builder has no build secrets or cache mounts",
+            hint="drop --no-buildkit (or IMAGEGEN_BUILDKIT=0), or build without --compile-cache",
+        )
+    return cache

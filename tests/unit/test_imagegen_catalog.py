@@ -171,7 +171,7 @@ def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
     target = catalog.CUDA_TARGETS[version]
     spec = build_spec(SpecInput(cuda=version, ops="all"), {})
     text = render(spec)
-    assert f"FROM {target.base_devel(target.distros[0], spec.python)} AS devel" in text
+    assert f"ARG BASE_DEVEL={target.base_devel(target.distros[0], spec.python)}\n" in text
     assert f'"torch=={target.default_torch}+cu{version.replace(".", "")}"' in text
     assert f'io.imagegen.cuda="{version}"' in text
 

@@ -60,9 +60,12 @@ def test_host_paths_never_appear(tmp_path: Path) -> None:
 def test_three_stages_in_order_with_runtime_last() -> None:
     text = render(spec(cuda="12.1", ops="transformer"))
     assert list(stages(text)) == ["devel", "build", "runtime"]
-    assert "FROM nvidia/cuda:12.1.1-devel-ubuntu22.04 AS devel" in text
+    # The bases are build arguments declared before the first FROM, defaulting to the spec's.
+    assert text.index("ARG BASE_DEVEL=nvidia/cuda:12.1.1-devel-ubuntu22.04\n") < text.index("\nFROM ")
+    assert text.index("ARG BASE_RUNTIME=nvidia/cuda:12.1.1-base-ubuntu22.04\n") < text.index("\nFROM ")
+    assert "FROM ${BASE_DEVEL} AS devel" in text
     assert "FROM devel AS build" in text
-    assert "FROM nvidia/cuda:12.1.1-base-ubuntu22.04 AS runtime" in text
+    assert "FROM ${BASE_RUNTIME} AS runtime" in text
     assert not text.startswith("# syntax")
 
 
@@ -102,7 +105,11 @@ def test_labels() -> None:
     assert found["io.imagegen.torch"] == "2.6.0+cu124"
     assert found["io.imagegen.python"] == "3.10"
     assert found["io.imagegen.target"] == "cuda12.4"
-    assert found["org.opencontainers.image.base.name"] == "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    # Names the base the build used: the BASE_RUNTIME argument, whose default is the spec's.
+    text = render(spec(cuda="12.4", ops="quantizer,cpu_adam"))
+    assert found["org.opencontainers.image.base.name"] == "${BASE_RUNTIME}"
+    assert "ARG BASE_RUNTIME=nvidia/cuda:12.4.1-base-ubuntu22.04\n" in text
+    assert "ARG BASE_RUNTIME\n" in stages(text)["runtime"]
     assert {"org.opencontainers.image.title", "org.opencontainers.image.version"} <= set(found)
     rocm = labels(render(spec(rocm="6.2", ops="all")))
     assert rocm["io.imagegen.rocm"] == "6.2" and rocm["io.imagegen.cuda"] == ""

@@ -30,6 +30,9 @@ class BuildRequest:
     # variant of each multi-platform base, and another architecture's RUN steps go through
     # the host's binfmt emulation (qemu-user-static).
     platform: str | None = None
+    # "host": RUN steps share the host's network namespace (a compile cache on its loopback);
+    # None: the builder's default network.
+    network: str | None = None
 
 
 class BuildBackend(Protocol):

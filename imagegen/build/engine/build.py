@@ -49,6 +49,7 @@ def build_image(
     secrets: Mapping[str, Path] | None = None,
     no_cache: bool = False,
     platform: str | None = None,
+    network: str | None = None,
 ) -> BuildResult:
     """Build ``dockerfile`` (its text) in ``context`` up to stage ``target`` and tag it.
 
@@ -56,6 +57,7 @@ def build_image(
     ``secrets`` (id -> file, for ``RUN --mount=type=secret,id=...``) needs BuildKit.
     ``no_cache`` re-runs every step (BuildKit cache mounts such as ccache are kept).
     ``platform`` (``linux/arm64``) builds for that platform; None: the engine's own.
+    ``network`` ("host") is the network of the RUN steps; None: the builder's default.
     Raises BuildFailedError naming the failed op when the log tells; on Ctrl-C the build is
     cancelled before KeyboardInterrupt propagates.
     """
@@ -89,6 +91,7 @@ def build_image(
             secrets=dict(secrets or {}),
             no_cache=no_cache,
             platform=platform,
+            network=network,
         )
         request.dockerfile_path.write_text(dockerfile)
         image_id, lines = backend.build(request)

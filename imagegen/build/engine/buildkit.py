@@ -30,6 +30,8 @@ def cli_build_argv(engine: Engine, req: BuildRequest) -> list[str]:
         argv += ["--platform", req.platform]
     if req.no_cache:
         argv.append("--no-cache")
+    if req.network is not None:
+        argv += ["--network", req.network]
     for key, value in sorted(req.build_args.items()):
         argv += ["--build-arg", f"{key}={value}"]
     for name, path in sorted(req.extra_contexts.items()):
