@@ -66,13 +66,13 @@ class BuildReport:
     compile_seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
     # The build's output lines (benchmarks read which steps ran and which were cached).
     log: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # sccache's hits and misses in the compile step (--compile-cache); None without a compile
+    # cache, or when the build stage came from the layer cache (nothing was compiled).
+    compile_cache: CacheStats | None = field(default=None, compare=False)
     # The runtime image's bytes by part (None for another stage), and the budget it was held to.
     size: SizeReport | None = None
     max_size_bytes: int | None = None
 
-    # sccache's hits and misses in the compile step (--compile-cache); None without a compile
-    # cache, or when the build stage came from the layer cache (nothing was compiled).
-    compile_cache: CacheStats | None = field(default=None, compare=False)
     @property
     def over_budget(self) -> bool:
         return self.max_size_bytes is not None and self.size_bytes > self.max_size_bytes
@@ -106,12 +106,12 @@ class BuildReport:
             "stage": self.stage,
             "steps": [step.to_json() for step in self.steps],
             "compile_seconds": {op: round(s, 1) for op, s in self.compile_seconds.items()},
+            "compile_cache": None if self.compile_cache is None else self.compile_cache.to_json(),
             "size": None if self.size is None else self.size.to_json(),
             "max_size_bytes": self.max_size_bytes,
         }
 
 
-            "compile_cache": None if self.compile_cache is None else self.compile_cache.to_json(),
 class _Steps:
     """Step headers with timings on stderr (``imagegen.log.step``), kept for the report too."""
 
@@ -172,6 +172,8 @@ def build(
                 build_args={"MAX_JOBS": str(spec.max_jobs)} if spec.max_jobs else {},
                 no_cache=no_cache,
                 platform=spec.platform,
+                secrets=found,
+                network=_network(spec),
             )
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None
@@ -180,8 +182,6 @@ def build(
     if stage == "runtime":
         with steps.step("size", f"measure {spec.tag}"):
             sized = measure_image(spec.tag)
-                secrets=found,
-                network=_network(spec),
 
     verified = None
     if verify:
@@ -210,9 +210,15 @@ def build(
         steps=tuple(steps.timings),
         compile_seconds=compile_seconds(result.log),
         log=result.log,
+        compile_cache=compile_cache.stats_from_log(result.log) if spec.compile_cache else None,
         size=sized,
         max_size_bytes=max_size,
     )
+
+
+def _network(spec: ImageSpec) -> str | None:
+    """The host's network for a build whose compile cache is on the host's loopback."""
+    return "host" if spec.compile_cache is not None and spec.compile_cache.host_network else None
 
 
 def _with_base_hint(exc: BuildFailedError, spec: ImageSpec) -> BuildFailedError:
@@ -222,9 +228,3 @@ def _with_base_hint(exc: BuildFailedError, spec: ImageSpec) -> BuildFailedError:
         return exc
     hint = extra if not exc.hint else f"{extra}\n{exc.hint}"
     return BuildFailedError(exc.message, hint=hint)
-        compile_cache=compile_cache.stats_from_log(result.log) if spec.compile_cache else None,
-def _network(spec: ImageSpec) -> str | None:
-    """The host's network for a build whose compile cache is on the host's loopback."""
-    return "host" if spec.compile_cache is not None and spec.compile_cache.host_network else None
-
-

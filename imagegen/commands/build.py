@@ -16,8 +16,8 @@ from imagegen.commands._options import (
     BuildkitOption,
     BytecodeOption,
     CaCertOption,
-    CpuOption,
     CompileCacheOption,
+    CpuOption,
     CudaOption,
     DistroOption,
     JsonOption,
@@ -86,6 +86,7 @@ def build(
     bytecode: BytecodeOption = None,
     numpy: NumpyOption = None,
     max_jobs: MaxJobsOption = None,
+    compile_cache: CompileCacheOption = None,
     tag: TagOption = None,
     no_verify: NoVerifyOption = False,
     push: PushOption = False,
@@ -98,8 +99,8 @@ def build(
         ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=platform, python=python, torch=torch, arch=arch,
         distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
         torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
-    compile_cache: CompileCacheOption = None,
         keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
+        compile_cache=compile_cache,
         tag=tag, push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
     ))  # fmt: skip
     budget = None if max_size is None else parse_size(max_size)
@@ -113,7 +114,6 @@ def build(
         raise VerificationFailedError(
             f"{report.tag} was built but failed verification: {why}",
             hint="the table above has each op's load, self-test and device-code results; not pushed",
-        compile_cache=compile_cache,
             reported=json,  # the summary printed above already is the whole JSON answer
         )
     if budget is not None and report.size is not None:
@@ -131,6 +131,14 @@ def _compile_cell(seconds: Mapping[str, float]) -> str:
     return ", ".join(f"{op} {s:.1f}s" for op, s in seconds.items())
 
 
+def _cache_cell(report: pipeline.BuildReport) -> str:
+    """sccache's hits and misses in this build (--compile-cache); "-" when nothing was counted."""
+    stats = report.compile_cache
+    if stats is None:
+        return "-"
+    return f"{stats.hits} hits, {stats.misses} misses ({stats.location})"
+
+
 def _print(report: pipeline.BuildReport) -> None:
     out = console()
     if report.verify is not None:
@@ -145,6 +153,7 @@ def _print(report: pipeline.BuildReport) -> None:
         ("python", report.python),
         ("build", f"{report.build_seconds:.1f}s ({report.engine})"),
         ("compile", _compile_cell(report.compile_seconds)),
+        ("compile cache", _cache_cell(report)),
         ("verify", "skipped" if verify_seconds is None else f"{verify_seconds:.1f}s"),
         ("pushed", "yes" if report.pushed else "no"),
     ]
@@ -153,14 +162,5 @@ def _print(report: pipeline.BuildReport) -> None:
         out.print(f"{key.ljust(width)}  {value}", markup=False)
     if report.size is not None:
         out.print("")
-def _cache_cell(report: pipeline.BuildReport) -> str:
-    """sccache's hits and misses in this build (--compile-cache); "-" when nothing was counted."""
-    stats = report.compile_cache
-    if stats is None:
-        return "-"
-    return f"{stats.hits} hits, {stats.misses} misses ({stats.location})"
-
-
         for line in report.size.lines():
             out.print(line, markup=False)
-        ("compile cache", _cache_cell(report)),
