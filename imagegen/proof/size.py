@@ -217,16 +217,18 @@ def _cuts(ops: Sequence[SizePart], cuda: str | None) -> list[str]:
 
 
 def _compress_note(cuda: str | None) -> str:
-    """What ``-compress-mode=size`` takes: nvcc 12.8 or newer, and a driver that can read it."""
+    """What ``-compress-mode=size`` takes: nvcc 12.8 or newer, and a driver that reads such fatbins
+    (rapids-cmake's ``rapids_cuda_enable_fatbin_compression`` documents 550.54.14 for CUDA 12
+    toolkits, 580 for CUDA 13, the driver CUDA 13 needs anyway)."""
     try:
         major, minor = (int(x) for x in (cuda or "").split(".")[:2])
     except ValueError:
-        return "needs nvcc 12.8 or newer and a driver that reads compressed fatbins"
+        return "needs nvcc 12.8 or newer, and a driver of 550.54.14 (CUDA 12) or 580 (CUDA 13) or newer"
     if (major, minor) < (12, 8):
         return f"not in this image's nvcc ({cuda}); nvcc 12.8 or newer has it"
     if major >= 13:
-        return f"nvcc {cuda} has it, and CUDA 13's driver (580 or newer) reads it"
-    return f"nvcc {cuda} has it; the driver must read compressed fatbins (check before shipping)"
+        return f"nvcc {cuda} has it, and CUDA 13's drivers (580 or newer) read it"
+    return f"nvcc {cuda} has it; the driver must be 550.54.14 or newer to read it"
 
 
 # --------------------------------------------------------------------------- attribution
