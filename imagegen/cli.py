@@ -36,6 +36,7 @@ from imagegen.commands import (
     new_op,
     ops,
     report_error,
+    sbom,
     size,
     standins,
     verify,
@@ -125,6 +126,7 @@ app.command("catalog")(catalog.catalog)
 app.command("doctor")(doctor.doctor)
 app.command("new-op")(new_op.new_op)
 app.command("standins")(standins.standins)
+app.command("sbom")(sbom.sbom)
 app.command("size")(size.size)
 
 

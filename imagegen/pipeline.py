@@ -24,6 +24,8 @@ from imagegen.build.engine.build_log import compile_seconds
 from imagegen.build.sources import check_sources, source_root
 from imagegen.build.staging import staged_context
 from imagegen.errors import BuildFailedError
+from imagegen.proof.seal import ProofReport, Signer, context_digests, seal_image
+from imagegen.proof.seal import now as proof_now
 from imagegen.proof.size import SizeReport, measure_image
 from imagegen.publish import check_push_request, publish
 from imagegen.render.dockerfile import render
@@ -61,6 +63,8 @@ class BuildReport:
     verify: VerifyResult | None  # None: not verified
     pushed: bool
     steps: tuple[StepTiming, ...]
+    # The SBOM and provenance sealed into the image (None for a stage other than the runtime).
+    proof: ProofReport | None = field(default=None, compare=False)
     # Seconds each op took to compile in this build (from op_builder's lines in the build log);
     # empty when the build stage came from the cache.
     compile_seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
@@ -102,6 +106,7 @@ class BuildReport:
             "verify_seconds": None if verify_seconds is None else round(verify_seconds, 1),
             "verify": None if self.verify is None else self.verify.to_json(),
             "pushed": self.pushed,
+            "proof": None if self.proof is None else self.proof.to_json(),
             "image_id": self.image_id,
             "stage": self.stage,
             "steps": [step.to_json() for step in self.steps],
@@ -135,6 +140,8 @@ def build(
     stage: str = "runtime",
     no_cache: bool = False,
     env: Mapping[str, str] = os.environ,
+    signer: Signer | None = None,
+    proof_dir: Path | None = None,
     max_size: int | None = None,
 ) -> BuildReport:
     """Build ``spec``'s image up to ``stage`` from the checkout at ``source`` (default: the one
@@ -159,6 +166,7 @@ def build(
         log.warn("BuildKit is not available here: building the classic variant (no cache mounts)")
         spec = replace(spec, buildkit=False)
     text = render(spec)
+    started = proof_now()
 
     secrets = compile_cache.build_secrets(spec.compile_cache, env)  # credentials as BuildKit secrets
     with steps.step("build", f"build {spec.tag}"), staged_context(spec, root) as context, secrets as found:
@@ -177,6 +185,16 @@ def build(
             )
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None
+        sources = context_digests(context) if stage == "runtime" else {}
+    proof = None
+    if stage == "runtime":
+        # Sealed before verification, so that verify (and a push) sees the final image.
+        with steps.step("proof", f"SBOM and provenance of {spec.tag}"):
+            proof = seal_image(
+                engine, spec, runtime_image_id=result.image_id, dockerfile=text, root=root,
+                context_digests=sources, started=started, finished=proof_now(), signer=signer,
+                directory=proof_dir,
+            )  # fmt: skip
     size = image_size(engine, spec.tag)
     sized = None
     if stage == "runtime":
@@ -202,12 +220,13 @@ def build(
         python=spec.python,
         engine=engine.kind,
         stage=stage,
-        image_id=result.image_id,
+        image_id=result.image_id if proof is None else proof.image_id,
         size_bytes=size,
         build_seconds=result.seconds,
         verify=verified,
         pushed=pushed,
         steps=tuple(steps.timings),
+        proof=proof,
         compile_seconds=compile_seconds(result.log),
         log=result.log,
         compile_cache=compile_cache.stats_from_log(result.log) if spec.compile_cache else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json as json_module
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Optional
@@ -39,6 +40,8 @@ from imagegen.commands._options import (
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import VerificationFailedError
+from imagegen.files import write_atomic
+from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
 from imagegen.spec.image import SpecInput
 from imagegen.verify.table import render_table
@@ -52,6 +55,15 @@ MaxSizeOption = Annotated[
         "--max-size",
         metavar="SIZE",
         help="Fail (exit 1, not pushed) when the runtime image is larger: 2GiB, 1.5GB, 500MiB, bytes.",
+    ),
+]
+SignKeyOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--sign-key",
+        metavar="FILE",
+        help="Sign the image's provenance with this Ed25519 private key (PEM); `imagegen verify --key` "
+        "checks it.",
     ),
 ]
 PushOption = Annotated[bool, typer.Option("--push", help="Push the tag after verification passed.")]
@@ -91,6 +103,7 @@ def build(
     no_verify: NoVerifyOption = False,
     push: PushOption = False,
     source: SourceOption = None,
+    sign_key: SignKeyOption = None,
     max_size: MaxSizeOption = None,
     json: JsonOption = False,
 ) -> None:
@@ -103,12 +116,14 @@ def build(
         compile_cache=compile_cache,
         tag=tag, push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
     ))  # fmt: skip
+    signer = None if sign_key is None else Signer.from_file(sign_key)  # a bad key: exit 2 before building
     budget = None if max_size is None else parse_size(max_size)
-    report = pipeline.build(spec, verify=not no_verify, source=source, max_size=budget)
+    report = pipeline.build(spec, verify=not no_verify, source=source, signer=signer, max_size=budget)
     if json:
         emit_json(report.to_json())
     else:
         _print(report)
+    _keep_report(report)
     if report.verify is not None and not report.verify.ok:
         why = report.verify.failure_summary()
         raise VerificationFailedError(
@@ -118,6 +133,13 @@ def build(
         )
     if budget is not None and report.size is not None:
         check_budget(report.size, budget, reported=json)  # the JSON summary above has every part
+
+
+def _keep_report(report: pipeline.BuildReport) -> None:
+    """The summary as JSON beside the image's SBOM and provenance on the host."""
+    if report.proof is not None:
+        summary = json_module.dumps(report.to_json(), indent=2) + "\n"
+        write_atomic(report.proof.directory / "build.json", summary)
 
 
 def _mib(size: int) -> str:
@@ -156,6 +178,7 @@ def _print(report: pipeline.BuildReport) -> None:
         ("compile cache", _cache_cell(report)),
         ("verify", "skipped" if verify_seconds is None else f"{verify_seconds:.1f}s"),
         ("pushed", "yes" if report.pushed else "no"),
+        ("proof", "-" if report.proof is None else str(report.proof.directory)),
     ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

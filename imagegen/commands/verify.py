@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -10,6 +11,8 @@ import typer
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import VerificationFailedError
+from imagegen.proof import image as proof_lib
+from imagegen.proof.signing import load_public_key
 from imagegen.spec.checks import op_list
 from imagegen.verify import image as verify_lib
 from imagegen.verify.table import render_table
@@ -34,6 +37,14 @@ GpusOption = Annotated[
         "self-tests on them. Needs the NVIDIA container toolkit.",
     ),
 ]
+KeyOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--key",
+        metavar="FILE",
+        help="Ed25519 public key (PEM): the image's provenance must be signed with its private key.",
+    ),
+]
 RequireGpuOption = Annotated[
     bool,
     typer.Option("--require-gpu", help="A GPU op's self-test skipped for want of a GPU fails verification."),
@@ -46,6 +57,7 @@ def verify(
     timeout: TimeoutOption = 300.0,
     gpus: GpusOption = None,
     require_gpu: RequireGpuOption = False,
+    key: KeyOption = None,
     json: JsonOption = False,
 ) -> None:
     """Verify IMAGE: every op loads ahead of time, passes its self-test, and holds its planned GPU code."""
@@ -56,17 +68,24 @@ def verify(
     # package's, which only the image knows (verify_image checks them against its labels).
     check_op_names([n for n in names or () if n in ALL_OPS or closest(n, ALL_OPS)])
     selected = verify_lib.parse_gpus(gpus)
+    public_key = None if key is None else load_public_key(key)  # a bad key file: exit 2 before the engine
     result = verify_lib.verify_image(
         image, ops=names, timeout=timeout, gpus=selected, require_gpu=require_gpu
     )
+    # The SBOM against the op modules in the image, and the provenance's signature with --key.
+    proof = proof_lib.check_image(image, public_key, timeout=timeout)
+    ok = result.ok and (proof is None or proof.ok)
     if json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "ok": ok, "proof": None if proof is None else proof.to_json()})
     else:
         out = console()
         out.print(render_table(result, width=out.width))
-    if not result.ok:
+        out.print(proof_lib.proof_line(proof), markup=False)
+    if not ok:
+        failures = [result.failure_summary()] if not result.ok else []
+        failures += [f"SBOM: {proof.summary()}"] if proof is not None and not proof.ok else []
         raise VerificationFailedError(
-            f"{image} failed verification: {result.failure_summary()}",
+            f"{image} failed verification: {'; '.join(failures)}",
             hint="the table above has each op's load, self-test and device-code result",
             reported=json,  # the result document already says which op failed and why
         )

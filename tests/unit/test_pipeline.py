@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from imagegen import pipeline, publish
 from imagegen.build.engine import BuildResult, Engine
 from imagegen.cli import app
 from imagegen.errors import BuildFailedError
+from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
+from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
 from imagegen.spec.image import ImageSpec, SpecInput, build_spec
 from imagegen.verify.image import VerifyResult
@@ -48,6 +51,7 @@ class FakeEngine:
         monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 123 * 2**20)
         monkeypatch.setattr(pipeline, "verify_image", self.verify_image)
         monkeypatch.setattr(pipeline, "measure_image", self.measure_image)
+        monkeypatch.setattr(pipeline, "seal_image", self.seal_image)
         monkeypatch.setattr(publish, "push_image", lambda engine, tag: self.calls.append(f"push {tag}"))
         monkeypatch.setattr(pipeline, "missing_base_hint", lambda spec: f"not here: {spec.base_devel}")
 
@@ -61,6 +65,14 @@ class FakeEngine:
         if self.build_error is not None:
             raise self.build_error
         return BuildResult(tag, "sha256:abc", 12.34, log=self.log)
+
+    def seal_image(self, engine: Engine, spec: ImageSpec, **kw: Any) -> ProofReport:
+        # The proof step: its own image (the runtime image plus the documents) under the same tag.
+        self.calls.append(f"proof {spec.tag} from {kw['runtime_image_id']}")
+        documents = ProofDocuments(Document(SBOM, b"{}"), Document(PROVENANCE, b"{}"))
+        directory = Path(tempfile.gettempdir(), "imagegen-test-proof")  # `imagegen build` writes build.json
+        directory.mkdir(exist_ok=True)
+        return ProofReport(documents, directory, "sha256:sealed")
 
     def measure_image(self, tag: str) -> SizeReport:
         # What the probe reports for the CPU image: torch, one other distribution, the ops.
@@ -91,7 +103,10 @@ def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.Monke
     engine = FakeEngine()
     engine.install(monkeypatch)
     report = pipeline.build(spec(), source=REPO)
-    assert engine.calls == ["detect", "build it:1 runtime no_cache=False", "size it:1", "verify it:1"]
+    assert engine.calls == [
+        "detect", "build it:1 runtime no_cache=False", "proof it:1 from sha256:abc",
+        "size it:1", "verify it:1",
+    ]  # fmt: skip
     assert "setup.py" in engine.context_files and "imagegen" not in engine.context_files  # staged
     data = report.to_json()
     assert set(data) >= SUMMARY_KEYS
@@ -101,7 +116,10 @@ def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.Monke
     assert data["size_bytes"] == 123 * 2**20
     assert data["build_seconds"] == 12.3 and data["verify_seconds"] == 2.3
     assert data["verify"]["ok"] is True and [op["name"] for op in data["verify"]["ops"]] == list(report.ops)
-    assert [step["name"] for step in data["steps"]] == ["engine", "build", "size", "verify"]
+    assert [step["name"] for step in data["steps"]] == ["engine", "build", "proof", "size", "verify"]
+    # The sealed image is the one built: its id, and where its SBOM and provenance are.
+    assert data["image_id"] == "sha256:sealed"
+    assert data["proof"]["documents"]["sbom"]["digest"].startswith("sha256:")
     assert report.log == ("#1 DONE 0.1s",)
     json.dumps(data)  # serialisable as it is
 
@@ -119,7 +137,10 @@ def test_push_after_verification_and_a_given_engine_is_not_probed(monkeypatch: p
     engine.install(monkeypatch)
     report = pipeline.build(spec(push=True), source=REPO, engine=ENGINE, no_cache=True)
     assert report.ok and report.pushed
-    assert engine.calls == ["build it:1 runtime no_cache=True", "size it:1", "verify it:1", "push it:1"]
+    assert engine.calls == [
+        "build it:1 runtime no_cache=True", "proof it:1 from sha256:abc",
+        "size it:1", "verify it:1", "push it:1",
+    ]  # fmt: skip
 
 
 def test_a_stage_without_verification(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,6 +148,7 @@ def test_a_stage_without_verification(monkeypatch: pytest.MonkeyPatch) -> None:
     engine.install(monkeypatch)
     report = pipeline.build(spec(), source=REPO, engine=ENGINE, verify=False, stage="devel")
     assert report.ok and report.verify is None and report.to_json()["verify_seconds"] is None
+    assert report.proof is None  # only a runtime image gets an SBOM
     assert engine.calls == ["build it:1 devel no_cache=False"]
 
 

@@ -394,3 +394,28 @@ def test_op_source_digest_covers_sources_and_include_folders() -> None:
         flags, {**files, "kernels/optim/csrc/cpu_lion.cpp": "e" * 64}
     ) == op_source_digest(flags, files)
     assert op_source_digest({"sources": ["/elsewhere/x.cpp"]}, files) is None
+
+
+# --------------------------------------------------------------------------- the commands' bad input
+
+
+def test_bad_keys_and_documents_are_refused_before_the_engine(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from imagegen.cli import app
+
+    runner = CliRunner()
+    rsa_key = write_key(tmp_path / "rsa.pem", rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    missing = str(tmp_path / "missing.pem")
+    env = {"DOCKER_HOST": "tcp://127.0.0.1:9"}  # nothing answers there: these must not need it
+    cases = [
+        (["verify", "some/image:1", "--key", missing], "cannot read the key"),
+        (["verify", "some/image:1", "--key", str(rsa_key)], "not an Ed25519 key"),
+        (["build", "--cpu", "--ops", "cpu_adam", "--sign-key", str(rsa_key)], "not an Ed25519 key"),
+        (["sbom", "some/image:1", "--provenance", "--signature"], "different documents"),
+        (["sbom", "Not An Image"], "IMAGE"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, [*args, "--json"], env=env)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in json.loads(result.stdout)["error"]["message"], args

@@ -1,0 +1,76 @@
+"""``imagegen sbom IMAGE``: the SBOM (or, with --provenance, the provenance statement) an image
+carries, printed as a table of its op modules, as the document itself (--json), or written to a
+file exactly as the image holds it (-o FILE)."""
+
+from __future__ import annotations
+
+import json as json_module
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from imagegen.commands._options import JsonOption
+from imagegen.commands._output import console
+from imagegen.errors import BadInputError
+from imagegen.files import write_atomic
+from imagegen.proof import image as proof_lib
+from imagegen.proof.check import sbom_ops
+
+ImageArgument = Annotated[str, typer.Argument(metavar="IMAGE", help="Image tag or id.")]
+ProvenanceOption = Annotated[
+    bool,
+    typer.Option("--provenance", help="The provenance statement (in-toto, SLSA v1) instead of the SBOM."),
+]
+SignatureOption = Annotated[
+    bool,
+    typer.Option("--signature", help="The provenance's signed DSSE envelope (images built with --sign-key)."),
+]
+OutputOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--output", "-o", metavar="FILE", help="Write the document here, byte for byte ('-': stdout)."
+    ),
+]
+
+
+def sbom(
+    image: ImageArgument,
+    provenance: ProvenanceOption = False,
+    signature: SignatureOption = False,
+    output: OutputOption = None,
+    json: JsonOption = False,
+) -> None:
+    """Print IMAGE's SBOM (CycloneDX 1.6): every op module with its sha256, device code or CPU code paths."""
+    if provenance and signature:
+        raise BadInputError("--provenance and --signature name different documents", hint="pass one of them")
+    kind = "signature" if signature else "provenance" if provenance else "sbom"
+    documents = proof_lib.read_documents(image)
+    data = proof_lib.require_document(documents, kind)
+    if output is not None and str(output) != "-":
+        write_atomic(output, data.decode())
+        return
+    if json or output is not None or kind != "sbom":
+        sys.stdout.write(data.decode())
+        sys.stdout.flush()
+        return
+    _print(image, json_module.loads(data))
+
+
+def _print(image: str, document: dict[str, Any]) -> None:
+    out = console()
+    components = document.get("components") or []
+    counts = {
+        "deb": sum(1 for c in components if str(c.get("purl", "")).startswith("pkg:deb/")),
+        "pypi": sum(1 for c in components if str(c.get("purl", "")).startswith("pkg:pypi/")),
+    }
+    out.print(
+        f"{image}: CycloneDX {document.get('specVersion')}, {counts['deb']} OS packages, "
+        f"{counts['pypi']} Python packages",
+        markup=False,
+    )
+    for name, op in sbom_ops(document).items():
+        code = ", ".join(f"{key.split(':', 1)[1]} {','.join(names) or '-'}" for key, names in op.code.items())
+        out.print(f"{name}  sha256:{op.sha256}  {code}", markup=False)
+        out.print(f"  {op.path}", markup=False)
