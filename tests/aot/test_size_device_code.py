@@ -1,9 +1,11 @@
 """Each device-code entry's bytes (``imagegen.proof.size_probe.device_bytes``) on modules the
 local nvcc compiles: the names are what op_builder's reader lists, and the bytes an arch adds are
-what the ``.nv_fatbin`` section grows by when that arch is compiled too, as readelf reads it."""
+what the ``.nv_fatbin`` section grows by when that arch is compiled too, as readelf reads it; a
+gfx target's bytes are the code object clang-offload-bundler unbundles for it."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -97,3 +99,33 @@ def test_a_corrupt_fatbin_is_an_error_not_a_size(modules: dict[str, Path], tmp_p
     broken.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="no fatbin container"):
         device_bytes(str(broken))
+
+
+HIPCC = shutil.which("hipcc")
+OBJCOPY = shutil.which("objcopy")
+BUNDLER = next(iter(sorted(Path("/usr/lib").glob("llvm-*/bin/clang-offload-bundler"))), None)
+HIP_KERNEL = "#include <hip/hip_runtime.h>\n" + KERNELS
+
+
+@pytest.mark.skipif(
+    HIPCC is None or OBJCOPY is None or BUNDLER is None,
+    reason="no hipcc, objcopy or clang-offload-bundler (`scripts/system-deps.sh --rocm`: Debian's ROCm 5.2)",
+)
+def test_each_gfx_entry_is_the_code_object_the_bundler_unbundles(tmp_path: Path) -> None:
+    (tmp_path / "kernels.hip").write_text(HIP_KERNEL)
+    module = tmp_path / "kernels.so"
+    targets = ("gfx90a", "gfx1030")
+    command = [str(HIPCC), *(f"--offload-arch={t}" for t in targets), "-fPIC", "-shared", "kernels.hip"]
+    env = {**os.environ, "HIP_PLATFORM": "amd"}
+    subprocess.run([*command, "-o", str(module)], cwd=tmp_path, env=env, check=True, capture_output=True)
+    found = device_bytes(str(module))
+    assert set(found) == set(read_device_code(module).names()) == set(targets)
+    section = tmp_path / "hip_fatbin.bin"
+    subprocess.run(
+        [str(OBJCOPY), "-O", "binary", "--only-section=.hip_fatbin", str(module), str(section)], check=True
+    )
+    for target in targets:
+        out = tmp_path / f"{target}.co"
+        unbundle = [str(BUNDLER), "--unbundle", "--type=o", f"--targets=hipv4-amdgcn-amd-amdhsa--{target}"]
+        subprocess.run([*unbundle, f"--input={section}", f"--output={out}"], check=True, capture_output=True)
+        assert found[target] == out.stat().st_size, target

@@ -269,3 +269,15 @@ def test_an_unreadable_module_is_noted_and_still_counted() -> None:
     assert report.notes == (
         "t: its device code could not be read (ValueError: no fatbin container at offset 0x0)",
     )
+
+
+def test_size_without_an_engine_is_exit_3(tmp_path: Path) -> None:
+    no_daemon = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    result = CliRunner().invoke(app, ["size", "imagegen:cpu-x", "--json"], env=no_daemon)
+    assert result.exit_code == 3, result.output
+    assert json.loads(result.stdout)["error"]["exit_code"] == 3
+
+
+def test_size_of_a_malformed_reference_is_exit_2() -> None:
+    result = CliRunner().invoke(app, ["size", "Not//An-Image"])
+    assert result.exit_code == 2 and "not a valid image reference" in result.stderr
