@@ -16,6 +16,7 @@ from imagegen.commands._output import console
 from imagegen.errors import BadInputError
 from imagegen.files import write_atomic
 from imagegen.proof import image as proof_lib
+from imagegen.proof import sbom as props
 from imagegen.proof.check import sbom_ops
 
 ImageArgument = Annotated[str, typer.Argument(metavar="IMAGE", help="Image tag or id.")]
@@ -71,6 +72,9 @@ def _print(image: str, document: dict[str, Any]) -> None:
         markup=False,
     )
     for name, op in sbom_ops(document).items():
-        code = ", ".join(f"{key.split(':', 1)[1]} {','.join(names) or '-'}" for key, names in op.code.items())
+        # What the module holds; a kind it holds none of (gfx in a CUDA module) is left out.
+        found = [f"{key.split(':', 1)[1]} {','.join(names)}" for key, names in op.code.items() if names]
+        empty = "isa - (no instruction-set path found)" if props.ISA in op.code else "no device code found"
+        code = ", ".join(found) or empty
         out.print(f"{name}  sha256:{op.sha256}  {code}", markup=False)
         out.print(f"  {op.path}", markup=False)

@@ -45,16 +45,21 @@ PROOF_STAGE = "proof"
 
 @dataclass(frozen=True)
 class ProofReport:
-    """The documents sealed into the image, where their host copies are, and the final image id."""
+    """The documents sealed into the image, where their host copies are, and the final image id.
+
+    ``runtime_image_id``: the image the build made, before the proof layer (the same for two
+    builds of the same inputs, where ``image_id`` differs by the documents' times)."""
 
     documents: docs.ProofDocuments
     directory: Path
     image_id: str
+    runtime_image_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "directory": str(self.directory),
             "image_path": docs.PROOF_DIR,
+            "runtime_image_id": self.runtime_image_id,
             "keyid": self.documents.keyid,
             "documents": {
                 doc.type.kind: {**doc.to_json(), "path": str(self.directory / doc.type.filename)}
@@ -258,4 +263,4 @@ def seal_image(
             engine, Path(tmp), proof_dockerfile(spec.tag, documents), spec.tag,
             target=PROOF_STAGE, platform=spec.platform,
         )  # fmt: skip
-    return ProofReport(documents, out, result.image_id)
+    return ProofReport(documents, out, result.image_id, runtime_image_id)
