@@ -86,6 +86,8 @@ def verify(
         failures += [f"SBOM: {proof.summary()}"] if proof is not None and not proof.ok else []
         raise VerificationFailedError(
             f"{image} failed verification: {'; '.join(failures)}",
-            hint="the table above has each op's load, self-test and device-code result",
+            hint="the table above has each op's load, self-test and device-code result"
+            if not result.ok
+            else "its op modules or documents are not what its build made: rebuild it, do not ship it",
             reported=json,  # the result document already says which op failed and why
         )

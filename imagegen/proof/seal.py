@@ -126,12 +126,14 @@ def project_revision(root: Path) -> Revision:
 def base_images(spec: ImageSpec) -> tuple[BaseImage, ...]:
     """The bases with their digests: the registry digest where the engine has one, else the image id."""
     client = docker_client(os.environ, timeout=60)
+    import docker  # deferred for the reason imagegen.build.engine.client gives
+
     try:
         found = []
         for role, name in (("devel", spec.base_devel), ("runtime", spec.base_runtime)):
             try:
                 info = client.api.inspect_image(name)
-            except Exception:  # a base removed since the build: named without a digest
+            except docker.errors.ImageNotFound:  # removed since the build: named, with no digest
                 found.append(BaseImage(role, name, None))
                 continue
             repo_digests = [d for d in info.get("RepoDigests") or [] if "@" in d]
