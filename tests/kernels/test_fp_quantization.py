@@ -515,9 +515,7 @@ def test_device_encoder_matches_reference_on_the_host(tmp_path: Path) -> None:
     source = tmp_path / "codec.cpp"
     source.write_text(_CODEC_MAIN)
     binary = tmp_path / "codec"
-    subprocess.run(
-        ["g++", "-O2", "-std=c++17", *FP_INCLUDES, str(source), "-o", str(binary)], check=True
-    )
+    subprocess.run(["g++", "-O2", "-std=c++17", *FP_INCLUDES, str(source), "-o", str(binary)], check=True)
     cases = _host_cases()
     kat = [(*ctr, *key) for ctr, key, _ in ref.PHILOX_KAT] + [(i, 0, 0, 0, 77, 5) for i in range(3)]
     text = f"{len(cases)}\n" + "".join(f"{float(np.float32(v)).hex()} {w} {int(s)}\n" for v, w, s in cases)

@@ -558,9 +558,7 @@ def test_software_fp8_codec_matches_reference(tmp_path: Path) -> None:
     source = tmp_path / "codec.cpp"
     source.write_text(_CODEC_MAIN)
     binary = tmp_path / "codec"
-    subprocess.run(
-        ["g++", "-O1", "-std=c++17", *FP_INCLUDES, str(source), "-o", str(binary)], check=True
-    )
+    subprocess.run(["g++", "-O1", "-std=c++17", *FP_INCLUDES, str(source), "-o", str(binary)], check=True)
     gen = torch.Generator().manual_seed(11)
     samples = torch.cat(
         [
