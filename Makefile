@@ -44,8 +44,8 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check op_builder imagegen kernels
-	$(VENV)/bin/mypy op_builder imagegen kernels
+	$(VENV)/bin/ruff format --check op_builder imagegen kernels scripts
+	$(VENV)/bin/mypy op_builder imagegen kernels scripts
 
 format: setup
 	$(VENV)/bin/ruff format op_builder imagegen kernels tests bench scripts

@@ -157,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return skip(reason, args.json)
 
     with tempfile.TemporaryDirectory(prefix="cuda_check_") as tmp:
-        nvcc, host_flags = cuda.nvcc, ()
+        nvcc = cuda.nvcc
+        host_flags: tuple[str, ...] = ()
         if args.host is not None:
             compiler = cross_compiler(args.host)
             if compiler is None:

@@ -69,7 +69,7 @@ def _layer_norm(
 ) -> None:
     x = _leaf(_input(shape, dtype, device, aligned))
     w, b = (_leaf(_input(shape[1:], dtype, device)) for _ in range(2))
-    layer_norm(x, shape[1], w, b, use_kernel=use_kernel).sum().backward()
+    torch.autograd.backward(layer_norm(x, shape[1], w, b, use_kernel=use_kernel).sum())
 
 
 def _residual_layer_norm(
@@ -78,7 +78,7 @@ def _residual_layer_norm(
     x, r = (_leaf(_input((3, cols), dtype, device, aligned)) for _ in range(2))
     w, b, hb = (_leaf(_input((cols,), dtype, device)) for _ in range(3))
     y, s = residual_layer_norm(x, r, cols, w, b, hb, return_sum=True, use_kernel=use_kernel)
-    (y.sum() + s.sum()).backward()
+    torch.autograd.backward(y.sum() + s.sum())
 
 
 def layer_norm_cases(device: torch.device, use_kernel: bool, dtypes: Sequence[torch.dtype]) -> Iterator[Case]:
@@ -97,7 +97,7 @@ def _bias_gelu(
 ) -> None:
     x = _leaf(_input((5, cols), dtype, device, aligned))
     b = _leaf(_input((cols,), dtype, device))
-    bias_gelu(x, b, approximate, use_kernel=use_kernel).sum().backward()  # type: ignore[arg-type]
+    torch.autograd.backward(bias_gelu(x, b, approximate, use_kernel=use_kernel).sum())  # type: ignore[arg-type]
 
 
 def bias_gelu_cases(device: torch.device, use_kernel: bool, dtypes: Sequence[torch.dtype]) -> Iterator[Case]:
@@ -120,7 +120,7 @@ def _softmax(
 ) -> None:
     x = _leaf(_input(x_shape, dtype, device))
     y = scaled_masked_softmax(x, mask, 0.125, causal, use_kernel=use_kernel)
-    y.backward(torch.randn_like(y))
+    torch.autograd.backward(y, torch.randn_like(y))
 
 
 def softmax_cases(device: torch.device, use_kernel: bool, dtypes: Sequence[torch.dtype]) -> Iterator[Case]:
