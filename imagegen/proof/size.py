@@ -156,7 +156,8 @@ class SizeReport:
         }
 
     def lines(self) -> list[str]:
-        """The attribution as text: one line per part, largest first within its kind's order."""
+        """The attribution as text: one line per part (base, torch, python, cuda, the ops, other),
+        the total, then the notes and the advice."""
         rows = [("part", "kind", "size", "share", "detail")]
         for part in self.parts:
             share = f"{100 * part.bytes / self.total_bytes:.1f}%" if self.total_bytes else "-"
@@ -192,7 +193,7 @@ def _detail(part: SizePart) -> str:
 
 
 def _op_advice(part: SizePart) -> list[str]:
-    """One line for an op whose device code dominates its module (None when it does not)."""
+    """One line for an op whose device code dominates its module; none for any other op."""
     device = part.device_bytes
     if not part.archs or device <= DOMINANT_SHARE * part.bytes:
         return []
