@@ -403,6 +403,8 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
         command = probe_command()
         try:
             exit_code, stdout, stderr = _run_sealed(client, image, name, config, command, timeout, None)
+        except VerificationFailedError as exc:  # no python, or the container did not start
+            raise VerificationFailedError(f"could not measure {image}: {exc.message}", hint=exc.hint) from exc
         finally:
             with _interrupts_deferred():
                 _remove(client, name)

@@ -13,6 +13,7 @@ import pytest
 
 from imagegen.proof.size import KINDS
 from tests.integration.conftest import CPU_OPS, CPU_TAG, STANDIN_RUNTIME, build_args, imagegen, run_in
+from tests.integration.derived import derive
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
@@ -104,3 +105,32 @@ def test_max_size_below_the_image_fails_with_the_attribution(cpu_image: dict[str
     result = imagegen(*build_args(CPU_TAG), "--max-size", "2GiB")
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout)["size"]["total_bytes"] < 2 * 2**30
+
+
+def test_size_of_an_image_without_python_or_op_builder_is_exit_1(docker_client: Any) -> None:
+    """Labelled as imagegen's, but without `python` on PATH, then with python but no op_builder."""
+    tag = "imagegen-it/size-no-op-builder:1"
+    label = ("LABEL io.imagegen.target=cpu",)
+    try:
+        derive(docker_client, tag, STANDIN_RUNTIME, {}, {}, lines=label)
+        result = imagegen("size", tag, "--json")
+        assert result.returncode == 1, result.stdout
+        error = result.json()["error"]
+        assert error["message"] == f"could not measure {tag}: {tag} has no `python` on its PATH, " + (
+            "so op_builder cannot be verified in it"
+        )
+        derive(
+            docker_client,
+            tag,
+            STANDIN_RUNTIME,
+            {},
+            {"/usr/local/bin/python": "/usr/bin/python3"},
+            lines=label,
+        )
+        result = imagegen("size", tag, "--json")
+        assert result.returncode == 1, result.stdout
+        error = result.json()["error"]
+        assert error["message"].startswith(f"could not measure {tag}: its python did not print")
+        assert "No module named 'op_builder'" in error["hint"]
+    finally:
+        docker_client.images.remove(tag, force=True)
