@@ -83,6 +83,9 @@ def test_the_cpu_image_carries_its_sbom_and_provenance(
     assert labels["io.imagegen.sbom.digest"] == "sha256:" + hashlib.sha256(in_image).hexdigest()
     statement = image_file(docker_client, CPU_TAG, f"{PROOF_DIR}/provenance.intoto.json")
     assert labels["io.imagegen.provenance.digest"] == "sha256:" + hashlib.sha256(statement).hexdigest()
+    extracted = tmp_path / "sbom.cdx.json"
+    assert imagegen("sbom", CPU_TAG, "-o", str(extracted)).returncode == 0
+    assert extracted.read_bytes() == in_image
     # Beside the build report on the host, the same bytes.
     host = Path(cpu_image["proof"]["documents"]["sbom"]["path"])
     assert host.read_bytes() == in_image and (host.parent / "build.json").is_file()
