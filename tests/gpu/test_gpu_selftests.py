@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from op_builder.selftest import run_selftests
 from op_builder import ALL_OPS, get_builder
+from op_builder.selftest import run_selftests
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_OPS = tuple(name for name, builder in ALL_OPS.items() if builder.target == "gpu")
