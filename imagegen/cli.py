@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 from imagegen import settings
 from imagegen.commands import (
     JSON_META_KEY,
+    bake,
     build,
     catalog,
     dockerfile,
@@ -122,6 +123,7 @@ app.command("dockerfile")(dockerfile.dockerfile)
 app.command("build")(build.build)
 app.command("verify")(verify.verify)
 app.command("matrix")(matrix.matrix)
+app.command("bake")(bake.bake_command)
 app.command("catalog")(catalog.catalog)
 app.command("doctor")(doctor.doctor)
 app.command("new-op")(new_op.new_op)

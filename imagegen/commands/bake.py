@@ -1,0 +1,189 @@
+"""``imagegen bake``: targets of the standard matrix through ``docker buildx bake``, each image
+verified and, with ``--push``, pushed when it passed; one table (or JSON document) of them all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from imagegen import settings
+from imagegen.build.bake import BakeImage, BakeReport, BakeRequest, bake
+from imagegen.commands._options import (
+    CaCertOption,
+    CompileCacheOption,
+    JsonOption,
+    MaxJobsOption,
+    OfflineOption,
+    OpsOption,
+    OpSourceOption,
+    StandinsOption,
+    TorchIndexOption,
+    TorchOption,
+    WheelhouseOption,
+)
+from imagegen.commands._output import console, emit_json
+from imagegen.commands._spec import make_spec
+from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.render.matrix import STANDARD_MATRIX
+from imagegen.spec import catalog
+from imagegen.spec.checks import platform_name
+from imagegen.spec.image import SpecInput
+from op_builder.suggest import did_you_mean
+
+TargetsArgument = Annotated[
+    Optional[list[str]],
+    typer.Argument(
+        metavar="[TARGETS]...",
+        help="Targets of dockerfiles/docker-bake.hcl (cpu, cpu-arm64, cuda13-0, ...). Default: all of them.",
+        show_default=False,
+    ),
+]
+BuilderOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--builder", metavar="NAME", help="The buildx builder to bake on. Default: the current one."
+    ),
+]
+PushRegistryOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--push",
+        metavar="REGISTRY",
+        help="Push each image that passed verification as REGISTRY/TAG (a host, a port, a path).",
+    ),
+]
+PlatformTorchOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--platform-torch",
+        metavar="OS/ARCH=X.Y.Z",
+        help="torch for one platform's targets (repeatable), e.g. linux/arm64=2.10.0: the index's "
+        "aarch64 CPU builds stop at 2.10. Default: --torch, else the catalog's.",
+    ),
+]
+NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Build only; verify nothing.")]
+BakeFileOption = Annotated[
+    Optional[Path],
+    typer.Option("--bake-file", metavar="FILE", help="Also write the bake file this run used here."),
+]
+SourceOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--source", metavar="DIR", help="Project checkout to build from. Default: the one imagegen runs from."
+    ),
+]
+
+
+def _matrix_targets() -> dict[str, tuple[catalog.Accelerator, str | None, str]]:
+    """Bake target name -> (accelerator, version, platform), as `imagegen matrix` names them."""
+    found = {}
+    for accelerator, version, platform in STANDARD_MATRIX:
+        name = "cpu" if accelerator == "cpu" else f"{accelerator}{version}"
+        name += catalog.platform_tag_suffix(platform)
+        found[name.replace(".", "-")] = (accelerator, version, platform)
+    return found
+
+
+def _torch_by_platform(values: list[str]) -> dict[str, str]:
+    chosen: dict[str, str] = {}
+    for value in values:
+        platform, sep, version = value.partition("=")
+        if not sep or not version.strip():
+            raise BadInputError(
+                f"--platform-torch {value!r}: give OS/ARCH=VERSION",
+                hint="e.g. --platform-torch linux/arm64=2.10.0",
+            )
+        chosen[platform_name(platform)] = version.strip()
+    return chosen
+
+
+def bake_command(
+    targets: TargetsArgument = None,
+    builder: BuilderOption = None,
+    push: PushRegistryOption = None,
+    ops: OpsOption = None,
+    op_source: OpSourceOption = None,
+    standins: StandinsOption = None,
+    torch: TorchOption = None,
+    platform_torch: PlatformTorchOption = None,
+    torch_index: TorchIndexOption = None,
+    wheelhouse: WheelhouseOption = None,
+    offline: OfflineOption = None,
+    ca_cert: CaCertOption = None,
+    max_jobs: MaxJobsOption = None,
+    compile_cache: CompileCacheOption = None,
+    no_verify: NoVerifyOption = False,
+    bake_file: BakeFileOption = None,
+    source: SourceOption = None,
+    json: JsonOption = False,
+) -> None:
+    """Bake targets of the matrix with docker buildx, verify every image, push those that pass."""
+    if push and no_verify:
+        raise BadInputError(
+            "--push with --no-verify: images are pushed only after verification passed",
+            hint="drop --no-verify, or push the images yourself",
+        )
+    known = _matrix_targets()
+    names = list(dict.fromkeys(targets or known))
+    for name in names:
+        if name not in known:
+            raise BadInputError(
+                f"no target {name!r} in the matrix",
+                hint=did_you_mean(name, known) or "targets: " + ", ".join(known),
+            )
+    torch_for = _torch_by_platform(platform_torch or [])
+    requests = []
+    for name in names:
+        accelerator, version, platform = known[name]
+        spec = make_spec(SpecInput(
+            ops=ops or os.environ.get(settings.OPS.name) or "all", cpu=accelerator == "cpu",
+            cuda=version if accelerator == "cuda" else None, rocm=version if accelerator == "rocm" else None,
+            platform=platform, standins=standins, torch=torch_for.get(platform, torch),
+            torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
+            max_jobs=max_jobs, compile_cache=compile_cache, op_sources=tuple(op_source or ()),
+            push=push is not None, verify=not no_verify,
+        ))  # fmt: skip
+        requests.append(BakeRequest(name, spec))
+    report = bake(
+        requests, builder=builder, push=push, verify=not no_verify, source=source, bake_file_out=bake_file
+    )
+    if json:
+        emit_json(report.to_json())
+    else:
+        console().print(_table(report))
+    if not report.ok:
+        failed = [image for image in report.images if not image.ok]
+        raise BuildFailedError(
+            f"{len(failed)} of {len(report.images)} target(s) failed: "
+            + "; ".join(f"{image.target}: {image.error or image.result}" for image in failed),
+            hint="the log above has each target's build lines, prefixed with its name; "
+            "nothing that failed was pushed",
+            reported=json,
+        )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}s"
+
+
+def _size(image: BakeImage) -> str:
+    return "-" if image.size_bytes is None else f"{image.size_bytes / 2**20:.0f} MiB"
+
+
+def _table(report: BakeReport) -> Table:
+    verdict = "all passed" if report.ok else "FAILED"
+    title = f"imagegen bake: {verdict} (builder {report.builder or 'current'}, {report.driver})"
+    table = Table(title=title, title_justify="left")
+    for column in ("target", "platform", "tag", "size", "build", "verify", "result"):
+        table.add_column(column, overflow="fold")
+    for image in report.images:
+        result = (image.pushed and f"pushed {image.pushed}") or image.result
+        table.add_row(
+            image.target, image.platform, image.tag, _size(image), _seconds(image.build_seconds),
+            _seconds(image.verify_seconds), result if image.ok else f"{result}: {image.error or ''}",
+        )  # fmt: skip
+    return table
