@@ -23,6 +23,7 @@ from imagegen.spec import catalog
 from imagegen.spec.image import ImageSpec
 from imagegen.spec.op_packages import IMAGE_DIR, STAGED_DIR
 from op_builder import settings as op_settings
+from op_builder.registry import OUR_OP_PACKAGES
 
 # Where the staged extras live inside the build context (see imagegen/build/staging.py).
 EXTRAS_DIR = "_imagegen"
@@ -203,6 +204,9 @@ def context(spec: ImageSpec) -> dict[str, object]:
         # the dynamic symbols extensions link against. GPU libraries carry device code: left alone.
         "strip_torch_libs": spec.target == "cpu",
         "bytecode": spec.bytecode,
+        # Each op package's public names load its fronts (the packages load them lazily).
+        # DeepSpeed's names over ours are fronts too (kernels.aio.handle is only theirs).
+        "front_packages": json.dumps([*OUR_OP_PACKAGES, "kernels.compat.deepspeed"]),  # "": in a shell '...'
         "ops": spec.ops,
         "ops_csv": ",".join(spec.ops),
         "torch_version": spec.torch_release,

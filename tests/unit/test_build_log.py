@@ -13,14 +13,15 @@ from imagegen.build.engine.build_log import (
 )
 from imagegen.build.engine.types import EngineKind
 from imagegen.errors import BuildFailedError
+from op_builder.paths import PACKAGE_ROOT
 
 # ---------------------------------------------------------------- reading a failed build's log
 
 SOURCES = {
-    "cpu_adam": ("cpu_optim/cpu_adam.cpp",),
-    "cpu_lion": ("cpu_optim/cpu_lion.cpp",),
-    "fused_adam": ("fused_optim/fused_adam.cu", "fused_optim/fused_adam_bindings.cpp"),
-    "async_io": ("aio/async_io.cpp",),
+    "cpu_adam": ("optim/csrc/cpu_adam.cpp",),
+    "cpu_lion": ("optim/csrc/cpu_lion.cpp",),
+    "fused_adam": ("optim/csrc/fused_adam.cu", "optim/csrc/fused_adam_bindings.cpp"),
+    "async_io": ("aio/csrc/async_io.cpp",),
 }
 
 # Captured from Debian's docker 20.10 with DOCKER_BUILDKIT=1 --progress=plain, with a sibling
@@ -36,8 +37,8 @@ BUILDKIT_LOG = """\
 #10 [runtime 2/4] RUN apt-get update
 #10 1.1 Get:1 http://deb.example.invalid/debian bookworm InRelease [151 kB]
 #9 3.100 building 'kernels._ops.cpu_adam' extension
-#9 3.705 kernels/csrc/cpu_optim/cpu_adam.cpp: In function 'int f()':
-#9 3.705 kernels/csrc/cpu_optim/cpu_adam.cpp:2:18: error: 'undefined_symbol' was not declared in this scope
+#9 3.705 kernels/optim/csrc/cpu_adam.cpp: In function 'int f()':
+#9 3.705 kernels/optim/csrc/cpu_adam.cpp:2:18: error: 'undefined_symbol' was not declared in this scope
 #9 3.705     2 | int f() { return undefined_symbol + 1; }
 #9 3.705       |                  ^~~~~~~~~~~~~~~~
 #9 3.800 error: command '/usr/bin/g++' failed with exit code 1
@@ -57,8 +58,8 @@ Step 2/5 : COPY kernels/ /src/kernels/
 Step 3/5 : RUN pip wheel --no-deps -w /wheels .
  ---> Running in f03568776eda
 building 'kernels._ops.cpu_adam' extension
-kernels/csrc/cpu_optim/cpu_adam.cpp: In function 'int f()':
-kernels/csrc/cpu_optim/cpu_adam.cpp:2:18: error: 'undefined_symbol' was not declared in this scope
+kernels/optim/csrc/cpu_adam.cpp: In function 'int f()':
+kernels/optim/csrc/cpu_adam.cpp:2:18: error: 'undefined_symbol' was not declared in this scope
     2 | int f() { return undefined_symbol + 1; }
 The command '/bin/sh -c pip wheel --no-deps -w /wheels .' returned a non-zero code: 1
 """.splitlines()
@@ -94,17 +95,17 @@ def test_failed_build_names_the_op_and_quotes_the_compiler(log: list[str], kind:
     ("output", "expected"),
     [
         # gcc, path relative to the build directory
-        (["/src/kernels/csrc/aio/async_io.cpp:10:5: error: 'io_submit' was not declared"], "async_io"),
+        (["/src/kernels/aio/csrc/async_io.cpp:10:5: error: 'io_submit' was not declared"], "async_io"),
         # nvcc's own format
         (
-            ['/src/kernels/csrc/fused_optim/fused_adam.cu(42): error: identifier "x" is undefined'],
+            ['/src/kernels/optim/csrc/fused_adam.cu(42): error: identifier "x" is undefined'],
             "fused_adam",
         ),
         # ninja names the object file
         (
             [
-                "FAILED: /src/build/temp.linux-x86_64-cpython-311/kernels/csrc/cpu_optim/cpu_lion.o",
-                "c++ -MMD -c /src/kernels/csrc/cpu_optim/cpu_lion.cpp -o cpu_lion.o",
+                "FAILED: /src/build/temp.linux-x86_64-cpython-311/kernels/optim/csrc/cpu_lion.o",
+                "c++ -MMD -c /src/kernels/optim/csrc/cpu_lion.cpp -o cpu_lion.o",
             ],
             "cpu_lion",
         ),
@@ -112,9 +113,9 @@ def test_failed_build_names_the_op_and_quotes_the_compiler(log: list[str], kind:
         (
             [
                 "building 'kernels._ops.cpu_lion' extension",
-                "In file included from /src/kernels/csrc/includes/cpu_optim_binding.h:3,",
-                "                 from /src/kernels/csrc/cpu_optim/cpu_adam.cpp:1:",
-                "/src/kernels/csrc/includes/cpu_simd.h:7:1: error: expected ';' before '}' token",
+                "In file included from /src/kernels/optim/includes/cpu_optim_binding.h:3,",
+                "                 from /src/kernels/optim/csrc/cpu_adam.cpp:1:",
+                "/src/kernels/optim/includes/cpu_simd.h:7:1: error: expected ';' before '}' token",
             ],
             "cpu_adam",
         ),
@@ -122,7 +123,7 @@ def test_failed_build_names_the_op_and_quotes_the_compiler(log: list[str], kind:
         (
             [
                 "building 'kernels._ops.cpu_lion' extension",
-                "/src/kernels/csrc/includes/cpu_simd.h:7:1: error: expected ';'",
+                "/src/kernels/optim/includes/cpu_simd.h:7:1: error: expected ';'",
             ],
             "cpu_lion",
         ),
@@ -149,7 +150,7 @@ def test_find_failed_op(output: list[str], expected: str | None) -> None:
 
 
 def test_flags_with_error_in_their_name_are_not_errors() -> None:
-    line = "c++ -Wno-error=deprecated -Werror=return-type -c /src/kernels/csrc/cpu_optim/cpu_adam.cpp"
+    line = "c++ -Wno-error=deprecated -Werror=return-type -c /src/kernels/optim/csrc/cpu_adam.cpp"
     assert find_failed_op([line], SOURCES) is None
 
 
@@ -157,23 +158,26 @@ def test_find_failed_op_with_the_real_registry() -> None:
     sources = op_sources()
     assert "cpu_adam" in sources
     source = sources["cpu_adam"][0]
-    assert find_failed_op([f"/src/kernels/csrc/{source}:1:1: error: boom"], sources) == "cpu_adam"
+    assert (PACKAGE_ROOT / "kernels" / source).is_file(), source  # as a build log names it
+    assert find_failed_op([f"/src/kernels/{source}:1:1: error: boom"], sources) == "cpu_adam"
+    kernel = "/src/kernels/optim/csrc/cpu_adam_kernel.cpp(3): error: x"
+    assert find_failed_op([kernel], sources) == "cpu_adam"
 
 
 def test_compiler_excerpt_starts_just_before_the_first_error() -> None:
     output = [f"noise {i}" for i in range(100)]
-    output[61] = "/src/kernels/csrc/cpu_optim/cpu_adam.cpp:7:1: error: expected ';'"
-    output[75] = "/src/kernels/csrc/cpu_optim/cpu_adam.cpp:9:1: error: later error"
+    output[61] = "/src/kernels/optim/csrc/cpu_adam.cpp:7:1: error: expected ';'"
+    output[75] = "/src/kernels/optim/csrc/cpu_adam.cpp:9:1: error: later error"
     excerpt = compiler_excerpt(output, limit=30)
     assert excerpt == output[58:88]
 
 
 def test_compiler_excerpt_keeps_the_whole_include_chain() -> None:
     output = [f"noise {i}" for i in range(100)]
-    output[52] = "In file included from /src/kernels/csrc/includes/a.h:1,"
+    output[52] = "In file included from /src/kernels/includes/a.h:1,"
     for i in range(53, 61):
-        output[i] = f"                 from /src/kernels/csrc/includes/h{i}.h:1,"
-    output[61] = "/src/kernels/csrc/includes/cpu_simd.h:7:1: error: expected ';'"
+        output[i] = f"                 from /src/kernels/includes/h{i}.h:1,"
+    output[61] = "/src/kernels/optim/includes/cpu_simd.h:7:1: error: expected ';'"
     excerpt = compiler_excerpt(output, limit=30)
     assert excerpt[0] == output[52]
     assert excerpt[9] == output[61]
@@ -199,7 +203,7 @@ def test_a_full_disk_is_named_rather_than_the_step_or_op_it_hit() -> None:
     # As a CI run saw it: the wheel's strip step, after an op had compiled.
     log = [
         "#15 [build 4/9] RUN --mount=type=cache,target=/root/.cache/ccache pip wheel .",
-        "#15 41.2 [cpu_lion] c++ -c /src/kernels/csrc/cpu_optim/cpu_lion.cpp -o cpu_lion.o",
+        "#15 41.2 [cpu_lion] c++ -c /src/kernels/optim/csrc/cpu_lion.cpp -o cpu_lion.o",
         "#15 52.0 strip: /opt/venv/lib/python3.11/site-packages/torch/lib/stByo9Cm[.text]: "
         "No space left on device",
         "#15 ERROR: executor failed running [/bin/sh -c pip wheel .]: exit code: 1",
@@ -229,22 +233,22 @@ def test_failure_without_an_op_names_the_step() -> None:
 # A failed op compile as pip prints it in the build stage (BuildKit prefixes stripped): ninja
 # built one object, the failing one warned before its error, and pip's traceback followed.
 _FAILING_CXX = (
-    "c++ -MMD -MF /src/build/temp/kernels/csrc/cpu_optim/cpu_adam.o.d -O3 -Wall -fPIC "
-    "-I/src/kernels/csrc/includes -c /src/kernels/csrc/cpu_optim/cpu_adam.cpp "
-    "-o /src/build/temp/kernels/csrc/cpu_optim/cpu_adam.o -std=c++17"
+    "c++ -MMD -MF /src/build/temp/kernels/optim/csrc/cpu_adam.o.d -O3 -Wall -fPIC "
+    "-I/src/kernels/includes -c /src/kernels/optim/csrc/cpu_adam.cpp "
+    "-o /src/build/temp/kernels/optim/csrc/cpu_adam.o -std=c++17"
 )
 _WARNINGS = "".join(
-    f"      /src/kernels/csrc/cpu_optim/cpu_adam.cpp:{n}:5: warning: unused variable 'w{n}'\n"
+    f"      /src/kernels/optim/csrc/cpu_adam.cpp:{n}:5: warning: unused variable 'w{n}'\n"
     for n in range(3, 9)
 )
 PIP_COMPILE_FAILURE = f"""\
       op_builder: building op cpu_adam
       building 'kernels._ops.cpu_adam' extension
-      [1/2] c++ -MMD -c /src/kernels/csrc/cpu_optim/cpu_lion.cpp -o cpu_lion.o -O3
-      FAILED: [code=1] /src/build/temp/kernels/csrc/cpu_optim/cpu_adam.o
+      [1/2] c++ -MMD -c /src/kernels/optim/csrc/cpu_lion.cpp -o cpu_lion.o -O3
+      FAILED: [code=1] /src/build/temp/kernels/optim/csrc/cpu_adam.o
       {_FAILING_CXX}
 {_WARNINGS}\
-      /src/kernels/csrc/cpu_optim/cpu_adam.cpp:12:18: error: 'undefined_symbol' was not declared
+      /src/kernels/optim/csrc/cpu_adam.cpp:12:18: error: 'undefined_symbol' was not declared
          12 | int f() {{ return undefined_symbol + 1; }}
             |                  ^~~~~~~~~~~~~~~~
       ninja: build stopped: subcommand failed.
@@ -286,10 +290,10 @@ def test_compile_failure_without_ninja_shows_the_compiler_command() -> None:
     # setuptools' own compiler loop (no ninja): the command is the last compiler line before the error.
     output = [
         "building 'kernels._ops.cpu_adam' extension",
-        "x86_64-linux-gnu-gcc -fPIC -c kernels/csrc/cpu_optim/cpu_lion.cpp -o build/cpu_lion.o",
-        "x86_64-linux-gnu-gcc -fPIC -c kernels/csrc/cpu_optim/cpu_adam.cpp -o build/cpu_adam.o",
+        "x86_64-linux-gnu-gcc -fPIC -c kernels/optim/csrc/cpu_lion.cpp -o build/cpu_lion.o",
+        "x86_64-linux-gnu-gcc -fPIC -c kernels/optim/csrc/cpu_adam.cpp -o build/cpu_adam.o",
         *[f"note: unrelated line {n}" for n in range(8)],
-        "kernels/csrc/cpu_optim/cpu_adam.cpp:2:18: error: 'undefined_symbol' was not declared",
+        "kernels/optim/csrc/cpu_adam.cpp:2:18: error: 'undefined_symbol' was not declared",
         "error: command '/usr/bin/x86_64-linux-gnu-gcc' failed with exit code 1",
     ]
     excerpt = compiler_excerpt(output)

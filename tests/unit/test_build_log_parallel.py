@@ -13,16 +13,16 @@ from imagegen.build.engine.build_log import compile_seconds, describe_failure, f
 from imagegen.spec.image import SpecInput, build_spec
 
 SOURCES = {
-    "cpu_adam": ("cpu_optim/cpu_adam.cpp",),
-    "cpu_lion": ("cpu_optim/cpu_lion.cpp",),
-    "async_io": ("aio/async_io.cpp",),
+    "cpu_adam": ("optim/csrc/cpu_adam.cpp",),
+    "cpu_lion": ("optim/csrc/cpu_lion.cpp",),
+    "async_io": ("aio/csrc/async_io.cpp",),
 }
 REPO = Path(__file__).resolve().parents[2]
 
 _LION_CXX = (
-    "c++ -MMD -MF /src/build/temp.linux-x86_64-cpython-311/cpu_lion/kernels/csrc/cpu_optim/cpu_lion.o.d "
-    "-O3 -Wall -fPIC -I/src/kernels/csrc/includes -c /src/kernels/csrc/cpu_optim/cpu_lion.cpp "
-    "-o /src/build/temp.linux-x86_64-cpython-311/cpu_lion/kernels/csrc/cpu_optim/cpu_lion.o -std=c++17"
+    "c++ -MMD -MF /src/build/temp.linux-x86_64-cpython-311/cpu_lion/kernels/optim/csrc/cpu_lion.o.d "
+    "-O3 -Wall -fPIC -I/src/kernels/csrc/includes -c /src/kernels/optim/csrc/cpu_lion.cpp "
+    "-o /src/build/temp.linux-x86_64-cpython-311/cpu_lion/kernels/optim/csrc/cpu_lion.o -std=c++17"
 )
 # pip's replay of a failed build (indented), shaped like a real one from op_builder: cpu_lion's
 # error in a shared header interleaves line by line with cpu_adam's warnings, and cpu_adam was
@@ -33,14 +33,14 @@ PARALLEL_FAILURE = f"""\
       building 'kernels._ops.cpu_lion' extension
       op_builder: building op cpu_adam (1 job)
       building 'kernels._ops.cpu_adam' extension
-      [cpu_lion] FAILED: [code=1] /src/build/temp/cpu_lion/kernels/csrc/cpu_optim/cpu_lion.o
+      [cpu_lion] FAILED: [code=1] /src/build/temp/cpu_lion/kernels/optim/csrc/cpu_lion.o
       [cpu_lion] {_LION_CXX}
-      [cpu_adam] [1/1] c++ -MMD -O3 -c /src/kernels/csrc/cpu_optim/cpu_adam.cpp -o cpu_adam.o
-      [cpu_lion] In file included from /src/kernels/csrc/includes/cpu_optim_binding.h:15,
-      [cpu_adam] /src/kernels/csrc/cpu_optim/cpu_adam.cpp:40:5: warning: unused variable 'w'
-      [cpu_lion]                  from /src/kernels/csrc/cpu_optim/cpu_lion.cpp:3:
+      [cpu_adam] [1/1] c++ -MMD -O3 -c /src/kernels/optim/csrc/cpu_adam.cpp -o cpu_adam.o
+      [cpu_lion] In file included from /src/kernels/optim/includes/cpu_optim_binding.h:15,
+      [cpu_adam] /src/kernels/optim/csrc/cpu_adam.cpp:40:5: warning: unused variable 'w'
+      [cpu_lion]                  from /src/kernels/optim/csrc/cpu_lion.cpp:3:
       [cpu_adam]    40 |     int w;
-      [cpu_lion] /src/kernels/csrc/includes/cpu_simd.h:7:1: error: expected ';' before '}}' token
+      [cpu_lion] /src/kernels/optim/includes/cpu_simd.h:7:1: error: expected ';' before '}}' token
       [cpu_lion]     7 | }}
       [cpu_lion] ninja: build stopped: subcommand failed.
       op_builder: op cpu_lion FAILED to build
@@ -69,10 +69,10 @@ def test_a_concurrent_failure_names_its_op_with_its_command_and_first_error(buil
     assert err.hint is not None
     hint = err.hint.splitlines()
     assert hint[1] == _LION_CXX  # the failing command, whole and without its prefix
-    assert "/src/kernels/csrc/includes/cpu_simd.h:7:1: error: expected ';' before '}' token" in hint
+    assert "/src/kernels/optim/includes/cpu_simd.h:7:1: error: expected ';' before '}' token" in hint
     # The include chain above the error, though cpu_adam's lines came between its lines.
-    assert "In file included from /src/kernels/csrc/includes/cpu_optim_binding.h:15," in hint
-    assert "                 from /src/kernels/csrc/cpu_optim/cpu_lion.cpp:3:" in hint
+    assert "In file included from /src/kernels/optim/includes/cpu_optim_binding.h:15," in hint
+    assert "                 from /src/kernels/optim/csrc/cpu_lion.cpp:3:" in hint
     # Nothing of the op that compiled fine, and no traceback.
     assert not any("cpu_adam" in line for line in hint)
     assert "Traceback" not in err.hint
@@ -129,6 +129,7 @@ def test_the_build_report_carries_each_ops_compile_seconds(monkeypatch: pytest.M
     monkeypatch.setattr(pipeline, "build_image", build_image)
     monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 1)
     monkeypatch.setattr(pipeline, "measure_image", lambda tag: None)  # no image to measure here
+    monkeypatch.setattr(pipeline, "seal_image", lambda *args, **kw: None)  # nor to seal
     spec = build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1"), {})
     engine = Engine("buildkit", "/usr/bin/docker", "20.10.24")
     report = pipeline.build(spec, source=REPO, engine=engine, verify=False)

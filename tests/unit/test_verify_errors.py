@@ -159,7 +159,7 @@ def test_a_failed_build_leads_with_op_builder_s_error_not_the_run_line() -> None
         "#12 1.3 op_builder: error: unknown op in DS_BUILD_CPU_ADAMM (hint: did you mean DS_BUILD_CPU_ADAM?)",
         "#12 ERROR: executor failed running [/bin/sh -c pip wheel .]: exit code: 1",
     ]
-    error = describe_failure(log, "buildkit", {"cpu_adam": ("cpu_optim/cpu_adam.cpp",)}, "img")
+    error = describe_failure(log, "buildkit", {"cpu_adam": ("optim/csrc/cpu_adam.cpp",)}, "img")
     assert error.message == (
         "building img failed: unknown op in DS_BUILD_CPU_ADAMM (hint: did you mean DS_BUILD_CPU_ADAM?)"
     )

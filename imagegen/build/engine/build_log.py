@@ -14,18 +14,20 @@ from imagegen.build.engine.log_lines import BK_ERROR, BK_HEADER, BK_OUTPUT, CLAS
 from imagegen.build.engine.types import EngineKind
 from imagegen.errors import BuildFailedError
 from op_builder import ALL_OPS, get_builder
+from op_builder.paths import PACKAGE_ROOT
 
 # Lines of compiler output put into a failed build's hint.
 EXCERPT_LINES = 30
 
-# A compiler / ninja / nvcc error naming a file under kernels/csrc.
-_CSRC_PATH = re.compile(r"kernels/csrc/([\w./+-]+?)\.(?:cpp|cc|cu|cuh|hip|h|hpp|c|o)\b")
+# A compiler / ninja / nvcc error naming a file of our ops (kernels/<family>/csrc/..., or a
+# header under kernels/): group 1 is the path relative to kernels/, without its extension.
+_CSRC_PATH = re.compile(r"kernels/([\w./+-]+?)\.(?:cpp|cc|cu|cuh|hip|h|hpp|c|o)\b")
 # gcc/clang "file:12:3: error:", nvcc "file(12): error", ninja "FAILED:", the linker, setuptools.
 _ERROR_LINE = re.compile(
     r":\d+(?::\d+)?: (?:fatal )?error\b|\(\d+\): (?:catastrophic )?error\b|^\s*FAILED: "
     r"|undefined reference|Error compiling|^\s*error: command"
 )
-_INCLUDED_FROM = re.compile(r"^\s*(?:In file included|from) .*kernels/csrc/")
+_INCLUDED_FROM = re.compile(r"^\s*(?:In file included|from) .*kernels/")
 # ninja's line naming the failed object; the next line is the command that failed.
 _NINJA_FAILED = re.compile(r"^\s*FAILED: ")
 # A compiler run on one source: ninja's "[3/7] c++ ... -c f.cpp", setuptools' own
@@ -101,7 +103,7 @@ def failing_step_output(lines: Sequence[str], kind: EngineKind) -> tuple[str | N
 
 
 def ops_for_source(path: str, sources_by_op: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    """Ops compiling ``path`` (relative to kernels/csrc, with or without extension)."""
+    """Ops compiling ``path`` (relative to kernels/, with or without extension)."""
     stem = os.path.splitext(path)[0]
     return tuple(
         sorted(
@@ -292,5 +294,10 @@ def short_title(title: str, limit: int = TITLE_CHARS) -> str:
 
 
 def op_sources() -> dict[str, tuple[str, ...]]:
-    """Sources of every known op, relative to kernels/csrc."""
-    return {name: tuple(get_builder(name).sources) for name in ALL_OPS}
+    """Sources of every known op, relative to kernels/ (``optim/csrc/cpu_adam.cpp``), as a build
+    log names them; an op package's sources lie elsewhere and match nothing here."""
+    kernels = PACKAGE_ROOT / "kernels"
+    return {
+        name: tuple(os.path.relpath(path, kernels) for path in get_builder(name).source_paths())
+        for name in ALL_OPS
+    }
