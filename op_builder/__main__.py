@@ -23,6 +23,7 @@ from op_builder.commands import (
     cmd_binary,
     cmd_flags,
     cmd_plan,
+    cmd_preflight,
     cmd_report,
     cmd_selftest,
     cmd_verify,
@@ -107,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     flags.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
     plan = add("plan", "which ops DS_BUILD_* selects, their archs, and every error")
     plan.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
+    preflight = add("preflight", "can every installed op run on this machine's GPUs and driver? exit 0 if so")
+    preflight.add_argument(
+        "--require-gpu", action="store_true", help="a GPU op that cannot be checked for want of a GPU fails"
+    )
     device_code = add("binary", "the GPU code a shared object holds: SASS, PTX and gfx targets")
     device_code.add_argument("file", help="a compiled module (.so) or object file")
     archs = add("archs", "resolve an arch list and show its nvcc flags")
@@ -117,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
 
 _COMMANDS = {
     "binary": cmd_binary,
+    "preflight": cmd_preflight,
     "report": cmd_report,
     "verify": cmd_verify,
     "selftest": cmd_selftest,

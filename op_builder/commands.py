@@ -18,6 +18,7 @@ from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError
 from op_builder.manifest import read_installed
 from op_builder.plan import make_plan, probe_host
+from op_builder.preflight_check import run_preflight
 from op_builder.registry import ALL_OPS, check_op_names, get_builder, origin_of
 from op_builder.report import SelfTestResult
 from op_builder.toolchain import CudaToolkit, Toolchain, probe_cuda
@@ -303,3 +304,16 @@ def cmd_binary(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     else:
         print(binary.format_text(code))
     return 0
+
+
+def cmd_preflight(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """For an image's entrypoint or a job's first step: exit 1 when an installed op cannot run
+    on this machine (no code for its GPU, too old a driver), each line saying why."""
+    result = run_preflight(read_installed(), require_gpu=args.require_gpu)
+    if args.json:
+        emit(result.to_json())
+    else:
+        print("GPUs: " + ("; ".join(result.devices) or "none visible"))
+        rows = [[op.name, "ok" if op.ok else "NO", op.reason] for op in result.ops]
+        print(_table(rows, ["op", "runs here", "why"]) if rows else "no ops are installed ahead of time")
+    return 0 if result.ok else 1

@@ -47,6 +47,7 @@ from op_builder.context import (
 from op_builder.env import env_flag
 from op_builder.errors import OpLoadError, UserFacingError
 from op_builder.manifest import read_installed
+from op_builder.preflight_check import check_loaded
 from op_builder.toolchain import LibrarySpec, Toolchain
 
 Source = Literal["aot", "jit"]
@@ -115,12 +116,16 @@ def _load_installed(builder: LoadableOp) -> tuple[ModuleType | None, str]:
     if manifest.torch != torch.__version__:
         return None, f"installed for torch {manifest.torch}, but this is torch {torch.__version__}"
     try:
-        return importlib.import_module(entry.module), ""
+        module = importlib.import_module(entry.module)
     except ImportError as exc:  # e.g. a runtime library (libaio.so.1) missing from the image
         raise OpLoadError(
             f"{builder.name}: the installed module {entry.module} does not import: {exc}",
             hint="install the op's runtime packages: " + (" ".join(builder.all_runtime_packages()) or "none"),
         ) from None
+    if builder.target == "gpu":
+        # Here, not at the first launch deep in a job: no code for this GPU, or too old a driver.
+        check_loaded(builder.name, module, manifest)
+    return module, ""
 
 
 # ------------------------------------------------------------------ JIT

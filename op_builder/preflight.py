@@ -54,7 +54,9 @@ _GFX_FEATURE = re.compile(r"(xnack|sramecc)([+-])\Z")
 class CudaDevice:
     name: str
     capability: tuple[int, int]
-    driver_cuda: tuple[int, int]  # the CUDA version the driver supports (cuDriverGetVersion)
+    # The CUDA version the driver supports (cuDriverGetVersion); None when it cannot be read:
+    # the driver rules are then not applied.
+    driver_cuda: tuple[int, int] | None
 
 
 @dataclass(frozen=True)
@@ -92,22 +94,23 @@ def _decide_cuda(
     ptx_toolkit: tuple[int, int] | None,
 ) -> Decision:
     cc = _cc(device.capability)
-    if runtime is not None and device.driver_cuda[0] < runtime[0]:
+    driver = device.driver_cuda
+    if runtime is not None and driver is not None and driver[0] < runtime[0]:
         return Decision(
             False,
-            f"the driver supports CUDA {_cc(device.driver_cuda)} and this image's CUDA runtime is "
+            f"the driver supports CUDA {_cc(driver)} and this image's CUDA runtime is "
             f"{_cc(runtime)}: {driver_needed(runtime)}",
         )
     sass = [t for t in code.sass if _runs(t, device.capability)]
     if sass:
         return Decision(True, f"SASS {sass[-1]} on {device.name} (compute capability {cc})")
     ptx = [t for t in code.ptx if _runs(t, device.capability)]
-    if ptx and ptx_toolkit is not None and device.driver_cuda < ptx_toolkit:
+    if ptx and ptx_toolkit is not None and driver is not None and driver < ptx_toolkit:
         return Decision(
             False,
             f"{device.name} (compute capability {cc}) has no SASS here, and its PTX ({', '.join(ptx)}) "
             f"was written by CUDA {_cc(ptx_toolkit)}, newer than the driver's CUDA "
-            f"{_cc(device.driver_cuda)}: {driver_needed(ptx_toolkit)}, or rebuild with --arch {cc}",
+            f"{_cc(driver)}: {driver_needed(ptx_toolkit)}, or rebuild with --arch {cc}",
             rebuild_arch=cc,
         )
     if ptx:

@@ -133,6 +133,11 @@ def test_installed_wheel_loads_with_jit_disabled(cpu_adam_wheel: Path, tmp_path:
     assert (
         done.returncode == 1 and "not installed ahead of time" in json.loads(done.stdout)["ops"][0]["error"]
     )
+    # The preflight of the installed ops: a CPU op runs wherever its image does.
+    preflight = [python, "-m", "op_builder", "preflight", "--json"]
+    done = subprocess.run(preflight, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(op["name"], op["ok"]) for op in json.loads(done.stdout)["ops"]] == [("cpu_adam", True)]
     # The user-facing front runs on the installed kernel.
     script = (
         "import torch; from kernels.optim import CPUAdam\n"

@@ -85,6 +85,18 @@ def test_runs_as_non_root_with_jit_disabled(cpu_image: dict[str, Any], docker_cl
     assert int(uid) != 0 and jit == "jit=1"
 
 
+def test_preflight_runs_in_the_image(cpu_image: dict[str, Any], docker_client: Any) -> None:
+    """A job's first step: every installed op can run here (CPU ops, no GPU), exit 0."""
+    code, out = run_in(
+        docker_client, CPU_TAG, ["python", "-m", "op_builder", "preflight", "--json"], network_disabled=True
+    )
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["ok"] is True and data["devices"] == []
+    assert sorted(op["name"] for op in data["ops"]) == sorted(cpu_image["ops"])
+    assert all(op["ok"] for op in data["ops"])
+
+
 def test_runtime_environment_has_no_build_settings(cpu_image: dict[str, Any], docker_client: Any) -> None:
     """DEBIAN_FRONTEND is for apt while building; a job's environment must not inherit it."""
     env = docker_client.api.inspect_image(CPU_TAG)["Config"]["Env"]
