@@ -179,13 +179,13 @@ def test_every_family_folder_is_registered_and_every_op_is_ours() -> None:
 MAX_LINES = 450
 
 
-def test_no_module_of_kernels_or_op_builder_is_over_the_limit() -> None:
+def test_no_module_of_kernels_op_builder_or_imagegen_is_over_the_limit() -> None:
     sizes = {
         str(path.relative_to(REPO)): len(path.read_text().splitlines())
-        for folder in ("kernels", "op_builder")
+        for folder in ("kernels", "op_builder", "imagegen")
         for path in (REPO / folder).rglob("*.py")
     }
-    assert len(sizes) > 40
+    assert len(sizes) > 100
     assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
 
 
