@@ -27,7 +27,7 @@ from imagegen.errors import BuildFailedError
 from imagegen.proof.seal import ProofReport, Signer, context_digests, seal_image
 from imagegen.proof.seal import now as proof_now
 from imagegen.proof.size import SizeReport, measure_image
-from imagegen.publish import check_push_request, publish
+from imagegen.publish import Published, check_push_request, publish_image
 from imagegen.render.dockerfile import render
 from imagegen.spec.image import ImageSpec
 from imagegen.verify.image import VerifyResult, verify_image
@@ -76,6 +76,8 @@ class BuildReport:
     # The runtime image's bytes by part (None for another stage), and the budget it was held to.
     size: SizeReport | None = None
     max_size_bytes: int | None = None
+    # What the registry holds for the pushed image: its manifest's digest and the proof's referrers.
+    published: Published | None = field(default=None, compare=False)
 
     @property
     def over_budget(self) -> bool:
@@ -114,6 +116,7 @@ class BuildReport:
             "compile_cache": None if self.compile_cache is None else self.compile_cache.to_json(),
             "size": None if self.size is None else self.size.to_json(),
             "max_size_bytes": self.max_size_bytes,
+            "published": None if self.published is None else self.published.to_json(),
         }
 
 
@@ -206,10 +209,10 @@ def build(
         with steps.step("verify", f"verify {spec.tag}"):
             verified = verify_image(spec.tag, ops=spec.ops)
     ok = (verified is None or verified.ok) and (max_size is None or size <= max_size)
-    pushed = False
+    published = None
     if spec.push and ok:
         with steps.step("push", f"push {spec.tag}"):
-            pushed = publish(engine, spec.tag, verified)
+            published = publish_image(engine, spec.tag, verified, None if proof is None else proof.documents)
     return BuildReport(
         ok=ok,
         tag=spec.tag,
@@ -224,7 +227,7 @@ def build(
         size_bytes=size,
         build_seconds=result.seconds,
         verify=verified,
-        pushed=pushed,
+        pushed=published is not None,
         steps=tuple(steps.timings),
         proof=proof,
         compile_seconds=compile_seconds(result.log),
@@ -232,6 +235,7 @@ def build(
         compile_cache=compile_cache.stats_from_log(result.log) if spec.compile_cache else None,
         size=sized,
         max_size_bytes=max_size,
+        published=published,
     )
 
 

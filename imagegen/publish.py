@@ -4,20 +4,28 @@ whose every op verified leaves this machine.
 ``check_push_request`` refuses, before any work, a push that no verification would precede;
 ``publish`` pushes after a passing verification and does nothing otherwise. Pushing goes through
 the docker CLI when there is one (its credential helpers and ``docker login`` apply), else
-the Docker SDK.
+the Docker SDK. The image's SBOM and provenance (and the provenance's signature) then follow it
+as OCI referrers of the manifest just pushed (``imagegen.oci.referrers``), and ``publish_index``
+puts several platforms' pushed manifests under one tag as an OCI image index.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from imagegen.build.engine.client import docker_client
 from imagegen.build.engine.process import stream_process
 from imagegen.build.engine.progress import LogView
 from imagegen.build.engine.types import Engine
 from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.oci.manifest import OCI_INDEX, Descriptor, image_index, oci_platform
+from imagegen.oci.referrers import Attached, Document, attach
+from imagegen.oci.registry import Reference, RegistryClient, parse_reference
+from imagegen.proof.documents import ProofDocuments
 from imagegen.verify.image import VerifyResult
 
 
@@ -30,13 +38,124 @@ def check_push_request(push: bool, verify: bool) -> None:
         )
 
 
-def publish(engine: Engine, tag: str, verified: VerifyResult | None) -> bool:
+@dataclass(frozen=True)
+class Published:
+    """One image pushed: the manifest the registry holds for it, and its proof's referrers."""
+
+    reference: str  # the tag pushed
+    manifest: Descriptor  # of the pushed manifest, as the registry serves it
+    proof: Attached | None  # None: the image carries no SBOM or provenance
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "digest": self.manifest.digest,
+            "media_type": self.manifest.media_type,
+            "proof": None if self.proof is None else self.proof.to_json(),
+        }
+
+
+def publish(
+    engine: Engine, tag: str, verified: VerifyResult | None, documents: ProofDocuments | None = None
+) -> bool:
     """Push ``tag`` when its verification passed; True when it was pushed. An image not
     verified (``verified`` None) or failing verification is never pushed."""
+    return publish_image(engine, tag, verified, documents) is not None
+
+
+def publish_image(
+    engine: Engine, tag: str, verified: VerifyResult | None, documents: ProofDocuments | None = None
+) -> Published | None:
+    """``publish``, saying what was pushed: the manifest's digest and the proof's referrers.
+
+    ``documents``: the image's proof as its build made it; default: read from the image itself.
+    """
     if verified is None or not verified.ok:
-        return False
+        return None
     push_image(engine, tag)
-    return True
+    return attach_proof(tag, documents)
+
+
+def attach_proof(tag: str, documents: ProofDocuments | None = None) -> Published:
+    """Find the manifest ``docker push`` just sent for ``tag`` and attach the proof documents to it."""
+    reference = parse_reference(tag)
+    pushed = _repo_digest(tag, reference)
+    proof = documents if documents is not None else _image_documents(tag)
+    with RegistryClient(reference.registry) as client:
+        # By the digest docker recorded for the push: the proof goes to exactly that manifest,
+        # even when someone pushed the tag again meanwhile.
+        manifest = client.resolve(reference if pushed is None else replace(reference, digest=pushed))
+        if manifest is None:
+            raise BuildFailedError(
+                f"{tag} was pushed, but {reference.registry} has no manifest for it",
+                hint="the registry may have dropped it; push again",
+            )
+        attached = None
+        if proof is not None:
+            attached = attach(
+                client,
+                reference.repository,
+                manifest,
+                [Document(doc.data, doc.type.media_type, doc.type.filename) for doc in proof.all()],
+            )
+    return Published(tag, manifest, attached)
+
+
+def publish_index(tag: str, platforms: Sequence[tuple[str, Published]]) -> Descriptor:
+    """Put one OCI image index under ``tag`` listing each (platform, pushed image) pair; its descriptor.
+
+    Every image must be in ``tag``'s repository (an index names its manifests by digest only)."""
+    reference = parse_reference(tag)
+    entries = []
+    for platform, published in platforms:
+        where = parse_reference(published.reference)
+        if (where.registry, where.repository) != (reference.registry, reference.repository):
+            raise BadInputError(
+                f"{published.reference} is not in {reference.registry}/{reference.repository}"
+            )
+        entries.append(replace(published.manifest, platform=oci_platform(platform)))
+    body = image_index(entries)
+    with RegistryClient(reference.registry) as client:
+        client.put_manifest(reference.repository, reference.ref, body, OCI_INDEX)
+    return Descriptor.of(OCI_INDEX, body)
+
+
+def _repo_digest(tag: str, reference: Reference) -> str | None:
+    """The manifest digest docker recorded for ``tag``'s repository when it pushed it (None: none)."""
+    client = docker_client(os.environ, timeout=60)
+    try:
+        digests = client.api.inspect_image(tag).get("RepoDigests") or []
+    finally:
+        client.close()
+    name = tag.rsplit("@", 1)[0]
+    name = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    for entry in digests:
+        repo, _, digest = str(entry).partition("@")
+        if repo == name or parse_reference(repo) == replace(reference, tag=None, digest=None):
+            return digest
+    return None
+
+
+def _image_documents(tag: str) -> ProofDocuments | None:
+    """The proof documents the image carries (None: an image built without them)."""
+    from imagegen.proof import documents as docs  # deferred: proof.image reaches back into spec
+    from imagegen.proof.image import read_documents
+
+    found = read_documents(tag)
+    problems = found.problems()
+    if problems:
+        raise BuildFailedError(
+            f"{tag}: {problems[0]}", hint="rebuild the image; its proof cannot be attached"
+        )
+    if docs.SBOM.filename not in found.files or docs.PROVENANCE.filename not in found.files:
+        return None
+    signature = found.files.get(docs.SIGNATURE.filename)
+    return ProofDocuments(
+        docs.Document(docs.SBOM, found.files[docs.SBOM.filename]),
+        docs.Document(docs.PROVENANCE, found.files[docs.PROVENANCE.filename]),
+        None if signature is None else docs.Document(docs.SIGNATURE, signature),
+        found.labels.get(docs.KEYID_LABEL),
+    )
 
 
 def push_image(engine: Engine, tag: str) -> None:

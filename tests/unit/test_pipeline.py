@@ -15,6 +15,7 @@ from imagegen import pipeline, publish
 from imagegen.build.engine import BuildResult, Engine
 from imagegen.cli import app
 from imagegen.errors import BuildFailedError
+from imagegen.oci.manifest import OCI_MANIFEST, Descriptor
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
@@ -54,6 +55,7 @@ class FakeEngine:
         monkeypatch.setattr(pipeline, "measure_image", self.measure_image)
         monkeypatch.setattr(pipeline, "seal_image", self.seal_image)
         monkeypatch.setattr(publish, "push_image", lambda engine, tag: self.calls.append(f"push {tag}"))
+        monkeypatch.setattr(publish, "attach_proof", self.attach_proof)
         monkeypatch.setattr(pipeline, "missing_base_hint", lambda spec: f"not here: {spec.base_devel}")
 
     def detect_engine(self, env: object, prefer_buildkit: bool = True) -> Engine:
@@ -74,6 +76,11 @@ class FakeEngine:
         directory = Path(tempfile.gettempdir(), "imagegen-test-proof")  # `imagegen build` writes build.json
         directory.mkdir(exist_ok=True)
         return ProofReport(documents, directory, "sha256:sealed")
+
+    def attach_proof(self, tag: str, documents: ProofDocuments | None = None) -> publish.Published:
+        # The registry's side of a push: the manifest found, the proof's documents attached to it.
+        self.calls.append(f"attach {tag} {len(documents.all()) if documents else 0}")
+        return publish.Published(tag, Descriptor.of(OCI_MANIFEST, b"{}"), None)
 
     def measure_image(self, tag: str) -> SizeReport:
         # What the probe reports for the CPU image: torch, one other distribution, the ops.
@@ -140,8 +147,10 @@ def test_push_after_verification_and_a_given_engine_is_not_probed(monkeypatch: p
     assert report.ok and report.pushed
     assert engine.calls == [
         "build it:1 runtime no_cache=True", "proof it:1 from sha256:abc",
-        "size it:1", "verify it:1", "push it:1",
+        "size it:1", "verify it:1", "push it:1", "attach it:1 2",
     ]  # fmt: skip
+    # The proof attached is the one the build sealed in: both documents.
+    assert report.published is not None and report.to_json()["published"]["reference"] == "it:1"
 
 
 def test_a_stage_without_verification(monkeypatch: pytest.MonkeyPatch) -> None:
