@@ -150,6 +150,37 @@ def builder_driver(client: str, builder: str | None, env: Mapping[str, str]) -> 
     return parse_driver(done.stdout) or "unknown"
 
 
+def bake_supports_network(client: str, env: Mapping[str, str]) -> bool:
+    """Whether this buildx's bake can give a target the host's network: 0.13 (Debian trixie's)
+    accepts ``network`` in a bake file and ignores it, and refuses it in ``--set``."""
+    with tempfile.TemporaryDirectory(prefix="imagegen-bake-probe-") as tmp:
+        path = Path(tmp) / "docker-bake.hcl"
+        path.write_text('target "probe" {\n  context = "."\n}\n')
+        argv = [client, "buildx", "bake", "-f", str(path), "--print", "--set", "probe.network=host", "probe"]
+        try:
+            done = subprocess.run(argv, env=dict(env), cwd=tmp, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return done.returncode == 0
+
+
+def check_host_network(requests: Sequence[BakeRequest], supported: bool) -> None:
+    """BadInputError when a target's compile cache is on the host's loopback and bake cannot
+    give the build the host's network (the cache would be out of its reach)."""
+    if supported:
+        return
+    for request in requests:
+        cache = request.spec.compile_cache
+        if cache is not None and cache.host_network:
+            raise BadInputError(
+                f"--compile-cache {cache.url} is on this machine's loopback, which a bake's build "
+                "cannot reach: this buildx's bake has no host network for a target",
+                hint="serve the cache on an address the builder reaches (a Redis bound to the docker "
+                "bridge's gateway too, e.g. redis-server --bind 127.0.0.1 172.17.0.1, then "
+                "--compile-cache redis://172.17.0.1:6379), or build with `imagegen build`, which can",
+            )
+
+
 # --------------------------------------------------------------------------- running bake
 
 
@@ -297,8 +328,8 @@ def bake(
     """Build ``requests`` with ``docker buildx bake`` on ``builder``, verify each image built, and
     push to ``push`` (a registry) those that passed. A failed target is reported, not raised.
 
-    Raises BadInputError (no such builder, nothing to bake), EngineUnavailableError (no daemon,
-    no buildx).
+    Raises BadInputError (no such builder, nothing to bake, a compile cache on the loopback that
+    this bake cannot reach), EngineUnavailableError (no daemon, no buildx).
     """
     if not requests:
         raise BadInputError("nothing to bake", hint="name targets of the matrix, e.g. `imagegen bake cpu`")
@@ -307,6 +338,8 @@ def bake(
     engine = detect_engine(env)
     client = buildx_client(engine)
     driver = builder_driver(client, builder, env)
+    if any(r.spec.compile_cache is not None and r.spec.compile_cache.host_network for r in requests):
+        check_host_network(requests, bake_supports_network(client, env))
     log.info(
         f"bake on builder {builder or '(current)'}, driver {driver}: {', '.join(r.name for r in requests)}"
     )

@@ -5,6 +5,7 @@ that stops only itself."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -34,17 +35,25 @@ def buildx(docker_ready: None) -> None:
         pytest.skip("no docker client with buildx here (scripts/buildx-plugin.sh installs Debian's)")
 
 
+def _bridge_gateway(docker_client: Any) -> str:
+    """The docker bridge's address on this host: what a build's RUN steps reach the host by."""
+    return str(docker_client.api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"])
+
+
 @pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    """An empty Redis on 127.0.0.1 (Debian's redis-server), for the module."""
+def redis_url(docker_client: Any) -> Iterator[str]:
+    """An empty Redis (Debian's redis-server) for the module, on the docker bridge's gateway:
+    buildx 0.13's bake cannot give a build the host's network, so the loopback is out of reach."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("no redis-server here (apt-get install redis-server)")
+    gateway = _bridge_gateway(docker_client)
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((gateway, 0))
         port = int(s.getsockname()[1])
     with tempfile.TemporaryDirectory() as folder:
-        argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+        argv = [binary, "--bind", gateway, "--port", str(port), "--save", "", "--appendonly", "no"]
+        argv += ["--protected-mode", "no"]
         proc = subprocess.Popen(
             [*argv, "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -52,12 +61,12 @@ def redis_url() -> Iterator[str]:
             deadline = time.monotonic() + 20
             while True:
                 try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    with socket.create_connection((gateway, port), timeout=1):
                         break
                 except OSError:
                     assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
                     time.sleep(0.2)
-            yield f"redis://127.0.0.1:{port}"
+            yield f"redis://{gateway}:{port}"
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -143,11 +152,13 @@ def test_bake_pushes_the_verified_image(buildx: None, local_registry: str, docke
 def test_bake_of_the_cpu_image_for_amd64_and_arm64(buildx: None, tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    for wheel in WHEELHOUSE.glob("torch-*.whl"):
-        (wheels / wheel.name).symlink_to(wheel)
     arm64 = REPO / ".cache" / "wheelhouse-linux-arm64"
-    for wheel in arm64.glob("torch-2.10.0-*aarch64.whl"):
-        (wheels / wheel.name).symlink_to(wheel)
+    # Linked or copied, not symbolic links: the staged context takes the files themselves.
+    for wheel in [*WHEELHOUSE.glob("torch-*.whl"), *arm64.glob("torch-2.10.0-*aarch64.whl")]:
+        try:
+            os.link(wheel, wheels / wheel.name)
+        except OSError:
+            shutil.copy2(wheel, wheels / wheel.name)
     if not any(wheels.glob("*aarch64.whl")):
         pytest.skip(f"no aarch64 torch 2.10.0 wheel in {arm64} (make images PLATFORM=linux/arm64 fetches it)")
     # qemu-user has no Linux AIO: async_io is left out, as `make images` leaves it out there.

@@ -13,10 +13,19 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.build.bake import BakeImage, BakeReport, parse_driver, remote_tag
+from imagegen.build.bake import (
+    BakeImage,
+    BakeReport,
+    BakeRequest,
+    check_host_network,
+    parse_driver,
+    remote_tag,
+)
 from imagegen.cli import app
 from imagegen.commands.bake import _matrix_targets
+from imagegen.errors import BadInputError
 from imagegen.render.matrix import BakeTarget, bake_file, render_bake, standard_entries
+from imagegen.spec.image import SpecInput, build_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -165,3 +174,17 @@ def test_bad_input_is_exit_2_before_any_build(args: list[str], says: str) -> Non
     result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 2, result.output
     assert says in json.loads(result.stdout)["error"]["message"]
+
+
+def _request(cache: str | None) -> BakeRequest:
+    return BakeRequest("cpu", build_spec(SpecInput(cpu=True, ops="cpu_adam", compile_cache=cache), {}))
+
+
+def test_a_loopback_cache_is_refused_where_bake_has_no_host_network() -> None:
+    with pytest.raises(BadInputError) as caught:
+        check_host_network([_request(None), _request("redis://127.0.0.1:6379")], supported=False)
+    assert "loopback" in caught.value.message and caught.value.hint is not None
+    assert "172.17.0.1" in caught.value.hint
+    # Reachable caches, or a bake that can give the host's network, pass.
+    check_host_network([_request("redis://172.17.0.1:6379"), _request("local")], supported=False)
+    check_host_network([_request("redis://127.0.0.1:6379")], supported=True)
