@@ -2,7 +2,9 @@
 
 Three ways to build, best first:
 
-- ``buildx``:   ``docker buildx build`` (BuildKit, named build contexts, secrets);
+- ``buildx``:   ``docker buildx build`` (BuildKit, named build contexts, secrets; ``imagegen bake``
+  needs it). Debian's plugin (trixie's ``docker-buildx``, one binary in a cli-plugins folder)
+  serves every client on PATH, Debian 20.10's and newer ones alike: ``scripts/buildx-plugin.sh``;
 - ``buildkit``: a docker client with BuildKit built in (Docker 18.09-22.x) run with
   ``DOCKER_BUILDKIT=1``. Newer clients route that variable to buildx and fail when the
   buildx plugin is missing, so every client on PATH is *probed* with a tiny build;
@@ -161,7 +163,10 @@ def choose_engine(
             return Engine("buildkit", c.path, version), ()
     if probe.clients:
         tried = ", ".join(c.path for c in probe.clients)
-        why = f"no docker client here has buildx or built-in BuildKit (tried {tried})"
+        why = (
+            f"no docker client here has buildx or built-in BuildKit (tried {tried}; "
+            "`bash scripts/buildx-plugin.sh` installs Debian's buildx plugin)"
+        )
     else:
         why = "no docker CLI on PATH"
     return Engine("classic", None, version), (
