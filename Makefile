@@ -26,13 +26,15 @@ system-deps:
 docker: system-deps
 	bash scripts/ensure-docker.sh
 
-# linux/amd64 (the default) or linux/arm64: the platform of `make standins` and `make images`.
+# linux/amd64 (the default) or linux/arm64, or both (linux/amd64,linux/arm64: one image index):
+# the platforms of `make standins` and `make images`.
 # arm64 runs here under Debian's qemu-user-static (scripts/system-deps.sh registers it).
 PLATFORM ?= linux/amd64
+comma := ,
 
 # `imagegen standins` (imagegen/build/standins/): the CPU stand-ins, cached by tag and recipe revision.
 standins: setup docker
-	$(VENV)/bin/imagegen standins --platform $(PLATFORM)
+	for p in $(subst $(comma), ,$(PLATFORM)); do $(VENV)/bin/imagegen standins --platform $$p || exit; done
 
 # Every tier that can run here: unit, kernels, loader, CUDA device-code compile (when nvcc
 # is present), and the Docker integration tier (skipped, with the reason, when no engine).
@@ -69,6 +71,9 @@ CA_CERT ?=
 # newest aarch64 CPU build) fetched into ARM64_WHEELHOUSE; ARM64_IMAGE_OPS default IMAGE_OPS, less
 # async_io when built under emulation (qemu-user has no Linux AIO, so its self-test cannot pass).
 IMAGE_OPS ?=
+# PUSH=REGISTRY/NAME:TAG: push there after verification, the SBOM and provenance as OCI referrers
+# (several platforms: each platform's image, then one image index under the tag).
+PUSH ?=
 ARM64_TORCH ?=
 ARM64_WHEELHOUSE ?=
 ARM64_IMAGE_OPS ?=
@@ -77,7 +82,8 @@ ARM64_IMAGE_OPS ?=
 # PLATFORM=linux/arm64 built and verified (load + self-tests) under emulation: slow, not in CI.
 images: setup standins
 	$(PY) scripts/images.py cpu --platform '$(PLATFORM)' --ops '$(IMAGE_OPS)' --wheelhouse '$(WHEELHOUSE)' \
-	  --ca-cert '$(CA_CERT)' --arm64-torch '$(ARM64_TORCH)' --arm64-wheelhouse '$(ARM64_WHEELHOUSE)' --arm64-ops '$(ARM64_IMAGE_OPS)'
+	  --ca-cert '$(CA_CERT)' --arm64-torch '$(ARM64_TORCH)' --arm64-wheelhouse '$(ARM64_WHEELHOUSE)' --arm64-ops '$(ARM64_IMAGE_OPS)' \
+	  --push '$(PUSH)'
 
 # A CUDA image of our GPU ops from the CUDA stand-ins (`imagegen standins --cuda X.Y`; CUDA=12.4:
 # Debian trixie's nvidia-cuda-toolkit; CUDA=13.0, the default: this machine's toolkit; another

@@ -43,6 +43,14 @@ COMPILE_CACHE = _option("COMPILE_CACHE", "text", "--compile-cache")
 TAG = _option("TAG", "text", "--tag")
 
 DEBUG = Setting(ENV_PREFIX + "DEBUG", "flag", "unset", "`1`: show a traceback with errors", "imagegen")
+INSECURE_REGISTRIES = Setting(
+    ENV_PREFIX + "INSECURE_REGISTRIES",
+    "list",
+    "unset",
+    "registries (`host:port`, comma-separated) spoken to over plain HTTP when pushing the proof and "
+    "indexes (the loopback always is)",
+    "imagegen",
+)
 STANDIN_PREFIX = Setting(
     "STANDIN_PREFIX", "text", "`imagegen-standin`", "the stand-in images' repository prefix", "imagegen"
 )
@@ -76,6 +84,13 @@ STANDIN_PYTHON = Setting(
 )
 DOCKER_HOST = Setting(
     "DOCKER_HOST", "text", "the local socket", "the container engine, as in Docker", "toolkit"
+)
+DOCKER_CONFIG = Setting(
+    "DOCKER_CONFIG",
+    "path",
+    "`~/.docker`",
+    "docker's client configuration: the credentials `docker login` stored, used to push the proof",
+    "toolkit",
 )
 DOCKER_TLS_VERIFY = Setting(
     "DOCKER_TLS_VERIFY", "flag", "unset", "TLS to `DOCKER_HOST`, as in Docker", "toolkit"
@@ -156,12 +171,14 @@ COMPILE_CACHE_CREDENTIALS: tuple[Setting, ...] = (
 SETTINGS: tuple[Setting, ...] = (
     *OPTIONS,
     DEBUG,
+    INSECURE_REGISTRIES,
     STANDIN_PREFIX,
     STANDIN_MIRROR,
     STANDIN_SECURITY_MIRROR,
     STANDIN_CA,
     STANDIN_PYTHON,
     DOCKER_HOST,
+    DOCKER_CONFIG,
     DOCKER_TLS_VERIFY,
     DOCKER_BUILDKIT,
     CI,

@@ -1,7 +1,8 @@
 """`make images` and `make image-cuda`: which ops, torch and index an image target builds with.
 
-    python scripts/images.py cpu  [--platform P] [--ops A,B] [--wheelhouse DIR] [--ca-cert FILE]
+    python scripts/images.py cpu  [--platform P[,P]] [--ops A,B] [--wheelhouse DIR] [--ca-cert FILE]
                                   [--arm64-torch X.Y.Z] [--arm64-wheelhouse DIR] [--arm64-ops A,B]
+                                  [--push REGISTRY/NAME:TAG]
     python scripts/images.py cuda [--cuda X.Y] [--arch LIST] [--torch X.Y.Z] [--torch-index URL]
                                   [--ops A,B] [--ca-cert FILE]
     ... --dry-run                 print the commands, run nothing
@@ -15,6 +16,10 @@ that fails ends the run with its exit status. Images are built from the stand-in
   (linux/amd64 or linux/arm64). For linux/arm64 torch ``--arm64-torch`` is first fetched as an
   aarch64 wheel into ``--arm64-wheelhouse`` from the index this machine's pip uses, and an
   image built on another architecture (under qemu-user) leaves out the ops qemu cannot run.
+  Several platforms (``linux/amd64,linux/arm64``): one ``imagegen build`` of both, each platform
+  with its own torch and wheelhouse (``--platform-torch``, ``--platform-wheelhouse``) and the same
+  ops (those every platform can build and verify here). ``--push REGISTRY/NAME:TAG``: pushed there
+  after verification (several platforms: each platform's image and one image index).
 - ``cuda``: the stand-ins of that CUDA, then an image of our GPU ops for the catalog's default
   arch list of that CUDA (or ``--arch``), with the torch build PyPI publishes for it, from the
   index this machine's pip installs from (``scripts/pip_index.py``) unless ``--torch-index``.
@@ -117,6 +122,8 @@ def cpu_commands(
 ) -> list[list[str]]:
     """What `make images` runs for these options on a ``machine`` (platform.machine())."""
     platform_ = args.platform or AMD64  # imagegen judges any other
+    if "," in platform_:
+        return several_platforms(args, ops, machine, imagegen)
     wanted = _names(args.ops) or ops.cpu
     ca_cert = args.ca_cert or _present(CA_CERT)
     commands = []
@@ -125,26 +132,54 @@ def cpu_commands(
         wheelhouse = args.arm64_wheelhouse or ARM64_WHEELHOUSE
         native = machine in ARM64_MACHINES
         wanted = _names(args.arm64_ops) or tuple(n for n in wanted if native or n not in ops.not_under_qemu)
-        platforms = [arg for tag in ARM64_WHEEL_PLATFORMS for arg in ("--platform", tag)]
-        commands.append(
-            [
-                *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"),
-                *(
-                    "--python-version",
-                    ARM64_WHEEL_PYTHON,
-                    *platforms,
-                    "--dest",
-                    wheelhouse,
-                    f"torch=={torch}",
-                ),
-            ]
-        )
+        commands.append(arm64_wheel_command(torch, wheelhouse))
         sources = ["--torch", torch, "--wheelhouse", wheelhouse]
     else:
         wheelhouse = args.wheelhouse or _present(WHEELHOUSE)
         sources = ["--wheelhouse", wheelhouse] if wheelhouse else []
     build = [*imagegen, "build", "--cpu", "--platform", platform_, "--ops", ",".join(wanted), "--standins"]
-    commands.append(build + sources + (["--ca-cert", ca_cert] if ca_cert else []))
+    commands.append(build + sources + (["--ca-cert", ca_cert] if ca_cert else []) + _push(args))
+    return commands
+
+
+def _push(args: argparse.Namespace) -> list[str]:
+    return ["--tag", args.push, "--push"] if args.push else []
+
+
+def arm64_wheel_command(torch: str, wheelhouse: str) -> list[str]:
+    """pip download of torch's aarch64 CPU wheel into ``wheelhouse`` (the index this machine's pip uses)."""
+    platforms = [arg for tag in ARM64_WHEEL_PLATFORMS for arg in ("--platform", tag)]
+    return [
+        *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"),
+        *("--python-version", ARM64_WHEEL_PYTHON, *platforms, "--dest", wheelhouse, f"torch=={torch}"),
+    ]
+
+
+def several_platforms(
+    args: argparse.Namespace, ops: Ops, machine: str, imagegen: Sequence[str]
+) -> list[list[str]]:
+    """One ``imagegen build --platform A,B``: torch and wheelhouse per platform, the ops all can run."""
+    platforms = [p.strip() for p in args.platform.split(",")]
+    wanted = _names(args.ops) or ops.cpu
+    ca_cert = args.ca_cert or _present(CA_CERT)
+    commands: list[list[str]] = []
+    per_platform: list[str] = []
+    if ARM64 in platforms:
+        torch = args.arm64_torch or ARM64_TORCH
+        wheelhouse = args.arm64_wheelhouse or ARM64_WHEELHOUSE
+        commands.append(arm64_wheel_command(torch, wheelhouse))
+        per_platform += [
+            "--platform-torch",
+            f"{ARM64}={torch}",
+            "--platform-wheelhouse",
+            f"{ARM64}={wheelhouse}",
+        ]
+        if machine not in ARM64_MACHINES:  # one op list for the index: what arm64 under qemu can verify
+            wanted = _names(args.arm64_ops) or tuple(n for n in wanted if n not in ops.not_under_qemu)
+    wheelhouse = args.wheelhouse or _present(WHEELHOUSE)
+    build = [*imagegen, "build", "--cpu", "--platform", ",".join(platforms), "--ops", ",".join(wanted)]
+    build += ["--standins", *per_platform, *(["--wheelhouse", wheelhouse] if wheelhouse else [])]
+    commands.append(build + (["--ca-cert", ca_cert] if ca_cert else []) + _push(args))
     return commands
 
 
@@ -179,12 +214,13 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     kinds = top.add_subparsers(dest="kind", required=True)
     cpu = kinds.add_parser("cpu", help="the CPU image of our CPU ops (make images)")
-    cpu.add_argument("--platform", help=f"{AMD64} (default) or {ARM64}")
+    cpu.add_argument("--platform", help=f"{AMD64} (default), {ARM64}, or both: {AMD64},{ARM64}")
     cpu.add_argument("--ops", help="default: our CPU ops")
     cpu.add_argument("--wheelhouse", help=f"wheels installed first (default: {WHEELHOUSE} when present)")
     cpu.add_argument("--arm64-torch", help=f"torch of the arm64 image (default {ARM64_TORCH})")
     cpu.add_argument("--arm64-wheelhouse", help=f"where its wheel is fetched (default {ARM64_WHEELHOUSE})")
     cpu.add_argument("--arm64-ops", help="ops of the arm64 image (default: --ops, less what qemu cannot run)")
+    cpu.add_argument("--push", help="REGISTRY/NAME:TAG to push to after verification (default: no push)")
     cuda = kinds.add_parser("cuda", help="a CUDA image of our GPU ops (make image-cuda)")
     cuda.add_argument("--cuda", help=f"the CUDA version of the stand-ins (default {CUDA})")
     cuda.add_argument("--arch", help="the arch list (default: the catalog's for that CUDA)")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json as json_module
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from imagegen import pipeline
+from imagegen import multiarch, pipeline, settings
 from imagegen.commands._options import (
     ArchOption,
     BaseDevelOption,
@@ -39,11 +40,12 @@ from imagegen.commands._options import (
 )
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
-from imagegen.errors import VerificationFailedError
+from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
-from imagegen.spec.image import SpecInput
+from imagegen.spec.checks import platform_list, platform_name
+from imagegen.spec.image import ImageSpec, SpecInput
 from imagegen.verify.table import render_table
 
 NoVerifyOption = Annotated[
@@ -66,7 +68,31 @@ SignKeyOption = Annotated[
         "checks it.",
     ),
 ]
-PushOption = Annotated[bool, typer.Option("--push", help="Push the tag after verification passed.")]
+PushOption = Annotated[
+    bool,
+    typer.Option(
+        "--push",
+        help="Push the tag after verification passed, with its SBOM and provenance as OCI referrers. "
+        "Several platforms: each platform's image, then one image index under --tag.",
+    ),
+]
+PlatformTorchOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--platform-torch",
+        metavar="OS/ARCH=X.Y.Z",
+        help="torch for one platform (repeatable), e.g. linux/arm64=2.10.0: the index's aarch64 CPU "
+        "builds stop at 2.10. Default: --torch.",
+    ),
+]
+PlatformWheelhouseOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--platform-wheelhouse",
+        metavar="OS/ARCH=DIR",
+        help="The wheelhouse for one platform (repeatable), e.g. linux/arm64=DIR. Default: --wheelhouse.",
+    ),
+]
 SourceOption = Annotated[
     Optional[Path],
     typer.Option(
@@ -82,6 +108,8 @@ def build(
     rocm: RocmOption = None,
     cpu: CpuOption = False,
     platform: PlatformOption = None,
+    platform_torch: PlatformTorchOption = None,
+    platform_wheelhouse: PlatformWheelhouseOption = None,
     python: PythonOption = None,
     torch: TorchOption = None,
     arch: ArchOption = None,
@@ -107,23 +135,79 @@ def build(
     max_size: MaxSizeOption = None,
     json: JsonOption = False,
 ) -> None:
-    """Build the image of the selected ops, verify every op loads ahead of time, print a summary."""
-    spec = make_spec(SpecInput(
-        ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=platform, python=python, torch=torch, arch=arch,
-        distro=distro, base_devel=base_devel, base_runtime=base_runtime, standins=standins,
-        torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
-        keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
-        compile_cache=compile_cache,
-        tag=tag, push=push, verify=not no_verify, op_sources=tuple(op_source or ()),
-    ))  # fmt: skip
+    """Build the image of the selected ops, verify every op loads ahead of time, print a summary.
+
+    --platform A,B: one image per platform, each verified; with --push, pushed together under
+    --tag as one image index only when every platform passed."""
+    raw_platforms = platform if platform is not None else os.environ.get(settings.PLATFORM.name) or None
+    platforms: Sequence[str | None] = platform_list(raw_platforms) if raw_platforms else [None]
+    torch_for = _by_platform("--platform-torch", platform_torch or [])
+    wheels_for = _by_platform("--platform-wheelhouse", platform_wheelhouse or [])
+    several = len(platforms) > 1
+    if several:  # bad input before any spec's work
+        multiarch.check_platforms_push(tag, push)
+    specs = [
+        make_spec(SpecInput(
+            ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=p, python=python,
+            torch=torch_for.get(p or "", torch), arch=arch, distro=distro, base_devel=base_devel,
+            base_runtime=base_runtime, standins=standins, torch_index=torch_index,
+            wheelhouse=wheels_for.get(p or "", wheelhouse), offline=offline, ca_cert=ca_cert,
+            keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
+            compile_cache=compile_cache,
+            tag=tag, push=push and not several, verify=not no_verify, op_sources=tuple(op_source or ()),
+        ))
+        for p in platforms
+    ]  # fmt: skip
     signer = None if sign_key is None else Signer.from_file(sign_key)  # a bad key: exit 2 before building
     budget = None if max_size is None else parse_size(max_size)
-    report = pipeline.build(spec, verify=not no_verify, source=source, signer=signer, max_size=budget)
+    if several:
+        _build_platforms(specs, tag, push, no_verify, source, signer, budget, json)
+        return
+    report = pipeline.build(specs[0], verify=not no_verify, source=source, signer=signer, max_size=budget)
     if json:
         emit_json(report.to_json())
     else:
         _print(report)
     _keep_report(report)
+    _check_report(report, budget, json)
+
+
+def _build_platforms(
+    specs: Sequence[ImageSpec],
+    tag: str | None,
+    push: bool,
+    no_verify: bool,
+    source: Path | None,
+    signer: Signer | None,
+    budget: int | None,
+    json: bool,
+) -> None:
+    result = multiarch.build_platforms(
+        specs, tag=tag, push=push, verify=not no_verify, source=source, signer=signer, max_size=budget
+    )
+    if json:
+        emit_json(result.to_json())
+    else:
+        for platform, report in zip(result.platforms, result.reports):
+            console().print(f"\n{platform}", markup=False)
+            _print(report)
+        if result.index is not None:
+            console().print(f"\nindex  {result.tag}@{result.index.digest}", markup=False)
+    for report in result.reports:
+        _keep_report(report)
+    failed = [p for p, r in zip(result.platforms, result.reports) if r.verify is not None and not r.verify.ok]
+    if failed:
+        raise VerificationFailedError(
+            f"{', '.join(failed)} failed verification; no platform was pushed",
+            hint="each platform's table above has its ops' results",
+            reported=json,
+        )
+    for report in result.reports:
+        _check_report(report, budget, json)
+
+
+def _check_report(report: pipeline.BuildReport, budget: int | None, json: bool) -> None:
+    """Exit 1 (after the report was printed) for an op that did not verify or an image over budget."""
     if report.verify is not None and not report.verify.ok:
         why = report.verify.failure_summary()
         raise VerificationFailedError(
@@ -133,6 +217,19 @@ def build(
         )
     if budget is not None and report.size is not None:
         check_budget(report.size, budget, reported=json)  # the JSON summary above has every part
+
+
+def _by_platform(option: str, values: Sequence[str]) -> dict[str, str]:
+    """``linux/arm64=VALUE`` items -> {platform: value}; bad input for an item without ``=``."""
+    chosen: dict[str, str] = {}
+    for value in values:
+        name, sep, given = value.partition("=")
+        if not sep or not given.strip():
+            raise BadInputError(
+                f"{option} {value!r}: give OS/ARCH=VALUE", hint=f"e.g. {option} linux/arm64=..."
+            )
+        chosen[platform_name(name)] = given.strip()
+    return chosen
 
 
 def _keep_report(report: pipeline.BuildReport) -> None:
@@ -158,7 +255,10 @@ def _cache_cell(report: pipeline.BuildReport) -> str:
     stats = report.compile_cache
     if stats is None:
         return "-"
-    return f"{stats.hits} hits, {stats.misses} misses ({stats.location})"
+    by_op = ", ".join(f"{op} {c.hits}/{c.hits + c.misses}" for op, c in stats.ops.items())
+    return f"{stats.hits} hits, {stats.misses} misses ({stats.location})" + (
+        f"; hits by op: {by_op}" if by_op else ""
+    )
 
 
 def _print(report: pipeline.BuildReport) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagegen import settings
+
 # Docker Hub's credentials are stored under its v1 index address.
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
@@ -36,7 +38,7 @@ class Credentials:
 
 def docker_config(env: Mapping[str, str] = os.environ) -> Mapping[str, Any]:
     """Docker's client configuration (empty when there is none or it is not JSON)."""
-    folder = env.get("DOCKER_CONFIG")
+    folder = env.get(settings.DOCKER_CONFIG.name)
     path = Path(folder) / "config.json" if folder else Path.home() / ".docker" / "config.json"
     try:
         data = json.loads(path.read_text())

@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from imagegen import settings
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.oci import auth
 from imagegen.oci.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
 
-INSECURE_REGISTRIES = "IMAGEGEN_INSECURE_REGISTRIES"
+INSECURE_REGISTRIES = settings.INSECURE_REGISTRIES.name
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
 

@@ -83,6 +83,23 @@ def platform_name(value: str) -> str:
     )
 
 
+def platform_list(value: str) -> tuple[str, ...]:
+    """``linux/amd64,linux/arm64`` -> each platform once, in the order given; bad input for an empty
+    item or a platform named twice (an image index holds one manifest per platform)."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(items):
+        raise BadInputError(
+            f"--platform {value!r} has an empty item", hint="e.g. --platform linux/amd64,linux/arm64"
+        )
+    chosen = tuple(platform_name(item) for item in items)
+    twice = sorted({p for p in chosen if chosen.count(p) > 1})
+    if twice:
+        raise BadInputError(
+            f"--platform {value!r} names {', '.join(twice)} twice", hint="name each platform once"
+        )
+    return chosen
+
+
 def platform(value: str | None, target: Target) -> str:
     """The image's platform (``linux/amd64`` by default), refused where the catalog has no
     torch build for the target on it."""

@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
+from imagegen.errors import BuildFailedError
+from imagegen.publish import attach_proof
 from tests.integration import oci_reader
 from tests.integration.conftest import build_args, imagegen
+from tests.integration.derived import derive
 
 pytestmark = pytest.mark.docker
 
@@ -69,3 +72,17 @@ def test_push_attaches_the_sbom_and_provenance_to_the_image_digest(
     host = summary["proof"]["documents"]
     assert documents["application/vnd.cyclonedx+json"] == Path(host["sbom"]["path"]).read_bytes()
     docker_client.api.remove_image(remote)
+
+
+def test_a_proof_changed_after_the_build_is_not_attached(
+    cpu_image: dict[str, Any], docker_client: Any
+) -> None:
+    # publish() without the build's documents (imagegen bake's pushes) reads them from the image:
+    # one whose SBOM no longer matches its label is refused before anything reaches a registry.
+    tag = "127.0.0.1:9/imagegen-it/tampered:sbom"
+    derive(docker_client, tag, cpu_image["tag"], {"/opt/imagegen/proof/sbom.cdx.json": b"{}"}, {})
+    try:
+        with pytest.raises(BuildFailedError, match=r"sbom\.cdx\.json was changed after the build"):
+            attach_proof(tag)
+    finally:
+        docker_client.api.remove_image(tag, force=True)

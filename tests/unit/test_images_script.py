@@ -162,3 +162,20 @@ def test_dry_run_prints_the_commands() -> None:
     standins, build = proc.stdout.splitlines()
     assert standins.endswith("standins --cuda 12.4")
     assert "--torch 2.6.0 --torch-index https://mirror.example/simple" in build
+
+
+def test_both_platforms_are_one_build_with_torch_and_wheels_per_platform_and_a_push() -> None:
+    fetch, build = _cpu(
+        "x86_64", "--platform", "linux/amd64,linux/arm64", "--push", "127.0.0.1:5000/ops/cpu:1"
+    )
+    assert fetch[-1] == f"torch=={images.ARM64_TORCH}" and _option(fetch, "--dest") == images.ARM64_WHEELHOUSE
+    assert _option(build, "--platform") == "linux/amd64,linux/arm64"
+    assert _option(build, "--platform-torch") == f"linux/arm64={images.ARM64_TORCH}"
+    assert _option(build, "--platform-wheelhouse") == f"linux/arm64={images.ARM64_WHEELHOUSE}"
+    # One op list for the index: what arm64 under qemu can verify (no async_io).
+    ops = images.our_ops()
+    assert _option(build, "--ops") == ",".join(n for n in ops.cpu if n not in ops.not_under_qemu)
+    assert _option(build, "--tag") == "127.0.0.1:5000/ops/cpu:1" and build[-1] == "--push"
+    # On an arm64 host nothing is emulated: every op stays.
+    _, native = _cpu("aarch64", "--platform", "linux/amd64,linux/arm64")
+    assert _option(native, "--ops") == ",".join(ops.cpu) and "--push" not in native

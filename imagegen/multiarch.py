@@ -1,0 +1,127 @@
+"""One image for several platforms: each built and verified, then pushed together under one tag.
+
+``build_platforms(specs, tag=...)`` runs ``imagegen.pipeline.build`` for each platform's spec (each
+under its own local tag, ``TAG-amd64``, ``TAG-arm64``: Docker's image store holds one image per
+tag), nothing pushed yet. Only when every platform built, verified and fit its budget are they
+pushed, each by its own tag with its proof attached to its own manifest
+(``imagegen.publish.publish_image``), and then one OCI image index listing each platform's
+manifest goes under ``tag`` (``imagegen.publish.publish_index``). A platform that fails leaves
+nothing pushed; a failure while pushing leaves the platforms' own tags but no index under ``tag``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from imagegen import log, pipeline
+from imagegen.build.engine import detect_engine
+from imagegen.errors import BadInputError
+from imagegen.oci.manifest import Descriptor
+from imagegen.oci.registry import names_registry, parse_reference
+from imagegen.proof.signing import Signer
+from imagegen.publish import Published, check_push_request, publish_image, publish_index
+from imagegen.spec.image import ImageSpec
+
+
+def platform_tag(tag: str, platform: str) -> str:
+    """``registry/name:1`` for linux/arm64 -> ``registry/name:1-arm64`` (``latest-arm64`` untagged)."""
+    name, version = tag, "latest"
+    if ":" in tag.rsplit("/", 1)[-1]:
+        name, _, version = tag.rpartition(":")
+    suffix = "-".join(platform.split("/")[1:])
+    return f"{name}:{version}-{suffix}"
+
+
+def check_platforms_push(tag: str | None, push: bool) -> None:
+    """Bad input for a several-platform push with no ``--tag`` naming a registry, before any work."""
+    if not push:
+        return
+    if tag is None or not names_registry(tag):
+        raise BadInputError(
+            f"--push of several platforms needs --tag REGISTRY/NAME:TAG (got {tag or 'no --tag'})",
+            hint="the platforms' images and their index go there, e.g. --tag 127.0.0.1:5000/ops/cpu:1",
+        )
+    parse_reference(tag)  # a malformed one is bad input too
+
+
+@dataclass(frozen=True)
+class PlatformsReport:
+    """Every platform's build, and the index pushed under ``tag`` (None: not pushed)."""
+
+    tag: str | None
+    platforms: tuple[str, ...]
+    reports: tuple[pipeline.BuildReport, ...]
+    index: Descriptor | None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.reports)
+
+    @property
+    def pushed(self) -> bool:
+        return self.index is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """``imagegen build --json`` for several platforms."""
+        return {
+            "ok": self.ok,
+            "tag": self.tag,
+            "pushed": self.pushed,
+            "index": None
+            if self.index is None
+            else {"digest": self.index.digest, "media_type": self.index.media_type, "size": self.index.size},
+            "platforms": [{"platform": p, **r.to_json()} for p, r in zip(self.platforms, self.reports)],
+        }
+
+
+def build_platforms(
+    specs: Sequence[ImageSpec],
+    *,
+    tag: str | None,
+    push: bool,
+    verify: bool = True,
+    source: Path | None = None,
+    env: Mapping[str, str] = os.environ,
+    signer: Signer | None = None,
+    max_size: int | None = None,
+) -> PlatformsReport:
+    """Build and verify each spec (one per platform), then push them and their index under ``tag``."""
+    check_push_request(push, verify)
+    check_platforms_push(tag, push)
+    platforms = tuple(spec.platform for spec in specs)
+    if len(set(platforms)) != len(platforms):
+        raise BadInputError(f"a platform is named twice: {', '.join(platforms)}")
+    engine = detect_engine(env, prefer_buildkit=all(s.buildkit for s in specs))
+    reports = []
+    for spec in specs:
+        local = replace(spec, push=False, tag=platform_tag(tag, spec.platform) if tag else spec.tag)
+        with log.step(f"{spec.platform}: {local.tag}"):
+            reports.append(
+                pipeline.build(
+                    local,
+                    verify=verify,
+                    source=source,
+                    engine=engine,
+                    env=env,
+                    signer=signer,
+                    max_size=max_size,
+                )
+            )
+    if not push or not all(r.ok for r in reports):
+        return PlatformsReport(tag, platforms, tuple(reports), None)
+    assert tag is not None  # check_platforms_push
+    published: list[tuple[str, Published]] = []
+    for platform, report in zip(platforms, reports):
+        with log.step(f"push {report.tag}"):
+            documents = None if report.proof is None else report.proof.documents
+            done = publish_image(engine, report.tag, report.verify, documents)
+        assert done is not None  # verified: every report is ok
+        published.append((platform, done))
+    with log.step(f"push the index {tag}"):
+        index = publish_index(tag, published)
+    reports = [replace(r, pushed=True, published=p) for r, (_, p) in zip(reports, published)]
+    return PlatformsReport(tag, platforms, tuple(reports), index)

@@ -1,0 +1,25 @@
+"""Several platforms in one build: the platform list, each platform's tag, and the push's bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagegen.errors import BadInputError
+from imagegen.multiarch import check_platforms_push, platform_tag
+from imagegen.oci.registry import names_registry
+from imagegen.spec.checks import platform_list
+
+
+def test_platform_lists_and_tags() -> None:
+    assert platform_list("linux/amd64, linux/arm64") == ("linux/amd64", "linux/arm64")
+    for bad in ("linux/amd64,", "linux/amd64,linux/amd64", "linux/amd64,arm"):
+        with pytest.raises(BadInputError):
+            platform_list(bad)
+    assert platform_tag("127.0.0.1:5000/ops/cpu:1", "linux/arm64") == "127.0.0.1:5000/ops/cpu:1-arm64"
+    assert platform_tag("127.0.0.1:5000/ops/cpu", "linux/amd64") == "127.0.0.1:5000/ops/cpu:latest-amd64"
+    assert names_registry("127.0.0.1:5000/ops/cpu:1") and not names_registry("ops/cpu:1")
+    check_platforms_push("127.0.0.1:5000/ops/cpu:1", True)
+    check_platforms_push(None, False)
+    for tag in (None, "ops/cpu:1", "imagegen:cpu"):
+        with pytest.raises(BadInputError, match="--tag REGISTRY"):
+            check_platforms_push(tag, True)
