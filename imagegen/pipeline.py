@@ -20,7 +20,7 @@ from imagegen.build import compile_cache
 from imagegen.build.bases import missing_base_hint
 from imagegen.build.compile_cache import CacheStats
 from imagegen.build.engine import Engine, EngineKind, build_image, detect_engine, image_size
-from imagegen.build.engine.build_log import compile_seconds
+from imagegen.build.engine.build_log import compile_seconds, op_sources
 from imagegen.build.sources import check_sources, source_root
 from imagegen.build.staging import staged_context
 from imagegen.errors import BuildFailedError
@@ -232,7 +232,7 @@ def build(
         proof=proof,
         compile_seconds=compile_seconds(result.log),
         log=result.log,
-        compile_cache=compile_cache.stats_from_log(result.log) if spec.compile_cache else None,
+        compile_cache=compile_cache.stats_from_log(result.log, op_sources()) if spec.compile_cache else None,
         size=sized,
         max_size_bytes=max_size,
         published=published,

@@ -372,7 +372,7 @@ def _finish(engine: Engine, request: BakeRequest, run: _Run, verify: bool, push:
         ok=False,
         build_seconds=run.seconds,
         compile_seconds=compile_seconds(run.lines),
-        compile_cache=compile_cache.stats_from_log(run.lines) if spec.compile_cache else None,
+        compile_cache=compile_cache.stats_from_log(run.lines, op_sources()) if spec.compile_cache else None,
     )
     try:
         size = image_size(engine, spec.tag)

@@ -33,7 +33,7 @@ import shlex
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -52,12 +52,16 @@ LOCAL_DIR = "/root/.cache/sccache"
 SECRET_ID = "compile-cache"
 KEY_SECRET_ID = "compile-cache-key"
 STATS_MARKER = "imagegen: compile cache stats "
+# One line per compilation, from sccache's debug log: "imagegen: compile cache object <result>: <object>".
+OBJECT_MARKER = "imagegen: compile cache object "
+SCCACHE_LOG_FILE = "/tmp/sccache.log"
 FORMS = "local, redis://HOST:PORT[/DB], s3://BUCKET[/PREFIX] or gcs://BUCKET[/PREFIX]"
 
 _SCHEMES: dict[str, Backend] = {"redis": "redis", "rediss": "redis", "s3": "s3", "gcs": "gcs", "gs": "gcs"}
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]$")
 _PREFIX = re.compile(r"^[A-Za-z0-9._/-]*$")
 _STATS = re.compile(re.escape(STATS_MARKER) + r"(\{.*\})\s*$")
+_OBJECT = re.compile(re.escape(OBJECT_MARKER) + r"(cache hit|cache miss|[^:]+): (\S+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -188,20 +192,38 @@ def key_file(cache: CompileCache, env: Mapping[str, str]) -> Path | None:
 
 
 @dataclass(frozen=True)
+class OpCounts:
+    """One op's compilations that were cache hits and misses."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses}
+
+
+@dataclass(frozen=True)
 class CacheStats:
-    """What sccache counted in one build's compile step."""
+    """What sccache counted in one build's compile step (``ops``: by op, where its log told)."""
 
     hits: int
     misses: int
     errors: int
     location: str
+    ops: Mapping[str, OpCounts] = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
         return self.hits + self.misses
 
     def to_json(self) -> dict[str, Any]:
-        return {"hits": self.hits, "misses": self.misses, "errors": self.errors, "location": self.location}
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "errors": self.errors,
+            "location": self.location,
+            "ops": {op: counts.to_json() for op, counts in self.ops.items()},
+        }
 
 
 def _count(stats: Mapping[str, Any], key: str) -> int:
@@ -228,15 +250,55 @@ def parse_stats(document: str) -> CacheStats | None:
     )
 
 
-def stats_from_log(lines: Sequence[str]) -> CacheStats | None:
-    """The compile step's statistics line in a build log (its last one); None without one
-    (no compile cache, or the build stage came from the layer cache)."""
+def op_of_object(obj: str, sources_by_op: Mapping[str, Sequence[str]]) -> str | None:
+    """The op whose source ``obj`` was compiled from: torch names an object after its source
+    (``.../optim/csrc/cpu_adam.o``, ``layer_norm.cuda.o``), and sccache's nvcc steps after the
+    source's stem too. The longest stem that matches wins; None when none does."""
+    name = obj.rsplit("/", 1)[-1]
+    best: tuple[int, str] | None = None
+    for op, sources in sources_by_op.items():
+        for source in sources:
+            stem = source.rsplit("/", 1)[-1].split(".", 1)[0]
+            if (
+                stem
+                and (name == stem or name.startswith(stem + "."))
+                and (best is None or len(stem) > best[0])
+            ):
+                best = (len(stem), op)
+    return None if best is None else best[1]
+
+
+def per_op(lines: Sequence[str], sources_by_op: Mapping[str, Sequence[str]]) -> dict[str, OpCounts]:
+    """Hits and misses by op, from the compile step's per-object lines (unattributed: left out)."""
+    counts: dict[str, OpCounts] = {}
+    for line in lines:
+        m = _OBJECT.search(line)
+        if not m:
+            continue
+        op = op_of_object(m.group(2), sources_by_op)
+        if op is None:
+            continue
+        now = counts.get(op, OpCounts())
+        if m.group(1) == "cache hit":
+            counts[op] = replace(now, hits=now.hits + 1)
+        elif m.group(1) == "cache miss":
+            counts[op] = replace(now, misses=now.misses + 1)
+    return counts
+
+
+def stats_from_log(
+    lines: Sequence[str], sources_by_op: Mapping[str, Sequence[str]] | None = None
+) -> CacheStats | None:
+    """The compile step's statistics line in a build log (its last one), with the counts by op
+    when ``sources_by_op`` is given; None without one (no compile cache, or the build stage came
+    from the layer cache)."""
     for line in reversed(lines):
         m = _STATS.search(line)
         if m:
             found = parse_stats(m.group(1))
             if found is not None:
-                return found
+                ops = per_op(lines, sources_by_op) if sources_by_op else {}
+                return replace(found, ops=ops)
     return None
 
 

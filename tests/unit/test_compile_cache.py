@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import subprocess
 
 import pytest
 
@@ -164,10 +165,62 @@ def test_sccache_statistics_are_read_back_from_the_build_log() -> None:
     ]
     warm = stats_from_log(log)
     assert warm is not None and (warm.hits, warm.misses) == (7, 0)
-    assert warm.to_json() == {"hits": 7, "misses": 0, "errors": 0, "location": warm.location}
+    assert warm.to_json() == {"hits": 7, "misses": 0, "errors": 0, "location": warm.location, "ops": {}}
 
 
 def test_no_statistics_without_the_line_or_with_garbage() -> None:
     assert stats_from_log(["#17 DONE 1.0s", "#18 CACHED"]) is None
     assert stats_from_log([f"#17 1.0 {compile_cache.STATS_MARKER}{{not json"]) is None
     assert parse_stats('{"stats": 3}') is None
+
+
+SOURCES = {
+    "cpu_adam": ("optim/csrc/cpu_adam.cpp", "optim/csrc/cpu_adam_kernel.cpp"),
+    "transformer": ("transformer/csrc/layer_norm.cu", "transformer/csrc/transformer.cpp"),
+}
+
+
+def test_an_object_belongs_to_the_op_whose_source_it_was_compiled_from() -> None:
+    op_of = compile_cache.op_of_object
+    assert (
+        op_of("/src/build/temp.linux-x86_64-cpython-311/kernels/optim/csrc/cpu_adam.o", SOURCES) == "cpu_adam"
+    )
+    # The longer stem wins: cpu_adam_kernel.o is not cpu_adam.cpp's.
+    assert op_of("cpu_adam_kernel.o", SOURCES) == "cpu_adam"
+    assert op_of("layer_norm.cuda.o", SOURCES) == "transformer"
+    assert op_of("cpu_adamx.o", SOURCES) is None and op_of("conftest.o", SOURCES) is None
+
+
+def test_hits_and_misses_by_op_from_the_per_object_lines() -> None:
+    marker = compile_cache.OBJECT_MARKER
+    log = [
+        f"#17 30.1 {marker}cache miss: cpu_adam.o",
+        f"#17 30.1 {marker}cache hit: cpu_adam_kernel.o",
+        f"#17 30.1 {marker}cache hit: layer_norm.cuda.o",
+        f"#17 30.1 {marker}cache miss: unknown_thing.o",  # no op's: left out
+        f"#17 30.2 {compile_cache.STATS_MARKER}{WARM}",
+    ]
+    stats = stats_from_log(log, SOURCES)
+    assert stats is not None
+    assert {op: (c.hits, c.misses) for op, c in stats.ops.items()} == {
+        "cpu_adam": (1, 1),
+        "transformer": (1, 0),
+    }
+    assert stats.to_json()["ops"] == {
+        "cpu_adam": {"hits": 1, "misses": 1},
+        "transformer": {"hits": 1, "misses": 0},
+    }
+    assert stats_from_log(log) is not None and stats_from_log(log).ops == {}  # type: ignore[union-attr]
+
+
+def test_the_compile_step_prints_one_line_per_object_from_sccaches_log() -> None:
+    build = stages(_spec("local"))["build"]
+    assert f"SCCACHE_LOG=debug SCCACHE_ERROR_LOG={compile_cache.SCCACHE_LOG_FILE}" in build
+    # The sed turns sccache's "[x.o]: compile result: cache hit" into the marker's line.
+    line = "[2026-11-25T19:40:08Z DEBUG sccache::server] [a.o]: compile result: cache hit"
+    sed = re.search(r"sed -nE '([^']+)'", build)
+    assert sed is not None
+    done = subprocess.run(
+        ["sed", "-nE", sed.group(1)], input=line + "\n", capture_output=True, text=True, check=True
+    )
+    assert done.stdout == f"{compile_cache.OBJECT_MARKER}cache hit: a.o\n"
