@@ -15,11 +15,17 @@ from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console
 from imagegen.errors import BadInputError
 from imagegen.files import write_atomic
+from imagegen.oci.proof import fetch_proof, is_registry_digest
 from imagegen.proof import image as proof_lib
 from imagegen.proof import sbom as props
 from imagegen.proof.check import sbom_ops
 
-ImageArgument = Annotated[str, typer.Argument(metavar="IMAGE", help="Image tag or id.")]
+ImageArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="IMAGE", help="Image tag or id; REGISTRY/NAME@DIGEST: read from the registry (its referrers)."
+    ),
+]
 ProvenanceOption = Annotated[
     bool,
     typer.Option("--provenance", help="The provenance statement (in-toto, SLSA v1) instead of the SBOM."),
@@ -47,8 +53,10 @@ def sbom(
     if provenance and signature:
         raise BadInputError("--provenance and --signature name different documents", hint="pass one of them")
     kind = "signature" if signature else "provenance" if provenance else "sbom"
-    documents = proof_lib.read_documents(image)
-    data = proof_lib.require_document(documents, kind)
+    if is_registry_digest(image):  # what was pushed: the proof attached to the manifest
+        data = fetch_proof(image, kind)
+    else:
+        data = proof_lib.require_document(proof_lib.read_documents(image), kind)
     if output is not None and str(output) != "-":
         write_atomic(output, data.decode())
         return

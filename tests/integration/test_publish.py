@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 
 from imagegen.errors import BuildFailedError
+from imagegen.oci.manifest import DOCKER_MANIFEST, Descriptor
+from imagegen.oci.referrers import Document, attach
+from imagegen.oci.registry import RegistryClient
 from imagegen.publish import attach_proof
 from tests.integration import oci_reader
 from tests.integration.conftest import build_args, imagegen
@@ -72,6 +75,23 @@ def test_push_attaches_the_sbom_and_provenance_to_the_image_digest(
     host = summary["proof"]["documents"]
     assert documents["application/vnd.cyclonedx+json"] == Path(host["sbom"]["path"]).read_bytes()
     docker_client.api.remove_image(remote)
+
+    # imagegen sbom REGISTRY/NAME@DIGEST reads them from the registry, no image needed here.
+    pushed_ref = f"{local_registry}/{repository}@{published['digest']}"
+    for flag, name in (("--json", "sbom.cdx.json"), ("--provenance", "provenance.intoto.json")):
+        read = imagegen("sbom", pushed_ref, flag)
+        assert read.returncode == 0, read.stderr[-2000:]
+        assert read.stdout.encode() == files[name], name
+    unsigned = imagegen("sbom", pushed_ref, "--signature")
+    assert unsigned.returncode == 2 and "no signature attached" in unsigned.stderr
+    # A newer SBOM attached by someone else is not the one the image's label names: refused.
+    with RegistryClient(local_registry) as client:
+        subject = Descriptor.of(DOCKER_MANIFEST, pushed)
+        attach(
+            client, repository, subject, [Document(b"{}", "application/vnd.cyclonedx+json", "sbom.cdx.json")]
+        )
+    forged = imagegen("sbom", pushed_ref, "--json")
+    assert forged.returncode == 1 and "label says" in forged.json()["error"]["message"], forged.stdout
 
 
 def test_a_proof_changed_after_the_build_is_not_attached(

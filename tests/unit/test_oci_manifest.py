@@ -25,6 +25,7 @@ from imagegen.oci.manifest import (
     referrers_index,
     referrers_tag,
 )
+from imagegen.oci.proof import is_registry_digest
 from imagegen.oci.registry import Reference, base_url, parse_reference
 
 IMAGE = b'{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}'
@@ -183,3 +184,10 @@ def test_credentials_from_dockers_config(tmp_path: Path) -> None:
     helper = {"credHelpers": {"reg.example:5000": "imagegen-test-none"}}
     assert auth.find_credentials("reg.example:5000", helper) is None
     assert auth.docker_config({"DOCKER_CONFIG": str(tmp_path / "missing")}) == {}
+
+
+def test_only_a_registry_digest_is_read_from_the_registry() -> None:
+    assert is_registry_digest("127.0.0.1:5000/ops/cpu@sha256:" + "a" * 64)
+    assert not is_registry_digest("127.0.0.1:5000/ops/cpu:1")  # a tag: the local image
+    assert not is_registry_digest("ops/cpu@sha256:" + "a" * 64)  # no registry named: the engine's
+    assert not is_registry_digest("imagegen:cpu")
