@@ -44,6 +44,7 @@ from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
+from imagegen.spec.catalog import DEFAULT_PLATFORM
 from imagegen.spec.checks import platform_list, platform_name
 from imagegen.spec.image import ImageSpec, SpecInput
 from imagegen.verify.table import render_table
@@ -144,6 +145,13 @@ def build(
     torch_for = _by_platform("--platform-torch", platform_torch or [])
     wheels_for = _by_platform("--platform-wheelhouse", platform_wheelhouse or [])
     several = len(platforms) > 1
+    built = {p or DEFAULT_PLATFORM for p in platforms}
+    for option, chosen in (("--platform-torch", torch_for), ("--platform-wheelhouse", wheels_for)):
+        for name in sorted(set(chosen) - built):
+            raise BadInputError(
+                f"{option} names {name}, which this build is not for (--platform {', '.join(sorted(built))})",
+                hint=f"add it: --platform {','.join(sorted(built | {name}))}",
+            )
     if several:  # bad input before any spec's work
         multiarch.check_platforms_push(tag, push)
     specs = [

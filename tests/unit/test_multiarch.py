@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from typer.testing import CliRunner
+
+from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.multiarch import check_platforms_push, platform_tag
 from imagegen.oci.registry import names_registry
@@ -23,3 +27,23 @@ def test_platform_lists_and_tags() -> None:
     for tag in (None, "ops/cpu:1", "imagegen:cpu"):
         with pytest.raises(BadInputError, match="--tag REGISTRY"):
             check_platforms_push(tag, True)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--platform", "linux/amd64,,linux/arm64"], "empty item"),
+        (["--platform", "linux/amd64,linux/amd64"], "twice"),
+        (["--platform", "linux/amd64,linux/arm64", "--push"], "--tag REGISTRY"),
+        (["--platform", "linux/amd64,linux/arm64", "--push", "--tag", "ops/cpu:1"], "--tag REGISTRY"),
+        (["--platform-torch", "linux/arm64=2.10.0"], "not for"),
+        (["--platform", "linux/amd64,linux/arm64", "--platform-torch", "linux/arm64"], "OS/ARCH=VALUE"),
+        (["--platform", "linux/amd64,linux/arm64", "--platform-wheelhouse", "arm=/w"], "not a platform"),
+    ],
+)
+def test_bad_platform_options_exit_2_before_any_work(argv: list[str], message: str) -> None:
+    # No engine is asked (none is needed to refuse these), and nothing is built.
+    result = CliRunner().invoke(app, ["build", "--cpu", "--ops", "cpu_adam", *argv, "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert message in error["message"] and error["exit_code"] == 2
