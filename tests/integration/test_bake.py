@@ -97,6 +97,9 @@ def test_the_compile_cache_counted_every_compilation(baked_cpu: dict[str, Any]) 
     # ran and compiled both ops; each translation unit is a hit or a miss, none an error.
     assert cache is not None and cache["errors"] == 0
     assert cache["hits"] + cache["misses"] >= 2 and cache["location"].startswith("redis")
+    # By op: each op's objects (a source and its kernel each here), adding up to the whole.
+    assert set(cache["ops"]) == set(OPS.split(","))
+    assert sum(c["hits"] + c["misses"] for c in cache["ops"].values()) == cache["hits"] + cache["misses"]
 
 
 def test_the_runtime_image_holds_no_trace_of_the_compile_cache(
