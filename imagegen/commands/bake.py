@@ -65,6 +65,15 @@ PlatformTorchOption = Annotated[
         "aarch64 CPU builds stop at 2.10. Default: --torch, else the catalog's.",
     ),
 ]
+PlatformWheelhouseOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--platform-wheelhouse",
+        metavar="OS/ARCH=DIR",
+        help="The wheelhouse for one platform's targets (repeatable), e.g. linux/arm64=DIR. "
+        "Default: --wheelhouse.",
+    ),
+]
 NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Build only; verify nothing.")]
 BakeFileOption = Annotated[
     Optional[Path],
@@ -88,16 +97,14 @@ def _matrix_targets() -> dict[str, tuple[catalog.Accelerator, str | None, str]]:
     return found
 
 
-def _torch_by_platform(values: list[str]) -> dict[str, str]:
+def _by_platform(option: str, values: list[str], example: str) -> dict[str, str]:
+    """``OS/ARCH=VALUE`` items -> {platform: value} (as `imagegen build` takes them)."""
     chosen: dict[str, str] = {}
     for value in values:
-        platform, sep, version = value.partition("=")
-        if not sep or not version.strip():
-            raise BadInputError(
-                f"--platform-torch {value!r}: give OS/ARCH=VERSION",
-                hint="e.g. --platform-torch linux/arm64=2.10.0",
-            )
-        chosen[platform_name(platform)] = version.strip()
+        platform, sep, given = value.partition("=")
+        if not sep or not given.strip():
+            raise BadInputError(f"{option} {value!r}: give OS/ARCH=VALUE", hint=f"e.g. {option} {example}")
+        chosen[platform_name(platform)] = given.strip()
     return chosen
 
 
@@ -110,6 +117,7 @@ def bake_command(
     standins: StandinsOption = None,
     torch: TorchOption = None,
     platform_torch: PlatformTorchOption = None,
+    platform_wheelhouse: PlatformWheelhouseOption = None,
     torch_index: TorchIndexOption = None,
     wheelhouse: WheelhouseOption = None,
     offline: OfflineOption = None,
@@ -135,7 +143,8 @@ def bake_command(
                 f"no target {name!r} in the matrix",
                 hint=did_you_mean(name, known) or "targets: " + ", ".join(known),
             )
-    torch_for = _torch_by_platform(platform_torch or [])
+    torch_for = _by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
+    wheels_for = _by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
     requests = []
     for name in names:
         accelerator, version, platform = known[name]
@@ -143,7 +152,8 @@ def bake_command(
             ops=ops or os.environ.get(settings.OPS.name) or "all", cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None, rocm=version if accelerator == "rocm" else None,
             platform=platform, standins=standins, torch=torch_for.get(platform, torch),
-            torch_index=torch_index, wheelhouse=wheelhouse, offline=offline, ca_cert=ca_cert,
+            torch_index=torch_index, wheelhouse=wheels_for.get(platform, wheelhouse), offline=offline,
+            ca_cert=ca_cert,
             max_jobs=max_jobs, compile_cache=compile_cache, op_sources=tuple(op_source or ()),
             push=push is not None, verify=not no_verify,
         ))  # fmt: skip

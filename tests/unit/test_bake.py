@@ -164,7 +164,9 @@ def test_the_report_is_ok_only_when_every_image_is() -> None:
     ("args", "says"),
     [
         (["bake", "cpuu"], "no target 'cpuu'"),
-        (["bake", "cpu", "--platform-torch", "linux/arm64"], "OS/ARCH=VERSION"),
+        (["bake", "cpu", "--platform-torch", "linux/arm64"], "OS/ARCH=VALUE"),
+        (["bake", "cpu", "--platform-wheelhouse", "linux/arm64="], "OS/ARCH=VALUE"),
+        (["bake", "cpu-arm64", "--platform-wheelhouse", "linux/arm64=/no/such/dir"], "/no/such/dir"),
         (["bake", "cpu", "--platform-torch", "linux/sparc=2.10.0"], "not a platform"),
         (["bake", "cpu", "--push", "127.0.0.1:5000", "--no-verify"], "only after verification"),
         (["bake", "cpu", "--compile-cache", "ftp://x"], "no 'ftp' backend"),
