@@ -190,3 +190,15 @@ def test_a_loopback_cache_is_refused_where_bake_has_no_host_network() -> None:
     # Reachable caches, or a bake that can give the host's network, pass.
     check_host_network([_request("redis://172.17.0.1:6379"), _request("local")], supported=False)
     check_host_network([_request("redis://127.0.0.1:6379")], supported=True)
+
+
+def test_bake_without_buildx_is_exit_3_with_how_to_install_it() -> None:
+    from imagegen.build.bake import buildx_client
+    from imagegen.build.engine import Engine
+    from imagegen.errors import EngineUnavailableError
+
+    assert buildx_client(Engine("buildx", "/usr/bin/docker", "20.10")) == "/usr/bin/docker"
+    for engine in (Engine("buildkit", "/usr/bin/docker", "20.10"), Engine("classic", None, "20.10")):
+        with pytest.raises(EngineUnavailableError) as caught:
+            buildx_client(engine)
+        assert caught.value.exit_code == 3 and "buildx-plugin.sh" in (caught.value.hint or "")
