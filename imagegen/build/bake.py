@@ -16,6 +16,7 @@ The docker CLI that runs bake is the one the engine probe found with buildx
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import signal
 import subprocess
@@ -34,10 +35,13 @@ from imagegen.build.compile_cache import CacheStats
 from imagegen.build.engine import Engine, detect_engine, image_size
 from imagegen.build.engine.build_log import compile_seconds, describe_failure, op_sources
 from imagegen.build.engine.client import docker_client
+from imagegen.build.engine.images import inspect_image_id
 from imagegen.build.engine.process import CANCEL_GRACE_S
 from imagegen.build.sources import check_sources, source_root
 from imagegen.build.staging import staged_context
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
+from imagegen.proof.seal import context_digests, seal_image
+from imagegen.proof.seal import now as proof_now
 from imagegen.publish import publish
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
@@ -286,14 +290,16 @@ def _tag_image(source: str, target: str) -> None:
 
 @contextlib.contextmanager
 def _staged(
-    requests: Sequence[BakeRequest], root: Path, env: Mapping[str, str]
+    requests: Sequence[BakeRequest], root: Path, env: Mapping[str, str], digests: dict[str, Mapping[str, str]]
 ) -> Iterator[list[BakeTarget]]:
-    """Every target's context staged, Dockerfile written and secrets ready, for the bake's length."""
+    """Every target's context staged, Dockerfile written and secrets ready, for the bake's length;
+    ``digests`` gets each target's context digests (its provenance names them)."""
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="imagegen-bake-") as tmp:
         targets = []
         for request in requests:
             spec = request.spec
             context = stack.enter_context(staged_context(spec, root))
+            digests[request.name] = context_digests(context)
             # Outside the context, as `imagegen build` keeps it: never COPYed, no cache churn.
             dockerfile = Path(tmp) / request.name / "Dockerfile"
             dockerfile.parent.mkdir(parents=True)
@@ -343,7 +349,9 @@ def bake(
     log.info(
         f"bake on builder {builder or '(current)'}, driver {driver}: {', '.join(r.name for r in requests)}"
     )
-    with _staged(requests, root, env) as targets:
+    digests: dict[str, Mapping[str, str]] = {}
+    started = proof_now()
+    with _staged(requests, root, env, digests) as targets:
         bake_text = bake_file(targets, ("# Written by `imagegen bake` for one run.", ""))
         bake_path = Path(targets[0].dockerfile).parents[1] / "docker-bake.hcl"
         bake_path.write_text(bake_text)
@@ -351,12 +359,25 @@ def bake(
             bake_file_out.write_text(bake_text)
         with log.step(f"bake {len(targets)} target(s)"):
             runs = run_bakes({t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}, env)
-    images = [_finish(engine, request, runs[request.name], verify, push) for request in requests]
+    made = _Made(root, digests, started, proof_now())
+    images = [_finish(engine, request, runs[request.name], verify, push, made) for request in requests]
     return BakeReport(builder=builder, driver=driver, images=tuple(images))
 
 
-def _finish(engine: Engine, request: BakeRequest, run: _Run, verify: bool, push: str | None) -> BakeImage:
-    """Verify (and push) one target's image, or say why its build failed."""
+@dataclass(frozen=True)
+class _Made:
+    """What the provenance of a baked image names: the checkout, each context, the bake's times."""
+
+    root: Path
+    digests: Mapping[str, Mapping[str, str]]
+    started: datetime.datetime
+    finished: datetime.datetime
+
+
+def _finish(
+    engine: Engine, request: BakeRequest, run: _Run, verify: bool, push: str | None, made: _Made
+) -> BakeImage:
+    """Seal, verify (and push) one target's image, or say why its build failed."""
     spec = request.spec
     if run.returncode != 0:
         failure = describe_failure(
@@ -375,6 +396,14 @@ def _finish(engine: Engine, request: BakeRequest, run: _Run, verify: bool, push:
         compile_cache=compile_cache.stats_from_log(run.lines, op_sources()) if spec.compile_cache else None,
     )
     try:
+        # The SBOM and provenance sealed in as `imagegen build` does, so that verify checks them
+        # and a push takes them along.
+        with log.step(f"SBOM and provenance of {spec.tag}"):
+            seal_image(
+                engine, spec, runtime_image_id=inspect_image_id(spec.tag), dockerfile=render(spec),
+                root=made.root, context_digests=made.digests[request.name], started=made.started,
+                finished=made.finished,
+            )  # fmt: skip
         size = image_size(engine, spec.tag)
         verified = None
         if verify:

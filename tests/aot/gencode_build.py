@@ -17,6 +17,7 @@ from torch.utils.cpp_extension import BuildExtension
 
 from op_builder import get_builder
 from op_builder.context import resolve_context
+from op_builder.paths import PACKAGE_ROOT
 from op_builder.toolchain import probe
 
 
@@ -30,8 +31,7 @@ def main() -> None:
         # Device code only: a CPU torch has no c10_cuda / torch_cuda to link against.
         ext.libraries = [lib for lib in ext.libraries if lib not in ("c10_cuda", "torch_cuda")]
         extensions.append(ext)
-    root = Path(get_builder(names[0]).source_paths()[0]).parents[3]
-    os.chdir(root)  # setuptools resolves the relative source paths from here
+    os.chdir(PACKAGE_ROOT)  # setuptools resolves the relative source paths from here
     setup(
         name="gencode-check",
         ext_modules=extensions,

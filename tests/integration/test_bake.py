@@ -91,6 +91,15 @@ def test_bake_builds_verifies_and_reports_the_cpu_target(baked_cpu: dict[str, An
     assert image["pushed"] is None  # no --push
 
 
+def test_a_baked_image_carries_its_sbom_and_provenance(baked_cpu: dict[str, Any]) -> None:
+    """Sealed as `imagegen build` seals: `imagegen verify` finds every op module as its SBOM says."""
+    (image,) = baked_cpu["images"]
+    checked = imagegen("verify", image["tag"], "--json")
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    proof = checked.json()["proof"]
+    assert proof is not None and proof["ok"] is True and proof["sbom_digest"].startswith("sha256:")
+
+
 def test_the_compile_cache_counted_every_compilation(baked_cpu: dict[str, Any]) -> None:
     cache = baked_cpu["images"][0]["compile_cache"]
     # The Redis is new for this module and the compile step's text names its port, so the step
