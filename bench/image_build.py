@@ -47,6 +47,7 @@ from imagegen import pipeline  # noqa: E402
 from imagegen.build.engine import detect_engine  # noqa: E402
 from imagegen.build.engine.log_lines import BK_HEADER  # noqa: E402
 from op_builder import get_builder  # noqa: E402
+from op_builder.paths import PACKAGE_ROOT  # noqa: E402
 
 REBUILD_GOAL = 0.35
 _DONE = re.compile(r"^#(\d+) DONE (\d+(?:\.\d+)?)s$")
@@ -63,10 +64,11 @@ def change_sources(src: Path, ops: Sequence[str], only: str | None = None) -> No
     """Give each op's sources (or only the one named ``only``) a new line of their own, so that
     ccache has no entry for them."""
     for op in ops:
-        for source in get_builder(op).sources:
+        builder = get_builder(op)
+        for source, full in zip(builder.sources, builder.source_paths()):
             if only is not None and source != only:
                 continue
-            path = src / "kernels" / "csrc" / source
+            path = src / Path(full).relative_to(PACKAGE_ROOT)  # kernels/<family>/csrc/...
             nonce = uuid.uuid4().hex
             path.write_text(
                 path.read_text()

@@ -227,16 +227,18 @@ def test_cpu_adam_step_runs_in_the_sealed_image(cpu_image: dict[str, Any], docke
     assert result["diff"] < 1e-5  # ... and what torch.optim.AdamW does
 
 
-def _source_of(op: str) -> str:
+def _source_of(op: str) -> Path:
+    """The op's first source, relative to the checkout (kernels/<family>/csrc/...)."""
     from op_builder import get_builder
+    from op_builder.paths import PACKAGE_ROOT
 
-    return get_builder(op).sources[0]
+    return Path(get_builder(op).source_paths()[0]).relative_to(PACKAGE_ROOT)
 
 
 def _broken_checkout(tmp_path: Path, op: str) -> Path:
     """A copy of the project's build inputs with ``op``'s first source made uncompilable."""
     copy = copy_build_inputs(REPO, tmp_path / "checkout")
-    source = copy / "kernels" / "csrc" / _source_of(op)
+    source = copy / _source_of(op)
     # A missing header is a fatal error: the compiler stops at once instead of parsing torch first.
     source.write_text('#include "imagegen_missing_on_purpose.h"\n' + source.read_text())
     return copy
@@ -251,9 +253,7 @@ def test_an_op_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -
     assert "imagegen_missing_on_purpose.h" in error["hint"]  # the compiler's own line, in the hint
     assert error["exit_code"] == 1
     # The checkout itself was not touched.
-    assert (
-        "imagegen_missing_on_purpose" not in (REPO / "kernels" / "csrc" / _source_of("cpu_lion")).read_text()
-    )
+    assert "imagegen_missing_on_purpose" not in (REPO / _source_of("cpu_lion")).read_text()
 
 
 # About 100 s on 2 cores, nearly all of it docker compressing the ~0.9 GB torch layer for the

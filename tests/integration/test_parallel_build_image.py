@@ -11,6 +11,7 @@ import pytest
 
 from imagegen.build.sources import copy_build_inputs
 from op_builder import get_builder
+from op_builder.paths import PACKAGE_ROOT
 from tests.integration.conftest import CPU_OPS, REPO, build_args, imagegen
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 def _checkout(tmp_path: Path, op: str, text: str, at_end: bool) -> Path:
     """A copy of the build inputs with ``text`` added to ``op``'s first source."""
     copy = copy_build_inputs(REPO, tmp_path / "checkout")
-    source = copy / "kernels" / "csrc" / get_builder(op).sources[0]
+    source = copy / Path(get_builder(op).source_paths()[0]).relative_to(PACKAGE_ROOT)
     old = source.read_text()
     source.write_text(old + text if at_end else text + old)
     return copy

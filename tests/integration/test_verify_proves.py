@@ -60,7 +60,7 @@ def test_verify_refuses_an_image_whose_kernel_computes_wrong(derived_wrong_image
 
 def test_a_kernel_that_computes_wrong_fails_the_build_naming_it(tmp_path: Path) -> None:
     checkout = copy_build_inputs(REPO, tmp_path / "checkout")
-    source = checkout / "kernels" / "csrc" / "cpu_optim" / "cpu_lion.cpp"
+    source = checkout / "kernels" / "optim" / "csrc" / "cpu_lion.cpp"
     text = source.read_text()
     assert "args.lr = static_cast<float>(lr);" in text
     # It compiles and loads; every step moves twice as far as Lion's rule says.
