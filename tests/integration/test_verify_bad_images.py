@@ -110,8 +110,8 @@ def test_bad_verify_input_is_exit_2_with_a_live_engine(
 # ---------------------------------------------------------------- images that fail in other ways
 #
 # Tiny images derived from the runtime stand-in by a COPY of a few files (no RUN, no compile).
-# Those "with op_builder" carry this checkout's op_builder (and `packaging`, its one
-# dependency) on PYTHONPATH but no torch: enough for the verifier to start, read the image's
+# Those "with op_builder" carry this checkout's op_builder and kernels' Python (and `packaging`,
+# op_builder's one dependency) on PYTHONPATH but no torch: enough for the verifier to start, read the image's
 # manifest and refuse what it cannot check.
 
 IT_ROOT = "/opt/imagegen-it"
@@ -150,6 +150,8 @@ def failing_images(docker_client: Any) -> Iterator[None]:
     import op_builder
 
     sources = dict(package_files(Path(op_builder.__file__).parent))
+    # Our ops' builders live in their op packages, which ship with op_builder in one wheel.
+    sources.update(package_files(REPO / "kernels"))
     sources.update(package_files(Path(packaging.__file__).parent))
     python = {"/usr/local/bin/python": "/usr/bin/python3"}
     derive(
