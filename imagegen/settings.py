@@ -146,6 +146,7 @@ OPTIONS: tuple[Setting, ...] = (
     TAG,
 )
 
+
 def _cache_credential(name: str, meaning: str) -> Setting:
     return Setting(name, "text", "unset", meaning + " (sent to the build as a BuildKit secret)", "toolkit")
 
