@@ -238,6 +238,11 @@ def test_usage_errors_without_json_are_one_message_with_a_hint() -> None:
     assert_bad_input(run("selftest", "--device", "tpu"), "tpu")
 
 
+def _sigint_as_a_terminal_sends_it() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_under_json_is_a_json_error_with_exit_130(tmp_path: Path) -> None:
     # A builders.py that says when it is being imported, then takes its time: the SIGINT lands
     # while the command runs, as a user's Ctrl-C would.
@@ -251,6 +256,9 @@ def test_ctrl_c_under_json_is_a_json_error_with_exit_130(tmp_path: Path) -> None
         text=True,
         env=_env(),
         cwd=REPO,
+        # SIGINT as a terminal delivers it, whatever this test process inherited: a shell that
+        # starts tests in the background ignores it, and a blocked signal mask survives exec.
+        preexec_fn=_sigint_as_a_terminal_sends_it,
     )
     deadline = time.monotonic() + 120
     while not marker.exists():
