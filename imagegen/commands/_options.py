@@ -4,9 +4,13 @@ Typer reads these annotations at run time, so this module spells optional types 
 ``Optional`` (the package supports Python 3.9, where ``X | None`` cannot be evaluated).
 """
 
+from collections.abc import Sequence
 from typing import Annotated, Optional
 
 import typer
+
+from imagegen.errors import BadInputError
+from imagegen.spec.checks import platform_name
 
 # ctx.meta key: set by --json's callback so the error handler knows the output format.
 JSON_META_KEY = "imagegen.json"
@@ -221,3 +225,33 @@ CompileCacheOption = Annotated[
         rich_help_panel=_BUILD,
     ),
 ]
+
+PlatformTorchOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--platform-torch",
+        metavar="OS/ARCH=X.Y.Z",
+        help="torch for one platform (repeatable), e.g. linux/arm64=2.10.0: the index's aarch64 CPU "
+        "builds stop at 2.10. Default: --torch, else the catalog's.",
+    ),
+]
+PlatformWheelhouseOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--platform-wheelhouse",
+        metavar="OS/ARCH=DIR",
+        help="The wheelhouse for one platform (repeatable), e.g. linux/arm64=DIR. Default: --wheelhouse.",
+    ),
+]
+
+
+def by_platform(option: str, values: Sequence[str], example: str) -> dict[str, str]:
+    """``OS/ARCH=VALUE`` items (``--platform-torch``, ``--platform-wheelhouse``) -> {platform:
+    value}; bad input for an item without ``=`` or a value."""
+    chosen: dict[str, str] = {}
+    for value in values:
+        platform, sep, given = value.partition("=")
+        if not sep or not given.strip():
+            raise BadInputError(f"{option} {value!r}: give OS/ARCH=VALUE", hint=f"e.g. {option} {example}")
+        chosen[platform_name(platform)] = given.strip()
+    return chosen

@@ -20,17 +20,19 @@ from imagegen.commands._options import (
     OfflineOption,
     OpsOption,
     OpSourceOption,
+    PlatformTorchOption,
+    PlatformWheelhouseOption,
     StandinsOption,
     TorchIndexOption,
     TorchOption,
     WheelhouseOption,
+    by_platform,
 )
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.render.matrix import STANDARD_MATRIX
 from imagegen.spec import catalog
-from imagegen.spec.checks import platform_name
 from imagegen.spec.image import SpecInput
 from op_builder.suggest import did_you_mean
 
@@ -56,24 +58,6 @@ PushRegistryOption = Annotated[
         help="Push each image that passed verification as REGISTRY/TAG (a host, a port, a path).",
     ),
 ]
-PlatformTorchOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--platform-torch",
-        metavar="OS/ARCH=X.Y.Z",
-        help="torch for one platform's targets (repeatable), e.g. linux/arm64=2.10.0: the index's "
-        "aarch64 CPU builds stop at 2.10. Default: --torch, else the catalog's.",
-    ),
-]
-PlatformWheelhouseOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--platform-wheelhouse",
-        metavar="OS/ARCH=DIR",
-        help="The wheelhouse for one platform's targets (repeatable), e.g. linux/arm64=DIR. "
-        "Default: --wheelhouse.",
-    ),
-]
 NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Build only; verify nothing.")]
 BakeFileOption = Annotated[
     Optional[Path],
@@ -95,17 +79,6 @@ def _matrix_targets() -> dict[str, tuple[catalog.Accelerator, str | None, str]]:
         name += catalog.platform_tag_suffix(platform)
         found[name.replace(".", "-")] = (accelerator, version, platform)
     return found
-
-
-def _by_platform(option: str, values: list[str], example: str) -> dict[str, str]:
-    """``OS/ARCH=VALUE`` items -> {platform: value} (as `imagegen build` takes them)."""
-    chosen: dict[str, str] = {}
-    for value in values:
-        platform, sep, given = value.partition("=")
-        if not sep or not given.strip():
-            raise BadInputError(f"{option} {value!r}: give OS/ARCH=VALUE", hint=f"e.g. {option} {example}")
-        chosen[platform_name(platform)] = given.strip()
-    return chosen
 
 
 def bake_command(
@@ -143,8 +116,8 @@ def bake_command(
                 f"no target {name!r} in the matrix",
                 hint=did_you_mean(name, known) or "targets: " + ", ".join(known),
             )
-    torch_for = _by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
-    wheels_for = _by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
+    torch_for = by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
+    wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
     requests = []
     for name in names:
         accelerator, version, platform = known[name]

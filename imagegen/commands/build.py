@@ -30,6 +30,8 @@ from imagegen.commands._options import (
     OpsOption,
     OpSourceOption,
     PlatformOption,
+    PlatformTorchOption,
+    PlatformWheelhouseOption,
     PythonOption,
     RocmOption,
     StandinsOption,
@@ -37,6 +39,7 @@ from imagegen.commands._options import (
     TorchIndexOption,
     TorchOption,
     WheelhouseOption,
+    by_platform,
 )
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
@@ -45,7 +48,7 @@ from imagegen.files import write_atomic
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
 from imagegen.spec.catalog import DEFAULT_PLATFORM
-from imagegen.spec.checks import platform_list, platform_name
+from imagegen.spec.checks import platform_list
 from imagegen.spec.image import ImageSpec, SpecInput
 from imagegen.verify.table import render_table
 
@@ -75,23 +78,6 @@ PushOption = Annotated[
         "--push",
         help="Push the tag after verification passed, with its SBOM and provenance as OCI referrers. "
         "Several platforms: each platform's image, then one image index under --tag.",
-    ),
-]
-PlatformTorchOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--platform-torch",
-        metavar="OS/ARCH=X.Y.Z",
-        help="torch for one platform (repeatable), e.g. linux/arm64=2.10.0: the index's aarch64 CPU "
-        "builds stop at 2.10. Default: --torch.",
-    ),
-]
-PlatformWheelhouseOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--platform-wheelhouse",
-        metavar="OS/ARCH=DIR",
-        help="The wheelhouse for one platform (repeatable), e.g. linux/arm64=DIR. Default: --wheelhouse.",
     ),
 ]
 SourceOption = Annotated[
@@ -142,8 +128,8 @@ def build(
     --tag as one image index only when every platform passed."""
     raw_platforms = platform if platform is not None else os.environ.get(settings.PLATFORM.name) or None
     platforms: Sequence[str | None] = platform_list(raw_platforms) if raw_platforms else [None]
-    torch_for = _by_platform("--platform-torch", platform_torch or [])
-    wheels_for = _by_platform("--platform-wheelhouse", platform_wheelhouse or [])
+    torch_for = by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
+    wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
     several = len(platforms) > 1
     built = {p or DEFAULT_PLATFORM for p in platforms}
     for option, chosen in (("--platform-torch", torch_for), ("--platform-wheelhouse", wheels_for)):
@@ -225,19 +211,6 @@ def _check_report(report: pipeline.BuildReport, budget: int | None, json: bool) 
         )
     if budget is not None and report.size is not None:
         check_budget(report.size, budget, reported=json)  # the JSON summary above has every part
-
-
-def _by_platform(option: str, values: Sequence[str]) -> dict[str, str]:
-    """``linux/arm64=VALUE`` items -> {platform: value}; bad input for an item without ``=``."""
-    chosen: dict[str, str] = {}
-    for value in values:
-        name, sep, given = value.partition("=")
-        if not sep or not given.strip():
-            raise BadInputError(
-                f"{option} {value!r}: give OS/ARCH=VALUE", hint=f"e.g. {option} linux/arm64=..."
-            )
-        chosen[platform_name(name)] = given.strip()
-    return chosen
 
 
 def _keep_report(report: pipeline.BuildReport) -> None:
