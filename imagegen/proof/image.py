@@ -45,15 +45,10 @@ def _inspect(client: Any, image: str) -> Mapping[str, Any]:
 def probe_image(image: str, with_torch: bool = False, timeout: float = 300) -> ImageFacts:
     """Run the probe in a sealed container of ``image`` (as ``imagegen verify`` runs its verifier)."""
     client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
-    name = f"imagegen-proof-{uuid.uuid4().hex[:12]}"
     command = ["python", "-c", probe_text(), *(["--torch"] if with_torch else [])]
     try:
         config = _inspect(client, image).get("Config") or {}
-        try:
-            code, stdout, stderr = sealed._run_sealed(client, image, name, config, command, timeout, None)
-        finally:
-            with sealed._interrupts_deferred():
-                sealed._remove(client, name)
+        code, stdout, stderr = sealed.run_sealed(client, image, "proof", config, command, timeout)
     finally:
         client.close()
     data = sealed._last_json_object(stdout)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -369,7 +368,7 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
     import docker
 
     # The verifier's sealed run (no network, read-only, no capabilities, non-root) and cleanup.
-    from imagegen.verify.image import _interrupts_deferred, _remove, _run_sealed
+    from imagegen.verify.image import run_sealed
 
     try:
         try:
@@ -399,15 +398,10 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
                     (base_info.get("RootFS") or {}).get("Layers") or [],
                     int(base_info.get("Size") or 0),
                 )
-        name = f"imagegen-size-{uuid.uuid4().hex[:12]}"
-        command = probe_command()
         try:
-            exit_code, stdout, stderr = _run_sealed(client, image, name, config, command, timeout, None)
+            exit_code, stdout, stderr = run_sealed(client, image, "size", config, probe_command(), timeout)
         except VerificationFailedError as exc:  # no python, or the container did not start
             raise VerificationFailedError(f"could not measure {image}: {exc.message}", hint=exc.hint) from exc
-        finally:
-            with _interrupts_deferred():
-                _remove(client, name)
     finally:
         client.close()
     document = parse_probe_output(stdout)

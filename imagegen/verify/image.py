@@ -249,14 +249,8 @@ def verify_image(
         labels = config.get("Labels") or {}
         check_image_op_names(ops or (), labels)
         wanted = requested_ops(ops, labels)
-        name = f"imagegen-verify-{uuid.uuid4().hex[:12]}"
-        try:
-            command = verify_command(wanted, require_gpu, selftest)
-            exit_code, stdout, stderr = _run_sealed(client, image, name, config, command, timeout, gpus)
-        finally:
-            # By name, so a Ctrl-C that lands between create() and the assignment still cleans up.
-            with _interrupts_deferred():
-                _remove(client, name)
+        command = verify_command(wanted, require_gpu, selftest)
+        exit_code, stdout, stderr = run_sealed(client, image, "verify", config, command, timeout, gpus)
     finally:
         client.close()
     seconds = time.monotonic() - start
@@ -282,6 +276,27 @@ def sealed_container_options() -> dict[str, Any]:
         # HOME on the tmpfs: the image's home is read-only here and torch may cache under it.
         "environment": {"HOME": "/tmp", "TMPDIR": "/tmp"},
     }
+
+
+def run_sealed(
+    client: Any,
+    image: str,
+    purpose: str,
+    config: Mapping[str, Any],
+    command: Sequence[str],
+    timeout: float,
+    gpus: str | None = None,
+) -> tuple[int, str, str]:
+    """Run ``command`` in a sealed container of ``image`` (``config``: the image's Config) named
+    ``imagegen-<purpose>-<random>``; (exit code, stdout, stderr). The container is always removed:
+    by name, so a Ctrl-C that lands between its creation and any assignment still cleans up, with a
+    second Ctrl-C or SIGTERM held until that is done."""
+    name = f"imagegen-{purpose}-{uuid.uuid4().hex[:12]}"
+    try:
+        return _run_sealed(client, image, name, config, command, timeout, gpus)
+    finally:
+        with _interrupts_deferred():
+            _remove(client, name)
 
 
 def _run_sealed(
