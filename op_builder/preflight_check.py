@@ -53,7 +53,9 @@ def visible_devices() -> tuple[tuple[Device, ...], str]:
     except ImportError:
         return (), "torch is not installed"
     if not torch.cuda.is_available():
-        return (), "no GPU is visible (torch.cuda.is_available() is False)"
+        from op_builder.selftest.harness import no_gpu_reason  # the self-tests' words for it
+
+        return (), no_gpu_reason()
     found: dict[str, Device] = {}
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
