@@ -3,19 +3,32 @@
 # (no Docker needed): the ops are JIT-built from the working tree, then tested, sanitized
 # and benchmarked. Every step's log lands in LOG_DIR (default build/gpu-proof).
 #
-#   bash scripts/gpu_proof.sh [STEP...]      steps: env build test selftest cpu sanitize bench
+#   bash scripts/gpu_proof.sh [STEP...]
 #
-# Knobs (environment): TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, SANITIZE_TIMEOUT (each tool
-# over scripts/sanitize_cases.py) and MEMCHECK_TIMEOUT (tests/gpu under memcheck), in seconds;
-# SANITIZE_TOOLS (default "memcheck racecheck synccheck initcheck"); MEMCHECK_K (pytest -k of
-# the tests run under memcheck); GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS;
-# SANITIZE_WORKERS (pytest-xdist workers under the sanitizer, default 8).
+# Steps: env build test selftest preflight cpu sanitize bench profile. preflight builds one op
+# ahead of time for this GPU and for another major and checks `python -m op_builder preflight`
+# passes the one and refuses the other; profile runs each case of bench/gpu_profile.py under
+# ncu (PROFILE_K: only cases whose name contains it), one report per case in LOG_DIR/ncu.
+#
+# Knobs (environment), times in seconds: TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, PROFILE_TIMEOUT
+# (each case), PREFLIGHT_TIMEOUT, SANITIZE_TIMEOUT (each tool over each group of
+# scripts/sanitize_cases.py), MEMCHECK_TIMEOUT (tests/gpu under memcheck); SANITIZE_TOOLS
+# (default "memcheck racecheck synccheck initcheck"); SANITIZE_JOBS (sanitizer runs at once,
+# default 10) and SANITIZE_WORKERS (pytest-xdist workers of the tests under memcheck, default 6);
+# MEMCHECK_K (pytest -k of those tests); GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS.
 #
 # With no step named, all run in that order. EXT_CACHE (a tar of built .so files from an
 # earlier run on the same paths) is unpacked before building and refreshed after, so a rerun
 # recompiles only the ops whose sources changed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(env build test selftest preflight cpu sanitize bench profile)
+known=" env build test selftest preflight cpu sanitize bench profile "
+for s in "${steps[@]}"; do  # every name checked before any step runs
+    [[ $known == *" $s "* ]] || { echo "unknown step: $s (${known:1:-1})" >&2; exit 2; }
+done
 
 PY=${PYTHON:-python3}
 LOG_DIR=${LOG_DIR:-build/gpu-proof}
@@ -83,6 +96,34 @@ run_selftest() {
     [[ $rc == 0 ]] || note_failure selftest "$rc"
 }
 
+run_preflight() {
+    step "preflight: an op for this GPU, and for another major"
+    timeout "${PREFLIGHT_TIMEOUT:-480}" "$PY" scripts/gpu_proof.py preflight --work "$PWD/build/gpu-proof-preflight" \
+        2>&1 | tee "$LOG_DIR/preflight.txt"
+    local rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || note_failure preflight "$rc"
+}
+
+run_profile() {
+    # ncu's own clocks (--clock-control none) are the ones the benchmarks ran at.
+    step "ncu: bench/gpu_profile.py"
+    command -v ncu >/dev/null || { note_failure "profile (no ncu on PATH)" 127; return; }
+    mkdir -p "$LOG_DIR/ncu"
+    local case rc
+    for case in $("$PY" bench/gpu_profile.py --list); do
+        [[ -z "${PROFILE_K:-}" || $case == *"$PROFILE_K"* ]] || continue
+        timeout "${PROFILE_TIMEOUT:-120}" ncu --profile-from-start off --clock-control none \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+            "$PY" bench/gpu_profile.py "$case" >"$LOG_DIR/ncu/$case.txt" 2>&1
+        rc=$?
+        [[ $rc == 0 ]] || note_failure "profile $case" "$rc"
+        echo "--- $case"
+        grep -E '^  [^ ].*\(([0-9]+, ){2}[0-9]+\)x\(|^ +(Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per Thread) ' \
+            "$LOG_DIR/ncu/$case.txt" || tail -5 "$LOG_DIR/ncu/$case.txt"
+    done
+}
+
 run_cpu() {
     # The AVX-512 paths and the CPU optimizer's thread scaling, where this CPU has AVX-512.
     step "cpu kernels (avx512)"
@@ -102,31 +143,48 @@ run_sanitize() {
     # a tensor's end lands outside any allocation and memcheck sees it, and initcheck sees a
     # read of memory nothing wrote.
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-    # First every kernel variant once, on small shapes (scripts/sanitize_cases.py), under each
-    # tool: under racecheck the whole test tier never finished in a device session, almost all
-    # of its time on the host. SANITIZE_TOOLS picks the tools, SANITIZE_TIMEOUT bounds each.
-    local tool rc parallel=()
+    # The sanitizers' cost is almost all on the host, so every run is its own process and they
+    # share the cores: each tool over each group of scripts/sanitize_cases.py (every kernel
+    # variant once, small shapes; under racecheck the whole test tier never finished in a device
+    # session), and tests/gpu under memcheck in pytest-xdist workers. SANITIZE_TOOLS picks the
+    # tools, SANITIZE_TIMEOUT bounds each case run, MEMCHECK_TIMEOUT the tests' run,
+    # SANITIZE_JOBS how many case runs at once. Each run's log: LOG_DIR/sanitize/TOOL-GROUP.txt.
+    local dir=$LOG_DIR/sanitize tool group groups parallel=() runs=()
+    mkdir -p "$dir"
+    groups=$("$PY" scripts/sanitize_cases.py --list-groups) || { note_failure "sanitize (listing the cases)" $?; return; }
+    step "compute-sanitizer: ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck} over scripts/sanitize_cases.py; memcheck over tests/gpu"
+    # The 4 GiB case is left out of the tests: under memcheck it alone would take the whole
+    # budget, and its kernels are the ones the other tests run (MEMCHECK_K: pytest -k).
+    "$PY" -c 'import xdist' 2>/dev/null && parallel=(-n "${SANITIZE_WORKERS:-6}")
+    (
+        timeout "${MEMCHECK_TIMEOUT:-540}" compute-sanitizer --tool memcheck \
+            --target-processes all --error-exitcode 86 --print-limit 20 \
+            "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark "${parallel[@]}" \
+            -k "${MEMCHECK_K:-not beyond_2_31}" >"$dir/memcheck-tests_gpu.txt" 2>&1
+        echo $? >"$dir/memcheck-tests_gpu.rc"
+    ) &
+    runs+=(memcheck-tests_gpu)
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
-        step "compute-sanitizer $tool: scripts/sanitize_cases.py"
-        timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
-            "$PY" scripts/sanitize_cases.py 2>&1 | tee "$LOG_DIR/sanitize_$tool.txt" \
-            | grep -v '^  ran ' | tail -25
-        rc=${PIPESTATUS[0]}
-        [[ $rc == 0 ]] || note_failure "$tool" "$rc"
+        for group in $groups; do
+            while (($(jobs -rp | wc -l) > ${SANITIZE_JOBS:-10})); do wait -n; done
+            (
+                timeout "${SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" --error-exitcode 86 \
+                    --print-limit 20 "$PY" scripts/sanitize_cases.py --only "$group" >"$dir/$tool-$group.txt" 2>&1
+                echo $? >"$dir/$tool-$group.rc"
+            ) &
+            runs+=("$tool-$group")
+        done
     done
-    # Then the GPU tests under memcheck, as far as MEMCHECK_TIMEOUT goes (MEMCHECK_K: pytest -k).
-    # The sanitizer's cost is mostly on the host, so the tests run in parallel workers
-    # (pytest-xdist, when present) and every child process is instrumented. The 4 GiB case
-    # is left out: under memcheck it alone would take the whole budget, and its kernels are
-    # the ones the other tests run.
-    "$PY" -c 'import xdist' 2>/dev/null && parallel=(-n "${SANITIZE_WORKERS:-8}")
-    step "compute-sanitizer memcheck: tests/gpu"
-    timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck \
-        --target-processes all --error-exitcode 86 --print-limit 20 \
-        "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark "${parallel[@]}" \
-        -k "${MEMCHECK_K:-not beyond_2_31}" 2>&1 | tee "$LOG_DIR/memcheck.txt" | tail -25
-    rc=${PIPESTATUS[0]}
-    [[ $rc == 0 ]] || note_failure memcheck "$rc"
+    wait
+    # One line a run: its exit (124: out of time) and the sanitizer's own summary line.
+    local run rc summary
+    for run in "${runs[@]}"; do
+        rc=$(cat "$dir/$run.rc" 2>/dev/null || echo "?")
+        summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$dir/$run.txt" | tail -1)
+        printf '%-28s exit %-3s %s\n' "$run" "$rc" "${summary:-no summary line (see $dir/$run.txt)}"
+        [[ $rc == 0 ]] || note_failure "sanitize $run" "$rc"
+    done | tee "$LOG_DIR/sanitize-summary.txt"
+    grep -q '!!!' "$LOG_DIR/sanitize-summary.txt" && status=1
     unset PYTORCH_NO_CUDA_MEMORY_CACHING
 }
 
@@ -144,13 +202,8 @@ run_bench() {
     done
 }
 
-steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(env build test selftest cpu sanitize bench)
 for s in "${steps[@]}"; do
-    case $s in
-        env | build | test | selftest | cpu | sanitize | bench) "run_$s" ;;
-        *) echo "unknown step: $s (env build test selftest cpu sanitize bench)" >&2; exit 2 ;;
-    esac
+    "run_$s"
 done
 step "done, status $status"
 exit $status

@@ -1,6 +1,7 @@
 """Every GPU kernel variant once, on small shapes: what compute-sanitizer runs.
 
-    compute-sanitizer --tool racecheck python scripts/sanitize_cases.py [--only NAME...]
+    compute-sanitizer --tool racecheck python scripts/sanitize_cases.py [--only GROUP...]
+    python scripts/sanitize_cases.py --list-groups      # the groups, one a line
     python scripts/sanitize_cases.py --device cpu        # the same calls on the fallbacks
 
 The sanitizers slow each CUDA call by orders of magnitude, and most of the GPU tests' time
@@ -236,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--only", nargs="+", choices=sorted(GROUPS), help="run these groups only")
+    parser.add_argument("--list-groups", action="store_true", help="print the groups' names and exit")
     parser.add_argument(
         "--dtypes",
         nargs="+",
@@ -243,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         help="these dtypes only",
     )
     args = parser.parse_args(argv)
+    if args.list_groups:
+        print("\n".join(GROUPS))
+        return 0
     dtypes = tuple(getattr(torch, name) for name in args.dtypes) if args.dtypes else DTYPES
     if args.device == "cuda" and not torch.cuda.is_available():
         print(
