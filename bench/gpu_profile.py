@@ -1,7 +1,7 @@
 """The kernels still behind torch or short of copy bandwidth, one case per process, for ``ncu``.
 
     python bench/gpu_profile.py --list              # the cases, one a line
-    python bench/gpu_profile.py CASE [--rows 8192] [--numel 64M]
+    python bench/gpu_profile.py CASE [--rows 32768] [--numel 64M]
 
 Each case warms its kernel up (JIT load, first launches, the caching allocator) outside the
 profiled region, then runs it once between ``cudaProfilerStart`` and ``cudaProfilerStop``, so
@@ -96,7 +96,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("case", nargs="?", help="one of --list")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
-    parser.add_argument("--rows", type=int, default=8192, help="LayerNorm rows (as bench/gpu_transformer.py)")
+    parser.add_argument("--rows", type=int, default=32768, help="LayerNorm rows (the benchmark table's)")
     parser.add_argument(
         "--numel", type=parse_size, default=parse_size("64M"), help="quantizer input elements"
     )
