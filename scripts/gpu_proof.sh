@@ -13,7 +13,8 @@
 # Knobs (environment), times in seconds: TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, PROFILE_TIMEOUT
 # (each case), PREFLIGHT_TIMEOUT, SANITIZE_TIMEOUT (each tool over each group of
 # scripts/sanitize_cases.py), MEMCHECK_TIMEOUT (tests/gpu under memcheck); SANITIZE_TOOLS
-# (default "memcheck racecheck synccheck initcheck"); SANITIZE_JOBS (sanitizer runs at once,
+# (default "memcheck racecheck synccheck initcheck"); SANITIZE_SPLIT (the tools whose runs are
+# split by dtype too, default racecheck); SANITIZE_JOBS (sanitizer runs at once,
 # default 10) and SANITIZE_WORKERS (pytest-xdist workers of the tests under memcheck, default 6);
 # MEMCHECK_K (pytest -k of those tests); GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS.
 #
@@ -164,15 +165,26 @@ run_sanitize() {
         echo $? >"$dir/memcheck-tests_gpu.rc"
     ) &
     runs+=(memcheck-tests_gpu)
+    # Racecheck is the slowest by far (it tracks every shared-memory access): its runs are split
+    # by dtype too (SANITIZE_SPLIT: the tools split so).
+    local dtype dtypes name
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        dtypes=all
+        [[ " ${SANITIZE_SPLIT-racecheck} " == *" $tool "* ]] && dtypes="float32 float16 bfloat16"
         for group in $groups; do
-            while (($(jobs -rp | wc -l) > ${SANITIZE_JOBS:-10})); do wait -n; done
-            (
-                timeout "${SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" --error-exitcode 86 \
-                    --print-limit 20 "$PY" scripts/sanitize_cases.py --only "$group" >"$dir/$tool-$group.txt" 2>&1
-                echo $? >"$dir/$tool-$group.rc"
-            ) &
-            runs+=("$tool-$group")
+            for dtype in $dtypes; do
+                name=$tool-$group
+                [[ $dtype == all ]] || name+=-$dtype
+                while (($(jobs -rp | wc -l) > ${SANITIZE_JOBS:-10})); do wait -n; done
+                (
+                    local only=(--only "$group")
+                    [[ $dtype == all ]] || only+=(--dtypes "$dtype")
+                    timeout "${SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" --error-exitcode 86 \
+                        --print-limit 20 "$PY" scripts/sanitize_cases.py "${only[@]}" >"$dir/$name.txt" 2>&1
+                    echo $? >"$dir/$name.rc"
+                ) &
+                runs+=("$name")
+            done
         done
     done
     wait
@@ -181,7 +193,7 @@ run_sanitize() {
     for run in "${runs[@]}"; do
         rc=$(cat "$dir/$run.rc" 2>/dev/null || echo "?")
         summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$dir/$run.txt" | tail -1)
-        printf '%-28s exit %-3s %s\n' "$run" "$rc" "${summary:-no summary line (see $dir/$run.txt)}"
+        printf '%-38s exit %-3s %s\n' "$run" "$rc" "${summary:-no summary line (see $dir/$run.txt)}"
         [[ $rc == 0 ]] || note_failure "sanitize $run" "$rc"
     done | tee "$LOG_DIR/sanitize-summary.txt"
     grep -q '!!!' "$LOG_DIR/sanitize-summary.txt" && status=1
