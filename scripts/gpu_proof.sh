@@ -154,14 +154,15 @@ run_sanitize() {
     mkdir -p "$dir"
     groups=$("$PY" scripts/sanitize_cases.py --list-groups) || { note_failure "sanitize (listing the cases)" $?; return; }
     step "compute-sanitizer: ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck} over scripts/sanitize_cases.py; memcheck over tests/gpu"
-    # The 4 GiB case is left out of the tests: under memcheck it alone would take the whole
-    # budget, and its kernels are the ones the other tests run (MEMCHECK_K: pytest -k).
+    # The 4 GiB and 1M-column cases are left out of the tests: under memcheck each alone would
+    # take much of the budget, and their kernels are the ones the other tests run (MEMCHECK_K:
+    # pytest -k).
     "$PY" -c 'import xdist' 2>/dev/null && parallel=(-n "${SANITIZE_WORKERS:-6}")
     (
         timeout "${MEMCHECK_TIMEOUT:-540}" compute-sanitizer --tool memcheck \
             --target-processes all --error-exitcode 86 --print-limit 20 \
             "$PY" -m pytest tests/gpu -q -p no:cacheprovider -p no:benchmark "${parallel[@]}" \
-            -k "${MEMCHECK_K:-not beyond_2_31}" >"$dir/memcheck-tests_gpu.txt" 2>&1
+            -k "${MEMCHECK_K:-not beyond_2_31 and not 1m_columns}" >"$dir/memcheck-tests_gpu.txt" 2>&1
         echo $? >"$dir/memcheck-tests_gpu.rc"
     ) &
     runs+=(memcheck-tests_gpu)

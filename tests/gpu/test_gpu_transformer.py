@@ -237,17 +237,21 @@ def test_layer_norm_backward_without_rows(device: torch.device, dtype: torch.dty
 
 @pytest.mark.parametrize(
     ("rows", "cols", "parts"),
-    [(256, 131072, lambda sms: min(4, sms)), (1001, 768, lambda sms: min(math.ceil(1001 / 16), sms))],
-    ids=["loop", "register"],
+    [
+        (256, 131072, lambda sms: min(4, sms)),
+        (256, 1 << 20, lambda sms: min(4, sms)),
+        (1001, 768, lambda sms: min(math.ceil(1001 / 16), sms)),
+    ],
+    ids=["loop", "loop_1m_columns", "register"],
 )
 def test_layer_norm_backward_workspace_is_what_its_path_writes(
     device: torch.device, rows: int, cols: int, parts: Any
 ) -> None:
     """The backward's scratch is sized by the path it takes: the loop path writes 2 * min(ceil(rows
     / 64), SMs) partial rows of fp32 (256 x 131072 fp16: 4 MiB, where 2 * min(rows, SMs) rows were
-    allocated, 132 MiB on an H100's 132 SMs); the register path one pair per block of its persistent
-    grid (768 fp16 columns: one warp a row, 16 rows a block). Measured as the peak the call adds
-    beyond dx, dweight and dbias."""
+    allocated, 132 MiB on an H100's 132 SMs; 256 x 1M: 32 MiB, not 1.03 GiB); the register path
+    one pair per block of its persistent grid (768 fp16 columns: one warp a row, 16 rows a
+    block). Measured as the peak the call adds beyond dx, dweight and dbias."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     module = transformer_op.OP.load()
     x, w, b, dy = _inputs(device, torch.float16, rows, cols, 5)
