@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -88,36 +89,38 @@ def judge(op: str, expect_ok: bool, returncode: int, report: Mapping[str, Any], 
 def _build_and_check(op: str, archs: str, expect_ok: bool, work: Path, gpu: str) -> bool:
     repo = Path(__file__).resolve().parent.parent
     dest = work / archs.replace(".", "")
+    shutil.rmtree(dest, ignore_errors=True)  # a rerun starts afresh
     clean = {
         k: v for k, v in os.environ.items() if not k.startswith(("DS_", "PYTHONPATH", "TORCH_CUDA_ARCH_LIST"))
     }
     build_env = {**clean, "DS_BUILD_OPS": "0", f"DS_BUILD_{op.upper()}": "1", "TORCH_CUDA_ARCH_LIST": archs}
     pip = [sys.executable, "-m", "pip", "-q"]
     start = time.time()
-    for argv, env in (
-        (
-            [*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", str(dest / "wheel"), str(repo)],
-            build_env,
-        ),
-        (
-            [
-                *pip,
-                "install",
-                "--no-deps",
-                "--target",
-                str(dest / "site"),
-                *map(str, (dest / "wheel").glob("*.whl")),
-            ],
-            clean,
-        ),
-    ):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            print(
-                f"{op} for {archs}: {' '.join(argv[3:5])} failed:\n{(done.stdout + done.stderr)[-2000:]}",
-                file=sys.stderr,
-            )
-            return False
+    wheels = dest / "wheel"
+    # Each build from its own copy of the sources: nothing compiled for one arch list is reused
+    # for the other (the checkout's build/ holds whatever was built there last).
+    from imagegen.build.sources import copy_build_inputs
+
+    source = copy_build_inputs(repo, dest / "src")
+    built = subprocess.run(
+        [*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", str(wheels), str(source)],
+        env=build_env,
+        capture_output=True,
+        text=True,
+    )
+    installed = built
+    if built.returncode == 0:  # the wheel's name is known only once it is built
+        target = [*pip, "install", "--no-deps", "--target", str(dest / "site")]
+        installed = subprocess.run(
+            [*target, *map(str, wheels.glob("*.whl"))], env=clean, capture_output=True, text=True
+        )
+    if installed.returncode != 0:
+        what = "building the wheel" if installed is built else "installing the wheel"
+        print(
+            f"{op} for {archs}: {what} failed:\n{(installed.stdout + installed.stderr)[-2000:]}",
+            file=sys.stderr,
+        )
+        return False
     # Run from the work folder with only the install on the path: the checkout must not answer.
     done = subprocess.run(
         [sys.executable, "-m", "op_builder", "preflight", "--json"],
