@@ -15,7 +15,13 @@ keeps bf16 state for bf16 params), so bytes moved differ; effective bandwidth co
 the bytes each implementation must move. ``kernel ms`` times our kernel launches alone on
 the same lists (the step less its Python), and ``kernel % copy`` puts their bandwidth against
 a device-to-device copy measured in the same run. Timings are medians of CUDA-event times,
-all sides interleaved, after warmup. Without a GPU it prints why and exits 0.
+all sides interleaved, after warmup.
+
+Where a whole step is slower than torch's, two columns say why: ``host ms`` is the step's
+Python with the launch made a no-op (wall-clock; a GPU step waits on it before its launch),
+and ``bytes ms`` / ``torch bytes ms`` are the fewest bytes each side must move at the copy's
+bandwidth: their difference is what our fp32 state costs over torch's bf16 state, whatever
+either kernel does. Without a GPU it prints why and exits 0.
 """
 
 from __future__ import annotations
@@ -28,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import RESULTS, Column, copy_gbps, cuda_medians, gpu_missing, report_gpu, speed_columns
+from _common import (
+    RESULTS,
+    Column,
+    copy_gbps,
+    cuda_medians,
+    gpu_missing,
+    report_gpu,
+    speed_columns,
+    time_interleaved,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
@@ -45,6 +60,9 @@ class Row:
     params_m: float
     ours_ms: float
     kernel_ms: float
+    host_ms: float
+    bytes_ms: float
+    torch_bytes_ms: float
     torch_ms: float
     speedup: float
     ours_gbps: float
@@ -94,6 +112,20 @@ def kernel_only(opt: Any) -> Callable[[], object]:
     return lambda: getattr(module, opt.kernel_fn)(*lists, *scalars)
 
 
+def host_only(opt: Any) -> Callable[[], object]:
+    """The step with its kernel launch a no-op: the Python around the launch (state lookups,
+    step counts, grouping) that a GPU step waits on before the launch."""
+
+    def step() -> None:
+        opt._launch = lambda *args: None  # the instance's attribute hides the method
+        try:
+            opt.step()
+        finally:
+            del opt._launch
+
+    return step
+
+
 def bench(layers: int, hidden: int, reps: int, copy: float) -> list[Row]:
     sizes = model_sizes(layers, hidden)
     numel = sum(sizes)
@@ -136,6 +168,8 @@ def bench(layers: int, hidden: int, reps: int, copy: float) -> list[Row]:
         for name, ours, theirs, impl in cases:
             timed = [ours.step, kernel_only(ours), theirs]
             ours_ms, kernel_ms, torch_ms = cuda_medians(timed, reps, warmup=3)
+            torch.cuda.synchronize()
+            (host,) = time_interleaved([host_only(ours)], reps, warmup=3)
             rows.append(
                 Row(
                     optimizer=name,
@@ -143,6 +177,9 @@ def bench(layers: int, hidden: int, reps: int, copy: float) -> list[Row]:
                     params_m=round(numel / 1e6, 1),
                     ours_ms=round(ours_ms, 3),
                     kernel_ms=round(kernel_ms, 3),
+                    host_ms=round(host.median * 1e3, 3),
+                    bytes_ms=round(numel * ours_bytes[name] / copy / 1e6, 3),
+                    torch_bytes_ms=round(numel * torch_bytes[name] / copy / 1e6, 3),
                     torch_ms=round(torch_ms, 3),
                     speedup=round(torch_ms / ours_ms, 2),
                     ours_gbps=round(numel * ours_bytes[name] / ours_ms / 1e6, 1),
@@ -176,6 +213,9 @@ def main() -> int:
         Column("dtype", "dtype", "<9"),
         *speed_columns(3),
         Column("kernel ms", "kernel_ms", ">10", ".3f"),
+        Column("host ms", "host_ms", ">8", ".3f"),
+        Column("bytes ms", "bytes_ms", ">9", ".3f"),
+        Column("torch bytes ms", "torch_bytes_ms", ">15", ".3f"),
         Column("ours GB/s", "ours_gbps", ">10", ".1f"),
         Column("torch GB/s", "torch_gbps", ">10", ".1f"),
         Column("kernel % copy", "percent_of_copy", ">14", ".1f", "%"),
