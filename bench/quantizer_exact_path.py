@@ -37,14 +37,17 @@ WARP_SLOTS = 32
 def quick_path(x: torch.Tensor, bits: int, symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """For the [groups, group_size] fp32 ``x``: the codes the quick path writes (int32, the
     quotient rounded by the magic-number add), and where it is unsure of them."""
+    # Divisions by tensors: torch may divide by a Python number as a multiply by its reciprocal.
     if symmetric:
-        scale = x.abs().amax(1, keepdim=True) / ((1 << (bits - 1)) - 1)
+        span = x.abs().amax(1, keepdim=True)
+        scale = span / torch.full_like(span, (1 << (bits - 1)) - 1)
         dividend = x
     else:
         low = x.amin(1, keepdim=True)
-        scale = (x.amax(1, keepdim=True) - low) / ((1 << bits) - 1)
+        span = x.amax(1, keepdim=True) - low
+        scale = span / torch.full_like(span, (1 << bits) - 1)
         dividend = x - low
-    quotient = dividend * (1.0 / scale)
+    quotient = dividend * (torch.ones_like(scale) / scale)
     nearest = (quotient + ROUND_MAGIC) - ROUND_MAGIC
     return nearest.to(torch.int32), (quotient - nearest).abs() > TIE_MARGIN
 
