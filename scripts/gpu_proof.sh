@@ -13,7 +13,8 @@
 # Knobs (environment), times in seconds: TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, PROFILE_TIMEOUT
 # (each case), PREFLIGHT_TIMEOUT, SANITIZE_TIMEOUT (each tool over each group of
 # scripts/sanitize_cases.py), MEMCHECK_TIMEOUT (tests/gpu under memcheck); SANITIZE_TOOLS
-# (default "memcheck racecheck synccheck initcheck"); SANITIZE_SPLIT (the tools whose runs are
+# (default "memcheck racecheck synccheck initcheck"); SANITIZE_BUDGET (the whole sanitize step's
+# seconds, default 560); SANITIZE_SPLIT (the tools whose runs are
 # split by dtype too, default racecheck); SANITIZE_JOBS (sanitizer runs at once,
 # default 10) and SANITIZE_WORKERS (pytest-xdist workers of the tests under memcheck, default 6);
 # MEMCHECK_K (pytest -k of those tests); GPU_OPTIM_ARGS, GPU_TRANSFORMER_ARGS, GPU_QUANTIZER_ARGS.
@@ -158,6 +159,9 @@ run_sanitize() {
     # take much of the budget, and their kernels are the ones the other tests run (MEMCHECK_K:
     # pytest -k).
     "$PY" -c 'import xdist' 2>/dev/null && parallel=(-n "${SANITIZE_WORKERS:-6}")
+    # Every run ends by SANITIZE_BUDGET seconds from here (default 560: a device call is 600),
+    # so the summary below is always written; a run left no time is reported as not run.
+    local deadline=$(($(date +%s) + ${SANITIZE_BUDGET:-560})) left
     (
         timeout "${MEMCHECK_TIMEOUT:-540}" compute-sanitizer --tool memcheck \
             --target-processes all --error-exitcode 86 --print-limit 20 \
@@ -177,14 +181,20 @@ run_sanitize() {
                 name=$tool-$group
                 [[ $dtype == all ]] || name+=-$dtype
                 while (($(jobs -rp | wc -l) > ${SANITIZE_JOBS:-10})); do wait -n; done
+                runs+=("$name")
+                left=$((deadline - $(date +%s)))
+                if ((left < 20)); then  # its summary line will say it never ran
+                    echo "not run: SANITIZE_BUDGET spent" >"$dir/$name.txt"
+                    echo 124 >"$dir/$name.rc"
+                    continue
+                fi
                 (
                     local only=(--only "$group")
                     [[ $dtype == all ]] || only+=(--dtypes "$dtype")
-                    timeout "${SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" --error-exitcode 86 \
+                    timeout "$((left < ${SANITIZE_TIMEOUT:-540} ? left : ${SANITIZE_TIMEOUT:-540}))" compute-sanitizer --tool "$tool" --error-exitcode 86 \
                         --print-limit 20 "$PY" scripts/sanitize_cases.py "${only[@]}" >"$dir/$name.txt" 2>&1
                     echo $? >"$dir/$name.rc"
                 ) &
-                runs+=("$name")
             done
         done
     done
@@ -194,7 +204,8 @@ run_sanitize() {
     for run in "${runs[@]}"; do
         rc=$(cat "$dir/$run.rc" 2>/dev/null || echo "?")
         summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$dir/$run.txt" | tail -1)
-        printf '%-38s exit %-3s %s\n' "$run" "$rc" "${summary:-no summary line (see $dir/$run.txt)}"
+        [[ -n $summary ]] || summary="no summary line; its last: $(tail -1 "$dir/$run.txt")"
+        printf '%-38s exit %-3s %s\n' "$run" "$rc" "$summary"
         [[ $rc == 0 ]] || note_failure "sanitize $run" "$rc"
     done | tee "$LOG_DIR/sanitize-summary.txt"
     grep -q '!!!' "$LOG_DIR/sanitize-summary.txt" && status=1
