@@ -8,7 +8,8 @@
 # Steps: env build test selftest preflight cpu sanitize bench profile. preflight builds one op
 # ahead of time for this GPU and for another major and checks `python -m op_builder preflight`
 # passes the one and refuses the other; profile runs each case of bench/gpu_profile.py under
-# ncu (PROFILE_K: only cases whose name contains it), one report per case in LOG_DIR/ncu.
+# ncu (PROFILE_K: only cases whose name contains one of its words), one report per case in
+# LOG_DIR/ncu.
 #
 # Knobs (environment), times in seconds: TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, PROFILE_TIMEOUT
 # (each case), PREFLIGHT_TIMEOUT, SANITIZE_TIMEOUT (each tool over each group of
@@ -111,9 +112,11 @@ run_profile() {
     step "ncu: bench/gpu_profile.py"
     command -v ncu >/dev/null || { note_failure "profile (no ncu on PATH)" 127; return; }
     mkdir -p "$LOG_DIR/ncu"
-    local case rc
+    local case rc pick wanted
     for case in $("$PY" bench/gpu_profile.py --list); do
-        [[ -z "${PROFILE_K:-}" || $case == *"$PROFILE_K"* ]] || continue
+        wanted=${PROFILE_K:+no}
+        for pick in ${PROFILE_K:-}; do [[ $case == *"$pick"* ]] && wanted=; done
+        [[ -z $wanted ]] || continue
         timeout "${PROFILE_TIMEOUT:-120}" ncu --profile-from-start off --clock-control none \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
             --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
