@@ -6,23 +6,20 @@ rejects it where a refusal is."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests._script_module import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_proof.py"
 
 
 @pytest.fixture(scope="module")
 def gpu_proof() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_proof", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "gpu_proof")
 
 
 def test_a_build_installed_alone_is_judged_by_its_own_preflight(

@@ -6,7 +6,6 @@ so the margin, and the slow path it sends elements to, are needed: the check can
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -14,23 +13,14 @@ import pytest
 import torch
 
 from kernels.quantization.quantizer import _quantize_int_torch
+from tests._script_module import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "quantizer_exact_path.py"
 
 
 @pytest.fixture(scope="module")
 def replay() -> ModuleType:
-    import sys
-
-    sys.path.insert(0, str(BENCH.parent))  # its `_common` import, as when run from bench/
-    try:
-        spec = importlib.util.spec_from_file_location("quantizer_exact_path", BENCH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH.parent))
-    return module
+    return load_script(BENCH, "quantizer_exact_path")
 
 
 @pytest.mark.parametrize(("bits", "symmetric"), [(8, True), (8, False), (4, True), (4, False)])

@@ -7,25 +7,20 @@ a renamed argument.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
+from tests._script_module import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sanitize_cases.py"
 
 
 @pytest.fixture(scope="module")
 def cases() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sanitize_cases", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sanitize_cases"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "sanitize_cases")
 
 
 @pytest.mark.filterwarnings("ignore:.*using the PyTorch fallback:RuntimeWarning")

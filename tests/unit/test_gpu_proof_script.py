@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
+
+from tests._script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_proof.py"
 
@@ -29,14 +32,8 @@ def test_env_without_a_gpu_exits_1() -> None:
     assert proc.returncode == 1 and "sees no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _gpu_proof_module():  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_proof", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _gpu_proof_module() -> ModuleType:
+    return load_script(SCRIPT, "gpu_proof")
 
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -6,7 +6,6 @@ libraries) and against the rules written out: PyPI's torch per CUDA, async_io ou
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from op_builder import ALL_OPS
+from tests._script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "images.py"
@@ -23,12 +23,7 @@ IMAGEGEN = ["imagegen"]
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("images_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses looks its module up there)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "images_script")
 
 
 images = _load()

@@ -5,26 +5,21 @@ The end-to-end run (native and qemu's Nehalem) is tests/kernels/test_portability
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests._script_module import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "portability.py"
 ENOSYS = "io_setup(4) failed: Function not implemented"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("portability_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses looks its module up there)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "portability_script")
 
 
 portability = _load()
