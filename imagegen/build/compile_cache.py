@@ -25,7 +25,6 @@ After the compile the step prints sccache's statistics as one line,
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 
 from imagegen import settings
 from imagegen.errors import BadInputError
+from imagegen.hosts import is_loopback
 
 Backend = Literal["local", "redis", "s3", "gcs"]
 
@@ -92,7 +92,7 @@ class CompileCache:
     @property
     def host_network(self) -> bool:
         """Whether the build must run in the host's network (a cache on its loopback)."""
-        return self.backend == "redis" and _is_loopback(urlsplit(self.url).hostname or "")
+        return self.backend == "redis" and is_loopback(urlsplit(self.url).hostname or "")
 
     @property
     def location(self) -> str:
@@ -150,15 +150,6 @@ def parse(value: str) -> CompileCache:
 
 def _redacted(scheme: str, host: str | None, port: int | None, path: str) -> str:
     return f"{scheme}://***@{host or ''}{f':{port}' if port else ''}{path}"
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def secret_text(cache: CompileCache, env: Mapping[str, str]) -> str:

@@ -14,7 +14,6 @@ which Docker also reaches over plain HTTP without configuration, and hosts named
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 from imagegen import settings
 from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.hosts import is_loopback
 from imagegen.oci import auth
 from imagegen.oci.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
 
@@ -84,12 +84,7 @@ def _loopback(registry: str) -> bool:
         host = registry[1:].split("]", 1)[0]
     else:
         host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(host)
 
 
 def base_url(registry: str, env: Mapping[str, str] = os.environ) -> str:
