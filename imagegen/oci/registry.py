@@ -202,31 +202,33 @@ class RegistryClient:
 
     # ------------------------------------------------------------------ the API
 
-    def resolve(self, reference: Reference) -> Descriptor | None:
-        """The descriptor of what ``reference`` names (None: no such manifest)."""
-        path = f"{reference.repository}/manifests/{reference.ref}"
-        response = self.request(
-            "GET", path, reference.repository, headers={"Accept": ", ".join(MANIFEST_TYPES)}
-        )
-        if response.status_code == 404:
-            return None
-        if response.status_code != 200:
-            raise self._failed(f"resolving {reference}", response)
-        body = bytes(response.content)
-        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-        # The digest is the body's: a registry's Docker-Content-Digest is only a claim about it.
-        return Descriptor.of(media_type, body)
-
-    def get_manifest(
-        self, repository: str, ref: str, accept: tuple[str, ...] = MANIFEST_TYPES
-    ) -> bytes | None:
+    def _manifest(self, repository: str, ref: str, accept: tuple[str, ...], what: str) -> Any:
+        """The GET of a manifest's response; None for a 404, a failure for any other non-200."""
         response = self.request(
             "GET", f"{repository}/manifests/{ref}", repository, headers={"Accept": ", ".join(accept)}
         )
         if response.status_code == 404:
             return None
         if response.status_code != 200:
-            raise self._failed(f"reading {repository}:{ref}", response)
+            raise self._failed(what, response)
+        return response
+
+    def resolve(self, reference: Reference) -> Descriptor | None:
+        """The descriptor of what ``reference`` names (None: no such manifest)."""
+        what = f"resolving {reference}"
+        response = self._manifest(reference.repository, reference.ref, MANIFEST_TYPES, what)
+        if response is None:
+            return None
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        # The digest is the body's: a registry's Docker-Content-Digest is only a claim about it.
+        return Descriptor.of(media_type, bytes(response.content))
+
+    def get_manifest(
+        self, repository: str, ref: str, accept: tuple[str, ...] = MANIFEST_TYPES
+    ) -> bytes | None:
+        response = self._manifest(repository, ref, accept, f"reading {repository}:{ref}")
+        if response is None:
+            return None
         body = bytes(response.content)
         if ref.startswith("sha256:") and sha256_digest(body) != ref:
             raise BuildFailedError(f"{self.registry}/{repository}@{ref}: the registry sent other bytes")
