@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -168,14 +168,13 @@ def bake_supports_network(client: str, env: Mapping[str, str]) -> bool:
     return done.returncode == 0
 
 
-def check_host_network(requests: Sequence[BakeRequest], supported: bool) -> None:
+def check_host_network(requests: Sequence[BakeRequest], supported: Callable[[], bool]) -> None:
     """BadInputError when a target's compile cache is on the host's loopback and bake cannot
-    give the build the host's network (the cache would be out of its reach)."""
-    if supported:
-        return
+    give the build the host's network (the cache would be out of its reach). ``supported`` is
+    asked only when some target needs the host's network (it may run a probe)."""
     for request in requests:
         cache = request.spec.compile_cache
-        if cache is not None and cache.host_network:
+        if cache is not None and cache.host_network and not supported():
             raise BadInputError(
                 f"--compile-cache {cache.url} is on this machine's loopback, which a bake's build "
                 "cannot reach: this buildx's bake has no host network for a target",
@@ -344,8 +343,7 @@ def bake(
     engine = detect_engine(env)
     client = buildx_client(engine)
     driver = builder_driver(client, builder, env)
-    if any(r.spec.compile_cache is not None and r.spec.compile_cache.host_network for r in requests):
-        check_host_network(requests, bake_supports_network(client, env))
+    check_host_network(requests, lambda: bake_supports_network(client, env))
     log.info(
         f"bake on builder {builder or '(current)'}, driver {driver}: {', '.join(r.name for r in requests)}"
     )

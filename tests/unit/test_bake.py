@@ -184,12 +184,14 @@ def _request(cache: str | None) -> BakeRequest:
 
 def test_a_loopback_cache_is_refused_where_bake_has_no_host_network() -> None:
     with pytest.raises(BadInputError) as caught:
-        check_host_network([_request(None), _request("redis://127.0.0.1:6379")], supported=False)
+        check_host_network([_request(None), _request("redis://127.0.0.1:6379")], supported=lambda: False)
     assert "loopback" in caught.value.message and caught.value.hint is not None
     assert "172.17.0.1" in caught.value.hint
     # Reachable caches, or a bake that can give the host's network, pass.
-    check_host_network([_request("redis://172.17.0.1:6379"), _request("local")], supported=False)
-    check_host_network([_request("redis://127.0.0.1:6379")], supported=True)
+    check_host_network([_request("redis://172.17.0.1:6379"), _request("local")], supported=lambda: False)
+    check_host_network([_request("redis://127.0.0.1:6379")], supported=lambda: True)
+    # No target on the loopback: bake is not probed at all.
+    check_host_network([_request("local"), _request(None)], supported=lambda: pytest.fail("probed"))
 
 
 def test_bake_without_buildx_is_exit_3_with_how_to_install_it() -> None:
