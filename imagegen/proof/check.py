@@ -5,16 +5,22 @@ found in the image: its path, its SHA-256, and the device code (``imagegen:sass`
 ``gfx``) or CPU code paths (``imagegen:isa``) found in it. A module replaced after the build, an
 op missing from either side, or a SBOM whose file differs from its label's digest is a mismatch,
 named by op where there is one.
+
+With a key, ``compare_statement`` also holds the signed provenance statement as the root: the SBOM
+must be the one it names and each op module the one it names.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from imagegen.proof import sbom as sbom_props
+from imagegen.proof.documents import SBOM, sha256_digest
 from imagegen.proof.facts import ImageFacts, OpModule
+from imagegen.proof.provenance import STATEMENT_TYPE
 
 
 @dataclass(frozen=True)
@@ -122,4 +128,86 @@ def compare(document: Mapping[str, Any], facts: ImageFacts) -> tuple[Mismatch, .
     for op in facts.ops:
         if op.name not in recorded:
             problems.append(Mismatch(op.name, "installed in the image but not in the SBOM"))
+    return tuple(problems)
+
+
+# --------------------------------------------------------------------------- the signed statement
+
+
+def _subject_ops(statement: Mapping[str, Any]) -> dict[str, tuple[str, str | None]]:
+    """The op module subjects of a provenance statement: op -> (path, sha256)."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for subject in statement.get("subject") or []:
+        if not isinstance(subject, Mapping):
+            continue
+        annotations = subject.get("annotations")
+        op = annotations.get(sbom_props.OP) if isinstance(annotations, Mapping) else None
+        if not op:
+            continue
+        digest = subject.get("digest")
+        sha = digest.get("sha256") if isinstance(digest, Mapping) else None
+        found[str(op)] = (str(subject.get("name") or ""), None if sha is None else str(sha))
+    return found
+
+
+def _named_sbom_digest(statement: Mapping[str, Any]) -> str | None:
+    """The SBOM digest the statement names as its build's byproduct ("sha256:..."), if any."""
+    predicate = statement.get("predicate")
+    run = predicate.get("runDetails") if isinstance(predicate, Mapping) else None
+    byproducts = run.get("byproducts") if isinstance(run, Mapping) else None
+    for entry in byproducts if isinstance(byproducts, list) else []:
+        if isinstance(entry, Mapping) and entry.get("name") == SBOM.filename:
+            digest = entry.get("digest")
+            if isinstance(digest, Mapping) and digest.get("sha256"):
+                return f"sha256:{digest['sha256']}"
+    return None
+
+
+def compare_statement(statement: bytes, sbom: bytes | None, facts: ImageFacts) -> tuple[Mismatch, ...]:
+    """Every difference between a *signed* provenance statement and the image (pure).
+
+    Once the signature over ``statement`` has verified, the statement is the root of trust:
+    the SBOM must be the very document it names (its digest), each op module subject must be the
+    module in the image (path and sha256), and every op module in the image must be a subject.
+    Checking the SBOM against the modules alone would let a forger rewrite both together.
+    """
+    try:
+        document = json.loads(statement)
+    except ValueError as exc:
+        return (Mismatch(None, f"the signed provenance is not JSON: {exc}"),)
+    if not isinstance(document, Mapping) or document.get("_type") != STATEMENT_TYPE:
+        return (Mismatch(None, "the signed provenance is not an in-toto statement"),)
+    problems: list[Mismatch] = []
+    named = _named_sbom_digest(document)
+    if named is None:
+        problems.append(Mismatch(None, "the signed provenance names no SBOM"))
+    elif sbom is None:
+        problems.append(Mismatch(None, f"the signed provenance names the SBOM {named}; the image has none"))
+    elif sha256_digest(sbom) != named:
+        problems.append(
+            Mismatch(
+                None,
+                f"the SBOM is not the one the signed provenance names: {sha256_digest(sbom)}, "
+                f"the signed provenance says {named}",
+            )
+        )
+    subjects = _subject_ops(document)
+    for name, (path, sha) in subjects.items():
+        op = facts.op(name)
+        if op is None or op.path is None:
+            problems.append(Mismatch(name, "the signed provenance names its module, the image has none"))
+            continue
+        if op.path != path:
+            problems.append(Mismatch(name, f"module at {op.path}, the signed provenance says {path}"))
+        if op.sha256 != sha:
+            problems.append(
+                Mismatch(
+                    name,
+                    f"module {op.path} is not the one that was signed: sha256 {op.sha256}, "
+                    f"the signed provenance says {sha}",
+                )
+            )
+    for op in facts.ops:
+        if op.path is not None and op.name not in subjects:
+            problems.append(Mismatch(op.name, "installed in the image but not in the signed provenance"))
     return tuple(problems)

@@ -17,7 +17,7 @@ from typing import Any
 from imagegen.build.engine.client import docker_client
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.proof import probe
-from imagegen.proof.check import Mismatch, compare
+from imagegen.proof.check import Mismatch, compare, compare_statement
 from imagegen.proof.documents import DOCUMENT_TYPES, PROOF_DIR, PROVENANCE, SBOM, SIGNATURE, sha256_digest
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.signing import check_envelope
@@ -178,6 +178,7 @@ def check_image(image: str, public_key: Any = None, timeout: float = 300) -> Pro
         )
     problems = documents.problems()
     signed: bool | None = None
+    signed_statement: bytes | None = None
     if public_key is not None:
         envelope = documents.files.get(SIGNATURE.filename)
         statement = documents.files.get(PROVENANCE.filename)
@@ -189,7 +190,10 @@ def check_image(image: str, public_key: Any = None, timeout: float = 300) -> Pro
             signed = why is None
             if why is not None:
                 problems.append(Mismatch(None, f"signature: {why}"))
+            else:
+                signed_statement = statement
     sbom_bytes = documents.files.get(SBOM.filename)
+    facts: ImageFacts | None = None
     if sbom_bytes is not None:
         try:
             document = json.loads(sbom_bytes)
@@ -198,6 +202,10 @@ def check_image(image: str, public_key: Any = None, timeout: float = 300) -> Pro
         else:
             facts = probe_image(image, timeout=timeout)
             problems += compare(document if isinstance(document, Mapping) else {}, facts)
+    if signed_statement is not None:
+        # The signed statement is the root: the SBOM and every module are checked against it too.
+        facts = facts or probe_image(image, timeout=timeout)
+        problems += compare_statement(signed_statement, sbom_bytes, facts)
     digest = documents.labels.get(SBOM.label)
     return ProofCheck(digest, signed, tuple(problems))
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from imagegen.proof.documents import SBOM, Document, sha256_digest
 from imagegen.proof.facts import ImageFacts
-from imagegen.proof.sbom import BaseImage
+from imagegen.proof.sbom import OP, BaseImage
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -76,7 +76,7 @@ def statement(data: ProvenanceInput, sbom: Document) -> dict[str, Any]:
         }
     ]
     subjects += [
-        {"name": op.path, "digest": {"sha256": op.sha256}, "annotations": {"imagegen:op": op.name}}
+        {"name": op.path, "digest": {"sha256": op.sha256}, "annotations": {OP: op.name}}
         for op in data.facts.ops
         if op.path and op.sha256
     ]

@@ -34,6 +34,7 @@ SIGNED_TAG = "imagegen-it/cpu-signed:" + "-".join(CPU_OPS)
 SWAPPED_TAG = "imagegen-it/swapped-module:cpu_lion"
 ALTERED_TAG = "imagegen-it/altered-provenance:cpu"
 RELABELLED_TAG = "imagegen-it/altered-provenance:relabelled"
+FORGED_TAG = "imagegen-it/forged-sbom:cpu_lion"
 CLASSIC_TAG = "imagegen-it/proof-classic:cpu"
 PROOF_DIR = "/opt/imagegen/proof"
 
@@ -63,7 +64,7 @@ def op_components(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def derived_images(docker_client: Any) -> Iterator[None]:
     yield
-    for tag in (SWAPPED_TAG, ALTERED_TAG, RELABELLED_TAG, CLASSIC_TAG, SIGNED_TAG):
+    for tag in (SWAPPED_TAG, ALTERED_TAG, RELABELLED_TAG, FORGED_TAG, CLASSIC_TAG, SIGNED_TAG):
         with contextlib.suppress(Exception):  # not made by a test that failed early
             docker_client.images.remove(tag, force=True)
 
@@ -215,6 +216,42 @@ def test_a_signed_build_verifies_with_its_key_only(
     )
     result = imagegen("verify", RELABELLED_TAG, "--key", str(public))
     assert result.returncode == 1 and "differs from the one that was signed" in result.stderr
+
+
+def test_a_forger_who_rewrites_the_sbom_fails_verify_with_the_key(
+    cpu_image: dict[str, Any], docker_client: Any, derived_images: None, tmp_path: Path
+) -> None:
+    # A module replaced, the SBOM rewritten with its new hash and relabelled: everything but the
+    # signed statement agrees with the forgery, so only the statement as the root can catch it.
+    private, public, _ = _keys(tmp_path)
+    built = imagegen(*build_args(SIGNED_TAG), "--sign-key", str(private))  # this test's own key
+    assert built.returncode == 0, built.stderr[-3000:]
+    sbom = image_file(docker_client, SIGNED_TAG, f"{PROOF_DIR}/sbom.cdx.json")
+    document = json.loads(sbom)
+    component = op_components(document)["cpu_lion"]
+    path = properties(component)["imagegen:path"]
+    forged_module = image_file(docker_client, SIGNED_TAG, path) + b"\0" * 64
+    forged_sha = hashlib.sha256(forged_module).hexdigest()
+    component["hashes"] = [{"alg": "SHA-256", "content": forged_sha}]
+    forged_sbom = (json.dumps(document, indent=2) + "\n").encode()
+    label = "sha256:" + hashlib.sha256(forged_sbom).hexdigest()
+    files = {path: forged_module, f"{PROOF_DIR}/sbom.cdx.json": forged_sbom}
+    derive(docker_client, FORGED_TAG, SIGNED_TAG, files, {}, (f'LABEL io.imagegen.sbom.digest="{label}"',))
+
+    # Without the key the forgery is consistent (what an unsigned proof cannot show) ...
+    unsigned = imagegen("verify", FORGED_TAG, "--json")
+    assert unsigned.returncode == 0, unsigned.stderr[-2000:]
+    # ... with it, the module and the SBOM are each checked against what was signed.
+    result = imagegen("verify", FORGED_TAG, "--key", str(public), "--json")
+    assert result.returncode == 1, result.stderr[-2000:]
+    proof = result.json()["proof"]
+    assert proof["signed"] is True and proof["ok"] is False
+    by_op = {m["op"]: m["problem"] for m in proof["mismatches"]}
+    assert set(by_op) == {None, "cpu_lion"}
+    assert "not the one that was signed" in by_op["cpu_lion"] and forged_sha in by_op["cpu_lion"]
+    assert "not the one the signed provenance names" in by_op[None]
+    text = imagegen("verify", FORGED_TAG, "--key", str(public))
+    assert text.returncode == 1 and "cpu_lion" in text.stderr
 
 
 def test_sbom_of_an_image_without_one_is_bad_input(docker_ready: None) -> None:

@@ -22,7 +22,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from imagegen.errors import BadInputError
 from imagegen.proof import probe
-from imagegen.proof.check import compare, sbom_ops
+from imagegen.proof.check import compare, compare_statement, sbom_ops
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.provenance import ProvenanceInput, Revision, make_statement
@@ -300,6 +300,56 @@ def test_an_altered_statement_or_envelope_fails(tmp_path: Path) -> None:
     forged = json.dumps(document).encode()
     assert "no signature verifies" in str(check_envelope(forged, altered, public))
     assert "malformed" in str(check_envelope(b"{}", statement, public))
+
+
+def forged_facts() -> dict[str, Any]:
+    """The image's facts after a forger replaced cpu_adam's module (same path, other bytes)."""
+    forged = copy.deepcopy(FACTS)
+    forged["ops"][0]["sha256"] = hashlib.sha256(b"forged cpu_adam module").hexdigest()
+    return forged
+
+
+def test_the_signed_statement_matches_the_image_as_built() -> None:
+    assert compare_statement(statement_bytes(), sbom_bytes(), facts()) == ()
+
+
+def test_a_forger_who_rewrites_the_sbom_fails_against_the_signed_statement() -> None:
+    # The forger's SBOM agrees with the forged module, so the SBOM check alone passes ...
+    forged_sbom = sbom_bytes(forged_facts())
+    assert compare(json.loads(forged_sbom), facts(forged_facts())) == ()
+    # ... but the signed statement still names the old module and the old SBOM.
+    problems = compare_statement(statement_bytes(), forged_sbom, facts(forged_facts()))
+    by_op = {m.op: m.problem for m in problems}
+    assert set(by_op) == {None, "cpu_adam"}
+    assert "not the one that was signed" in by_op["cpu_adam"] and ADAM_SHA in by_op["cpu_adam"]
+    assert "not the one the signed provenance names" in str(by_op[None])
+    # The SBOM alone replaced (the modules untouched) is caught too.
+    assert [m.op for m in compare_statement(statement_bytes(), forged_sbom, facts())] == [None]
+    assert "the image has none" in str(compare_statement(statement_bytes(), None, facts())[0])
+
+
+def test_ops_added_or_removed_against_the_signed_statement_fail_naming_them() -> None:
+    extra = copy.deepcopy(FACTS)
+    extra["ops"].append({**FACTS["ops"][0], "name": "cpu_lion", "path": f"{SITE}/cpu_lion.so"})
+    assert [(m.op, m.problem) for m in compare_statement(statement_bytes(), sbom_bytes(), facts(extra))] == [
+        ("cpu_lion", "installed in the image but not in the signed provenance")
+    ]
+    fewer = copy.deepcopy(FACTS)
+    fewer["ops"] = fewer["ops"][:1]
+    assert [m.op for m in compare_statement(statement_bytes(), sbom_bytes(), facts(fewer))] == ["fused_lamb"]
+    moved = copy.deepcopy(FACTS)
+    moved["ops"][1]["path"] = "/tmp/fused_lamb.so"
+    moved_problems = compare_statement(statement_bytes(), sbom_bytes(), facts(moved))
+    assert "the signed provenance says" in moved_problems[0].problem
+
+
+def test_a_signed_document_that_is_not_a_statement_fails() -> None:
+    assert "not JSON" in compare_statement(b"\xff{", sbom_bytes(), facts())[0].problem
+    assert "not an in-toto statement" in compare_statement(b"[]", sbom_bytes(), facts())[0].problem
+    bare = json.loads(statement_bytes())
+    del bare["predicate"]["runDetails"]["byproducts"]
+    problems = compare_statement(json.dumps(bare).encode(), sbom_bytes(), facts())
+    assert [m.problem for m in problems] == ["the signed provenance names no SBOM"]
 
 
 def test_keys_that_cannot_sign_are_bad_input(tmp_path: Path) -> None:
