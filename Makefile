@@ -37,9 +37,11 @@ standins: setup docker
 	for p in $(subst $(comma), ,$(PLATFORM)); do $(VENV)/bin/imagegen standins --platform $$p || exit; done
 
 # Every tier that can run here: unit, kernels, loader, CUDA device-code compile (when nvcc
-# is present), and the Docker integration tier (skipped, with the reason, when no engine).
-test: setup
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+# is present), and the Docker integration tier. Set-up installs every package the tests use, so
+# IMAGEGEN_STRICT_SKIPS=1 turns a skip for a missing package or engine into a failure
+# (tests/conftest.py): what is left skipped is hardware (a GPU, AVX-512) or the slow tier.
+test: setup docker
+	IMAGEGEN_STRICT_SKIPS=1 $(PY) -m pytest -ra $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
@@ -123,8 +125,7 @@ HOST ?=
 cuda-check: setup
 	$(PY) scripts/cuda_check.py $(foreach dir,$(OP_SOURCES),--op-source $(dir)) $(if $(HOST),--host $(HOST))
 
-hip-check: setup
-	bash scripts/system-deps.sh --rocm
+hip-check: setup system-deps
 	HIP_PLATFORM=amd $(PY) scripts/hip_check.py
 
 # Every op compiled against every torch minor the catalog admits (headers read out of each

@@ -5,6 +5,9 @@
 #   docker.io                 a Docker engine (dockerd) and Debian's client with BuildKit
 #   debootstrap               stand-in base images, since no registry is reachable
 #   docker-registry           a registry on localhost for the push test
+#   redis-server              a shared compile cache for the bake tests (started by the tests)
+#   hipcc, libamdhip64-dev,   Debian's ROCm 5.2 HIP compiler: the HIP compile tests and
+#   rocm-device-libs          `make hip-check` (gfx device code, no GPU needed)
 #   qemu-user                 qemu-x86_64: the ops' self-tests on an emulated older CPU (portability);
 #                             qemu-aarch64: the CPU kernels' check on emulated arm64 CPUs (SVE, NEON)
 #   g++-aarch64-linux-gnu     cross-compiles that check and the CPU ops for aarch64
@@ -15,12 +18,10 @@
 # Idempotent and quiet when everything is present. Needs root (or sudo) for apt.
 set -euo pipefail
 
+# Everything a test uses: after this, a test skips only for hardware or the slow tier.
 packages=(g++ make ninja-build libaio-dev docker.io debootstrap docker-registry qemu-user g++-aarch64-linux-gnu
-          qemu-user-static binfmt-support)
-# `--rocm`: Debian's ROCm 5.2 HIP compiler, for `make hip-check` (not needed by `make test`).
-if [ "${1:-}" = "--rocm" ]; then
-  packages+=(hipcc libamdhip64-dev rocm-device-libs)
-fi
+          qemu-user-static binfmt-support redis-server hipcc libamdhip64-dev rocm-device-libs)
+# `--rocm` (the HIP compiler) is taken for older callers: it is in the list above anyway.
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -31,9 +31,11 @@ OBJCOPY = shutil.which("objcopy")
 
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no CUDA toolkit (nvcc) on this machine")
 needs_hipcc = pytest.mark.skipif(
-    HIPCC is None, reason="no hipcc: `scripts/system-deps.sh --rocm` installs Debian's ROCm 5.2"
+    HIPCC is None, reason="no hipcc: `scripts/system-deps.sh` installs Debian's ROCm 5.2"
 )
-needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler to build a CPU-only shared object")
+needs_cc = pytest.mark.skipif(
+    CC is None, reason="no C compiler to build a CPU-only shared object (apt-get install gcc)"
+)
 
 
 def _gencode(arch: str, code: str) -> str:
@@ -132,7 +134,7 @@ def cuda_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def hip_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if HIPCC is None:
-        pytest.skip("no hipcc: `scripts/system-deps.sh --rocm` installs Debian's ROCm 5.2")
+        pytest.skip("no hipcc: `scripts/system-deps.sh` installs Debian's ROCm 5.2")
     root = tmp_path_factory.mktemp("hip_modules")
     env = {"HIP_PLATFORM": "amd"}
     two = _sources(root / "two_targets", 2, ".hip", HIP_KERNEL)
@@ -169,7 +171,7 @@ def hip_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def cpu_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if CC is None:
-        pytest.skip("no C compiler to build a CPU-only shared object")
+        pytest.skip("no C compiler to build a CPU-only shared object (apt-get install gcc)")
     root = tmp_path_factory.mktemp("cpu_module")
     (root / "plain.c").write_text("int answer(void) { return 42; }\n")
     _run(CC, "-shared", "-fPIC", "plain.c", "-o", "plain.so", cwd=root)

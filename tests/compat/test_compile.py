@@ -32,7 +32,7 @@ BROKEN = GOOD.replace("ScalarType::Float", "ScalarType::ScalarTypeTorchNeverHad"
 @pytest.fixture(scope="module")
 def include() -> Path:
     if shutil.which("g++") is None:
-        pytest.skip("no g++ here")
+        pytest.skip("no g++ here (apt-get install g++)")
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from pip_index import pip_index_url
 

@@ -154,7 +154,7 @@ def native_levels() -> str:
     return "scalar avx2" if {"avx2", "fma", "f16c"} <= features else "scalar"
 
 
-@pytest.mark.skipif(NATIVE_CXX is None, reason="no g++")
+@pytest.mark.skipif(NATIVE_CXX is None, reason="no g++ (apt-get install g++)")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/cpuinfo")
 def test_driver_passes_natively(builds: dict[str, Future[Compiled]]) -> None:
     output = run_driver([str(built(builds, "driver native"))])

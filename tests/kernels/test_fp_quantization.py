@@ -508,7 +508,10 @@ def test_torch_encoder_matches_reference_at_the_thresholds() -> None:
             assert (math.isnan(got_value) and math.isnan(want_value)) or got_value == want_value, (fmt, code)
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found: cannot build the codec test program")
+@pytest.mark.skipif(
+    shutil.which("g++") is None,
+    reason="g++ not found: cannot build the codec test program (apt-get install g++)",
+)
 def test_device_encoder_matches_reference_on_the_host(tmp_path: Path) -> None:
     """gpu_fp_format.h (what the kernels run), compiled for the host: encode (both roundings),
     decode of every code, fmax and Philox against the reference."""

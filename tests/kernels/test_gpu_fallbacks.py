@@ -552,7 +552,10 @@ int main() {
 """
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found: cannot build the codec test program")
+@pytest.mark.skipif(
+    shutil.which("g++") is None,
+    reason="g++ not found: cannot build the codec test program (apt-get install g++)",
+)
 def test_software_fp8_codec_matches_reference(tmp_path: Path) -> None:
     """gpu_fp8.h (the ROCm build's FP8 conversions), compiled for the host."""
     source = tmp_path / "codec.cpp"

@@ -22,10 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.skipif(
         not (shutil.which("qemu-x86_64") or shutil.which("qemu-x86_64-static")),
-        reason="qemu-x86_64 is not installed (apt qemu-user)",
+        reason="qemu-x86_64 is not installed (apt-get install qemu-user)",
     ),
     pytest.mark.skipif(
-        not probe_library("aio", "libaio.h", "io_submit").ok, reason="libaio is missing: no async_io"
+        not probe_library("aio", "libaio.h", "io_submit").ok,
+        reason="libaio is missing: no async_io (apt-get install libaio-dev)",
     ),
 ]
 

@@ -267,7 +267,7 @@ class CorruptingHandle:
         return getattr(self._handle, name)
 
 
-@pytest.mark.skipif(not HAS_LIBAIO, reason="libaio is not installed here")
+@pytest.mark.skipif(not HAS_LIBAIO, reason="libaio is not installed here (apt-get install libaio-dev)")
 @pytest.mark.parametrize(("where", "check"), [("read", "sync read back"), ("write", "file written")])
 def test_async_io_mismatch_fails(monkeypatch: pytest.MonkeyPatch, where: str, check: str) -> None:
     module = get_builder("async_io").load()

@@ -395,7 +395,7 @@ def test_dpkg_status_and_os_release_are_read(tmp_path: Path) -> None:
     assert probe.os_release(tmp_path / "os-release") == {"id": "debian", "version_id": "12"}
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (apt-get install g++)")
 def test_isa_paths_and_compilers_come_from_the_module(tmp_path: Path) -> None:
     # A module with a scalar and an AVX2 path (namespaced as our kernels are, and a GCC clone):
     # the symbol table names them; nm, an independent reader, agrees they are there.

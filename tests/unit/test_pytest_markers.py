@@ -58,3 +58,39 @@ def test_a_marker_that_is_not_registered_is_an_error(tmp_path: Path) -> None:
     done = _pytest(tmp_path, SAMPLE.replace("mark.slow", "mark.slwo"))
     assert done.returncode != 0
     assert "'slwo' not found in `markers` configuration option" in done.stdout + done.stderr
+
+
+PACKAGE_SKIP = """
+import pytest
+
+def test_needs_a_server() -> None:
+    pytest.skip("no redis-server here (apt-get install redis-server)")
+
+def test_needs_a_gpu() -> None:
+    pytest.skip("no CUDA GPU visible")
+"""
+
+
+def test_after_set_up_a_skip_for_a_package_fails_and_one_for_hardware_does_not(tmp_path: Path) -> None:
+    strict = _pytest(tmp_path, PACKAGE_SKIP, IMAGEGEN_STRICT_SKIPS="1")
+    assert strict.returncode == 1, strict.stdout
+    assert "1 failed, 1 skipped" in strict.stdout
+    assert "skipped for something set-up provides" in strict.stdout and "redis-server" in strict.stdout
+    # Run by hand, without set-up's promise, both skip with their reasons.
+    loose = _pytest(tmp_path, PACKAGE_SKIP)
+    assert loose.returncode == 0 and "2 skipped" in loose.stdout, loose.stdout
+
+
+def test_every_package_skip_in_the_suite_names_what_set_up_installs() -> None:
+    # The skips for a missing tool name their install command, so the rule above catches them.
+    from tests.conftest import skip_set_up_should_prevent
+
+    for reason in (
+        "no redis-server here (apt-get install redis-server)",
+        "no hipcc: `scripts/system-deps.sh` installs Debian's ROCm 5.2",
+        "no docker client with buildx here (scripts/buildx-plugin.sh installs Debian's)",
+        "no Docker engine: dockerd did not start",
+    ):
+        assert skip_set_up_should_prevent(reason), reason
+    for reason in ("this CPU supports up to avx2, not avx512", "slow: set SLOW=1 to run it", "no CUDA GPU"):
+        assert not skip_set_up_should_prevent(reason), reason

@@ -38,14 +38,16 @@ def test_mismatch_raises_with_both_versions_unless_skipped() -> None:
     assert warning and "ignored" in warning
 
 
-@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler (apt-get install g++)")
 def test_library_probe_finds_libc_math_and_reports_missing_ones() -> None:
     assert probe_library("m", "cmath", "cos").ok
     missing = probe_library("definitely_not_a_lib", "definitely_not_a_header.h", "nothing")
     assert not missing.ok and "definitely_not_a_header.h" in (missing.reason or "")
 
 
-@pytest.mark.skipif(not Path("/usr/include/libaio.h").exists(), reason="libaio-dev not installed")
+@pytest.mark.skipif(
+    not Path("/usr/include/libaio.h").exists(), reason="libaio-dev not installed (apt-get install libaio-dev)"
+)
 def test_libaio_probe() -> None:
     assert probe_library("aio", "libaio.h", "io_submit").ok
 
