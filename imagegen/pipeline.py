@@ -232,7 +232,9 @@ def build(
         proof=proof,
         compile_seconds=compile_seconds(result.log),
         log=result.log,
-        compile_cache=compile_cache.stats_from_log(result.log, op_sources()) if spec.compile_cache else None,
+        compile_cache=compile_cache.stats_from_log(result.log, op_sources(spec.registry))
+        if spec.compile_cache
+        else None,
         size=sized,
         max_size_bytes=max_size,
         published=published,

@@ -391,7 +391,9 @@ def _finish(
         ok=False,
         build_seconds=run.seconds,
         compile_seconds=compile_seconds(run.lines),
-        compile_cache=compile_cache.stats_from_log(run.lines, op_sources()) if spec.compile_cache else None,
+        compile_cache=compile_cache.stats_from_log(run.lines, op_sources(spec.registry))
+        if spec.compile_cache
+        else None,
     )
     try:
         # The SBOM and provenance sealed in as `imagegen build` does, so that verify checks them

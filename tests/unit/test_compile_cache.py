@@ -7,15 +7,20 @@ import os
 import re
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from imagegen.build import compile_cache
 from imagegen.build.compile_cache import build_secrets, parse, parse_stats, secret_text, stats_from_log
+from imagegen.build.engine.build_log import op_sources
 from imagegen.errors import BadInputError
 from imagegen.render.dockerfile import render
 from imagegen.spec.image import SpecInput, build_spec
+from op_builder.registry import registry_for
 from tests.unit.test_imagegen_render import stages
+
+REPO = Path(__file__).resolve().parents[2]
 
 # What sccache 0.16 printed in a real build of the CPU ops (`--show-stats --stats-format=json`,
 # cold Redis: seven misses), with the counters this parser does not read left out.
@@ -224,3 +229,26 @@ def test_the_compile_step_prints_one_line_per_object_from_sccaches_log() -> None
         ["sed", "-nE", sed.group(1)], input=line + "\n", capture_output=True, text=True, check=True
     )
     assert done.stdout == f"{compile_cache.OBJECT_MARKER}cache hit: a.o\n"
+
+
+def test_an_op_packages_ops_are_counted_by_op_too() -> None:
+    # The example op package, as a registry resolves it: its sources named from the folder above
+    # the package, which is how the build stage's object paths end.
+    registry = registry_for((REPO / "examples" / "acme_ops",))
+    sources = op_sources(registry)
+    assert sources["acme_rmsnorm"] == ("acme_ops/csrc/rmsnorm.cpp",)
+    assert "cpu_adam" in sources and "acme_rmsnorm" not in op_sources()
+    marker = compile_cache.OBJECT_MARKER
+    log = [
+        f"#17 30.1 {marker}cache miss: /opt/op-sources/acme_ops/build/temp/csrc/rmsnorm.o",
+        f"#17 30.1 {marker}cache hit: rmsnorm_cuda.cuda.o",
+        f"#17 30.1 {marker}cache hit: cpu_adam.o",
+        f"#17 30.2 {compile_cache.STATS_MARKER}{WARM}",
+    ]
+    stats = stats_from_log(log, sources)
+    assert stats is not None
+    assert {op: (c.hits, c.misses) for op, c in stats.ops.items()} == {
+        "acme_rmsnorm": (0, 1),
+        "acme_rmsnorm_cuda": (1, 0),
+        "cpu_adam": (1, 0),
+    }

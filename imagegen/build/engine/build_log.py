@@ -15,6 +15,7 @@ from imagegen.build.engine.types import EngineKind
 from imagegen.errors import BuildFailedError
 from op_builder import ALL_OPS, get_builder
 from op_builder.paths import PACKAGE_ROOT
+from op_builder.registry import Registry
 
 # Lines of compiler output put into a failed build's hint.
 EXCERPT_LINES = 30
@@ -293,11 +294,19 @@ def short_title(title: str, limit: int = TITLE_CHARS) -> str:
     return title if len(title) <= limit else title[: limit - 3].rstrip() + "..."
 
 
-def op_sources() -> dict[str, tuple[str, ...]]:
-    """Sources of every known op, relative to kernels/ (``optim/csrc/cpu_adam.cpp``), as a build
-    log names them; an op package's sources lie elsewhere and match nothing here."""
+def op_sources(registry: Registry | None = None) -> dict[str, tuple[str, ...]]:
+    """Sources of every op, as a build log names them: ours relative to kernels/
+    (``optim/csrc/cpu_adam.cpp``), an op package's relative to the folder above it
+    (``acme_ops/csrc/acme_relu.cpp``, a suffix of its path in the build stage). Without
+    ``registry``, only ours."""
     kernels = PACKAGE_ROOT / "kernels"
-    return {
+    found = {
         name: tuple(os.path.relpath(path, kernels) for path in get_builder(name).source_paths())
         for name in ALL_OPS
     }
+    if registry is not None:
+        for name, builder in registry.ops.items():
+            root = registry.origins[name].root
+            if name not in found and root is not None:
+                found[name] = tuple(os.path.relpath(path, root.parent) for path in builder.source_paths())
+    return found
