@@ -77,29 +77,37 @@ def stat_input(path: Path, what: str) -> os.stat_result | None:
         raise BadInputError(f"cannot use {what} {_shown(path)}: {reason}", hint=hint) from None
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place.
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it into place.
 
     A reader (or a build) sees the old file or the new one, never a partial one, even if
     this process is killed half-way; on failure nothing is left behind. The parent folder
     must exist. A new file gets the usual mode (0666 less the umask); a replaced file keeps
     its mode. A symbolic link is written through, so the link stays a link.
 
+    Only a regular file (or nothing) is replaced: a rename over a device or a FIFO would
+    swap the node itself for a file (``-o /dev/null`` as root once replaced the machine's
+    /dev/null). Those are written to in place instead (``-o /dev/stdout``, ``-o /dev/null``,
+    a FIFO a reader waits on); see ``_write_in_place`` for what is refused.
+
     Raises BadInputError (exit 2) when ``path`` cannot be written.
     """
-    keep_mode: int | None = None
+    payload = data.encode() if isinstance(data, str) else data
     try:
-        if path.is_symlink():
-            path = Path(os.path.realpath(path))
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        pass
+        # stat follows links: what matters is what the writing lands on, not the link.
+        mode: int | None = os.stat(path).st_mode
+    except FileNotFoundError:  # nothing there, or a link to nothing: a new file
+        mode = None
     except OSError as exc:  # a name too long, a symlink loop, a folder we may not search
         raise output_error(path, exc) from None
-    else:
-        if stat.S_ISDIR(mode):
-            raise output_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
-        keep_mode = stat.S_IMODE(mode)
+    if mode is not None and stat.S_ISDIR(mode):
+        raise output_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+    if mode is not None and not stat.S_ISREG(mode):
+        _write_in_place(path, payload, mode)
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    keep_mode = None if mode is None else stat.S_IMODE(mode)
     # The name cut short, so a name near the file system's limit still gets a temporary one.
     tmp = path.parent / f".{path.name[:200]}.{secrets.token_hex(4)}.tmp"
     try:
@@ -111,16 +119,54 @@ def write_atomic(path: Path, text: str) -> None:
         raise output_error(path, exc) from None
     try:
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            with os.fdopen(fd, "wb") as handle:
                 if keep_mode is not None:
                     os.fchmod(handle.fileno(), keep_mode)
-                handle.write(text)
+                handle.write(payload)
             os.replace(tmp, path)
         except OSError as exc:
             raise output_error(path, exc) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+# Nodes that are never written: bytes written to a disk's device would overwrite what it holds.
+_REFUSED_NODES = {
+    stat.S_IFBLK: ("a block device", "name a file, or '-' for standard output"),
+    stat.S_IFSOCK: ("a socket", "name a file, or '-' for standard output"),
+}
+
+
+def _write_in_place(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` into the character device or FIFO at ``path``, which stays what it is.
+
+    Opened without O_CREAT or O_TRUNC (neither means anything for these), and with O_NONBLOCK:
+    opening a FIFO for writing otherwise waits, for ever, until some process opens it to read;
+    with it, a FIFO nobody reads fails at once (ENXIO), and is refused with that reason. The
+    writes themselves block as usual, so a slow reader gets everything.
+    """
+    refused = _REFUSED_NODES.get(stat.S_IFMT(mode))
+    if refused is not None:
+        raise BadInputError(f"cannot write {_shown(path)}: it is {refused[0]}", hint=refused[1])
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and stat.S_ISFIFO(mode):
+            raise BadInputError(
+                f"cannot write {_shown(path)}: it is a FIFO and no process is reading it",
+                hint=f"start its reader first (e.g. `cat {_shown(path)} &`), or name a file",
+            ) from None
+        raise output_error(path, exc) from None
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise output_error(path, exc) from None
+    finally:
+        os.close(fd)
 
 
 def make_dirs(path: Path) -> None:
@@ -139,9 +185,13 @@ def make_dirs(path: Path) -> None:
 
 
 def write_if_changed(path: Path, text: str) -> bool:
-    """Write only when the content differs, so mtimes and build caches stay warm. True if written."""
+    """Write only when the content differs, so mtimes and build caches stay warm. True if written.
+
+    Only a regular file is read to compare: reading a FIFO would wait for a writer, and a device
+    has no content to compare with; those are written as ``write_atomic`` writes them.
+    """
     try:
-        if path.read_text(encoding="utf-8") == text:
+        if stat.S_ISREG(os.stat(path).st_mode) and path.read_text(encoding="utf-8") == text:
             return False
     except (FileNotFoundError, UnicodeDecodeError):
         pass
