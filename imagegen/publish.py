@@ -92,13 +92,31 @@ def attach_proof(tag: str, documents: ProofDocuments | None = None) -> Published
             )
         attached = None
         if proof is not None:
-            attached = attach(
-                client,
-                reference.repository,
-                manifest,
-                [Document(doc.data, doc.type.media_type, doc.type.filename) for doc in proof.all()],
-            )
+            try:
+                attached = attach(
+                    client,
+                    reference.repository,
+                    manifest,
+                    [Document(doc.data, doc.type.media_type, doc.type.filename) for doc in proof.all()],
+                )
+            except BuildFailedError as exc:
+                raise proof_refused(tag, manifest, exc) from None
     return Published(tag, manifest, attached)
+
+
+def proof_refused(tag: str, manifest: Descriptor, exc: BuildFailedError) -> BuildFailedError:
+    """The failure of a push whose image reached the registry but whose proof did not.
+
+    The tag cannot be taken back reliably (most registries refuse manifest deletes by default,
+    and the tag may already have been pulled), so the report says plainly that it is out there
+    without its SBOM and provenance, by digest, and what to do about it.
+    """
+    return BuildFailedError(
+        f"{tag} was pushed ({manifest.digest}), but the registry refused its proof, so the tag is in "
+        f"the registry WITHOUT its SBOM and provenance: {exc.message}",
+        hint="do not deploy that digest; fix what the registry refused and push again (the proof is "
+        "attached to the same digest), or delete the tag from the registry",
+    )
 
 
 def publish_index(tag: str, platforms: Sequence[tuple[str, Published]]) -> Descriptor:
