@@ -158,7 +158,7 @@ target "cpu-arm64" {
   context    = "."
   dockerfile = "dockerfiles/cpu-arm64/Dockerfile"
   target     = "runtime"
-  tags       = ["imagegen:cpu-arm64-torch2.13.0-py3.11-f576c8b0"]
+  tags       = ["imagegen:cpu-arm64-torch2.10.0-py3.11-f576c8b0"]
   platforms  = ["linux/arm64"]
   args = {
     BASE_DEVEL = "python:3.11-slim-bookworm"

@@ -44,15 +44,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
+from imagegen.spec import catalog  # noqa: E402  (found through the path above)
+
 AMD64, ARM64 = "linux/amd64", "linux/arm64"
 # Machines on which an arm64 image builds natively, without qemu (platform.machine()'s names).
 ARM64_MACHINES = ("aarch64", "arm64")
 
-# torch for the arm64 CPU image: PyPI's aarch64 wheels are CPU builds up to 2.10 and CUDA 13.0
-# builds from 2.11 on (several GB of nvidia-* wheels, and the CPU image's build check refuses
-# them), and download.pytorch.org is not reachable everywhere; so the newest CPU one, fetched
-# into a wheelhouse of its own from the index this machine's pip uses.
-ARM64_TORCH = "2.10.0"
+# torch for the arm64 CPU image: the catalog's default for the CPU on arm64, the newest release
+# with an aarch64 CPU build (PyPI's aarch64 wheels are CUDA 13.0 builds from 2.11 on: several GB
+# of nvidia-* wheels, and the CPU image's build check refuses them), the one `imagegen build` and
+# `imagegen bake` pick there too. download.pytorch.org is not reachable everywhere, so it is
+# fetched into a wheelhouse of its own from the index this machine's pip uses.
+ARM64_TORCH = catalog.CPU_TARGET.default_torch_for(catalog.ARM64)
 ARM64_WHEELHOUSE = ".cache/wheelhouse-linux-arm64"
 # The stand-ins' Python and the wheel tags torch's aarch64 wheels carry.
 ARM64_WHEEL_PYTHON = "3.11"
@@ -60,7 +63,7 @@ ARM64_WHEEL_PLATFORMS = ("manylinux_2_28_aarch64", "manylinux2014_aarch64")
 # qemu-user has no Linux AIO system calls (io_setup answers ENOSYS), so under emulation an op
 # linking libaio (async_io) compiles but cannot pass its self-test, which the build runs: an
 # arm64 image made on another architecture leaves such ops out; on an arm64 host they are in.
-NOT_UNDER_QEMU_LIBRARIES = frozenset({"aio"})
+NOT_UNDER_QEMU_LIBRARIES = catalog.EMULATION_MISSING_LIBRARIES
 
 # Local torch wheels (an air-gapped or proxied machine keeps them here) and the CA bundle that
 # HTTPS through an intercepting proxy needs; each used only when present.

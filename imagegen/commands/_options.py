@@ -231,8 +231,8 @@ PlatformTorchOption = Annotated[
     typer.Option(
         "--platform-torch",
         metavar="OS/ARCH=X.Y.Z",
-        help="torch for one platform (repeatable), e.g. linux/arm64=2.10.0: the index's aarch64 CPU "
-        "builds stop at 2.10. Default: --torch, else the catalog's.",
+        help="torch for one platform (repeatable), e.g. linux/arm64=2.10.0. Default: --torch, else "
+        "the catalog's for that platform (the CPU on arm64: 2.10.0, the newest aarch64 CPU build).",
     ),
 ]
 PlatformWheelhouseOption = Annotated[

@@ -35,6 +35,15 @@ BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 # Puts the op packages' folder on sys.path, so `import acme_ops` works in every process.
 OP_SOURCES_PTH = "imagegen-op-sources.pth"
 
+# The devel stage's torch check is bounded: in an arm64 image built under qemu, torch's aarch64
+# CUDA build sat in `import torch` for 26 minutes at under 1% CPU until it was stopped. A CPU
+# torch imports in well under a minute under emulation here (docs/benchmarks.md), so ten minutes
+# is ample; the build argument changes it per build. After the limit the check gets SIGTERM,
+# and SIGKILL TORCH_CHECK_KILL_AFTER_S later (a process stuck in the emulator may ignore TERM).
+TORCH_CHECK_TIMEOUT_ARG = "TORCH_CHECK_TIMEOUT"
+TORCH_CHECK_TIMEOUT_S = 600
+TORCH_CHECK_KILL_AFTER_S = 30
+
 # Memory one compile job may take, for the default MAX_JOBS: torch's headers make a C++
 # translation unit take ~1.5 GiB; nvcc/hipcc with several archs take more.
 _GIB_PER_JOB = {"cpu": 2, "cuda": 4, "rocm": 4}
@@ -138,6 +147,19 @@ def torch_build_check(spec: ImageSpec) -> str:
     )
 
 
+def torch_check_timeout_message(spec: ImageSpec) -> str:
+    """The line the devel stage prints when its torch check runs past its limit: the step, the
+    platform, the torch pinned, what to do. It sits in a double-quoted shell word, so it holds
+    no quote, backslash or ``$`` but the one expanding the limit."""
+    return (
+        f"imagegen: error: the devel stage's torch check (import torch) gave no answer within "
+        f"${{{TORCH_CHECK_TIMEOUT_ARG}}} s on {spec.platform} and was stopped; a torch build that cannot "
+        f"run on {spec.platform} hangs there under emulation: pin one built for {spec.target} on "
+        f"{spec.platform} (--torch, --platform-torch; this one is {spec.torch_requirement}), or give "
+        f"the check longer: --build-arg {TORCH_CHECK_TIMEOUT_ARG}=SECONDS"
+    )
+
+
 def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
     """OCI labels plus io.imagegen.* (values JSON-quoted, which Dockerfile strings accept)."""
     version = spec.toolkit_version or ""
@@ -233,6 +255,9 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "torch_requirement": spec.torch_requirement,
         "numpy_requirement": spec.numpy_requirement or "",
         "torch_build_check": torch_build_check(spec),
+        "torch_check_timeout": TORCH_CHECK_TIMEOUT_S,
+        "torch_check_kill_after": TORCH_CHECK_KILL_AFTER_S,
+        "torch_check_timeout_message": torch_check_timeout_message(spec),
         "build_env": build_environment(spec),
         "max_jobs": "" if spec.max_jobs is None else str(spec.max_jobs),
         "per_job_gib": _GIB_PER_JOB[spec.accelerator],

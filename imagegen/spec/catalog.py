@@ -31,9 +31,10 @@ Sources (checked by hand; every value here can be overridden on the command line
 - CUDA 13.x builds of torch: the ``cuda-toolkit`` pin in each release's wheel metadata on PyPI
   (torch 2.11 to 2.14.1: ``cuda-toolkit==13.0.x``; torch 2.15.0: ``cuda-toolkit==13.2.2``).
 - arm64: torch publishes aarch64 CUDA wheels (``sbsa``) from CUDA 12.6 (torch 2.6) on, in the
-  same ``cuXYZ`` indexes, and aarch64 CPU wheels for every release; ROCm wheels are x86-64
-  only. The ``nvidia/cuda`` and ``python`` images are multi-platform, so the platform picks
-  the variant and the tags stay the same.
+  same ``cuXYZ`` indexes, and aarch64 CPU wheels up to 2.10 (from 2.11 on its aarch64 wheels
+  are CUDA builds: ``ARM64_CPU_TORCH``); ROCm wheels are x86-64 only. The ``nvidia/cuda``
+  and ``python`` images are multi-platform, so the platform picks the variant and the tags
+  stay the same.
 """
 
 from __future__ import annotations
@@ -129,6 +130,20 @@ class TorchRange:
 
 
 @dataclass(frozen=True)
+class PlatformTorch:
+    """A target's torch on one platform where its builds stop earlier than on amd64.
+
+    ``last``: the newest torch minor with a build of the target for that platform; ``default``:
+    the release an image for it gets when none is named; ``why``: what a refusal says.
+    """
+
+    platform: str
+    last: str  # "2.10"
+    default: str  # "2.10.0"
+    why: str
+
+
+@dataclass(frozen=True)
 class Target:
     """One CUDA / ROCm / CPU version imagegen can build for."""
 
@@ -137,23 +152,38 @@ class Target:
     full_version: str | None  # "12.1.1" as in the base image tag
     distros: tuple[str, ...]  # the first is the default
     torch: tuple[TorchRange, ...]
-    default_torch: str
+    default_torch: str  # on amd64; another platform's may differ (platform_torch)
     platforms: tuple[str, ...] = (AMD64,)  # those torch publishes wheels of this target for
+    platform_torch: tuple[PlatformTorch, ...] = ()  # where a platform's torch builds stop earlier
 
     @property
     def name(self) -> str:
         """``cpu``, ``cuda12.1``, ``rocm6.2``: used in tags and dockerfiles/ folders."""
         return self.accelerator if self.version is None else f"{self.accelerator}{self.version}"
 
-    def torch_range(self, torch: str) -> TorchRange | None:
+    def platform_limit(self, platform: str) -> PlatformTorch | None:
+        """Where ``platform``'s torch builds of this target stop earlier than amd64's; None: they do not."""
+        return next((limit for limit in self.platform_torch if limit.platform == platform), None)
+
+    def default_torch_for(self, platform: str = DEFAULT_PLATFORM) -> str:
+        """The torch an image for ``platform`` gets when none is named: one with a build there."""
+        limit = self.platform_limit(platform)
+        return self.default_torch if limit is None else limit.default
+
+    def torch_range(self, torch: str, platform: str = DEFAULT_PLATFORM) -> TorchRange | None:
+        """The range (and so the wheel index) of ``torch`` for this target on ``platform``; None
+        when that release has no build of the target there."""
+        limit = self.platform_limit(platform)
+        if limit is not None and _minor(torch) > Version(limit.last):
+            return None
         for candidate in self.torch:
             if candidate.admits(torch):
                 return candidate
         return None
 
-    def torch_versions(self) -> tuple[str, ...]:
-        """Every torch release built for this target, oldest first."""
-        return tuple(t for t in TORCH_RELEASES if self.torch_range(t) is not None)
+    def torch_versions(self, platform: str = DEFAULT_PLATFORM) -> tuple[str, ...]:
+        """Every torch release built for this target on ``platform``, oldest first."""
+        return tuple(t for t in TORCH_RELEASES if self.torch_range(t, platform) is not None)
 
     def base_devel(self, distro: str, python: str) -> str:
         if self.accelerator == "cuda":
@@ -243,9 +273,34 @@ ROCM_TARGETS: dict[str, Target] = {
 
 CPU_DEFAULT_PYTHON = "3.11"
 CPU_PYTHONS: tuple[str, ...] = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
-CPU_TARGET = Target(
-    "cpu", None, None, ("bookworm", "trixie"), (TorchRange("2.0", "2.15", "cpu"),), "2.13.0", PLATFORMS
+# torch's aarch64 CPU builds stop at 2.10: PyPI's aarch64 wheels are CPU builds up to 2.10 and
+# CUDA 13.0 builds from 2.11 on (2.11.0 aarch64 requires cuda-toolkit==13.0.2), and the CPU index's
+# aarch64 wheels stop there too. A newer pin on arm64 installs a CUDA build, whose `import torch`
+# never returned under qemu (26 minutes at under 1% CPU), and the image's build check refuses it
+# anyway. CUDA targets on arm64 take the aarch64 CUDA (sbsa) builds, which follow amd64's.
+# scripts/images.py (make images PLATFORM=linux/arm64) reads this default too.
+ARM64_CPU_TORCH = PlatformTorch(
+    ARM64,
+    last="2.10",
+    default="2.10.0",
+    why="torch's aarch64 CPU builds stop at 2.10 (its aarch64 wheels from 2.11 on are CUDA builds)",
 )
+CPU_TARGET = Target(
+    "cpu",
+    None,
+    None,
+    ("bookworm", "trixie"),
+    (TorchRange("2.0", "2.15", "cpu"),),
+    "2.13.0",
+    PLATFORMS,
+    platform_torch=(ARM64_CPU_TORCH,),
+)
+
+# Libraries whose system calls qemu-user does not implement: Linux AIO (io_setup answers ENOSYS).
+# An op linking one compiles for an emulated platform but cannot pass its self-test, which the
+# build runs; an image made under emulation (arm64 on an x86-64 builder) leaves such ops out
+# unless they are named, as `imagegen bake` and scripts/images.py do. On a native host they are in.
+EMULATION_MISSING_LIBRARIES: frozenset[str] = frozenset({"aio"})
 
 # Local stand-ins for the bases, made by `imagegen standins` (imagegen/build/standins/; no registry
 # needed): (target, platform) -> (devel, runtime). CPU: Debian bookworm's Python 3.11, amd64 and

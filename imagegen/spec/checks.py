@@ -204,16 +204,32 @@ _TORCH_RELEASE_RE = re.compile(r"\d+\.\d+(?:\.\d+)?\Z")
 
 
 def torch(
-    value: str | None, target: Target, python: str, custom_index: str | None, warnings: list[str]
+    value: str | None,
+    target: Target,
+    python: str,
+    custom_index: str | None,
+    warnings: list[str],
+    platform: str = catalog.DEFAULT_PLATFORM,
 ) -> tuple[str, str]:
-    built = target.torch_versions()
+    """(torch release, wheel variant) for ``target`` on ``platform``: ``value`` checked, or the
+    platform's default, one whose build exists there (arm64's CPU builds stop at 2.10)."""
+    built = target.torch_versions(platform)
     known = True
     if value is None:
-        torch = target.default_torch
+        torch = target.default_torch_for(platform)
     else:
-        torch, known = _torch_release(value, target, custom_index)
-    torch_range = target.torch_range(torch) if known else None
+        torch, known = _torch_release(value, target, custom_index, platform)
+    torch_range = target.torch_range(torch, platform) if known else None
     if torch_range is None:
+        limit = target.platform_limit(platform)
+        if custom_index is None and limit is not None and target.torch_range(torch) is not None:
+            raise BadInputError(
+                f"torch {torch} has no {target.name} build for {platform}: {limit.why}",
+                hint=f"torch built for {target.name} on {platform}: {_span(built)}: pass --torch "
+                f"{limit.default}, or for this platform alone (`imagegen bake`, a build of several "
+                f"platforms) --platform-torch {platform}={limit.default}; or --torch-index for your "
+                "own index",
+            )
         if custom_index is None:
             raise BadInputError(
                 f"torch {torch} is not built for {target.name}",
@@ -223,9 +239,9 @@ def torch(
         # With the user's own index we cannot know what it holds: say so once and go on.
         variant = target.torch[-1].variant
         if known:
+            where = target.name if target.platform_limit(platform) is None else f"{target.name} on {platform}"
             warnings.append(
-                f"torch {torch} is not in the catalog for {target.name}; "
-                f"trusting --torch-index {custom_index}"
+                f"torch {torch} is not in the catalog for {where}; trusting --torch-index {custom_index}"
             )
         else:  # nor which Pythons it has wheels for: the devel stage's pip finds out
             warnings.append(
@@ -246,14 +262,17 @@ def torch(
     return torch, variant
 
 
-def _torch_release(value: str, target: Target, custom_index: str | None) -> tuple[str, bool]:
+def _torch_release(
+    value: str, target: Target, custom_index: str | None, platform: str = catalog.DEFAULT_PLATFORM
+) -> tuple[str, bool]:
     """``--torch`` as a release: (version, whether the catalog knows it).
 
     Only final releases: ``2.13.0rc1``, ``2.13.0.post1`` or ``2.13.0+cpu`` would otherwise be
     read as ``2.13.0`` and silently pin another build than the one asked for. A release the
     catalog does not list is accepted only from the user's own index (``--torch-index``).
     """
-    releases = f"torch built for {target.name}: {_span(target.torch_versions())}"
+    where = target.name if target.platform_limit(platform) is None else f"{target.name} on {platform}"
+    releases = f"torch built for {where}: {_span(target.torch_versions(platform))}"
     if not _TORCH_RELEASE_RE.match(value):
         try:
             parsed: Version | None = Version(value)

@@ -230,7 +230,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     torch_index_flag = inputs.index_url(_pick(inp.torch_index, env, settings.TORCH_INDEX))
     warnings: list[str] = []
     torch_flag = _pick(inp.torch, env, settings.TORCH)
-    torch, variant = checks.torch(torch_flag, target, python, torch_index_flag, warnings)
+    torch, variant = checks.torch(torch_flag, target, python, torch_index_flag, warnings, platform)
     source_dirs = op_source_dirs(inp.op_sources, env)
     inputs.op_source_paths(source_dirs)
     registry, packages = resolve_packages(source_dirs)

@@ -97,7 +97,8 @@ def test_arm64_tags_say_so_and_amd64_tags_keep_their_names() -> None:
     amd64, arm64 = spec(), spec(platform="linux/arm64")
     # The amd64 default tag is what it was before the platform axis existed.
     assert amd64.tag.startswith("imagegen:cpu-torch2.13.0-py3.11-")
-    assert arm64.tag == amd64.tag.replace("imagegen:cpu-", "imagegen:cpu-arm64-")
+    # arm64 takes its own default torch (the newest aarch64 CPU build): the tag names it.
+    assert arm64.tag == amd64.tag.replace("imagegen:cpu-", "imagegen:cpu-arm64-").replace("2.13.0", "2.10.0")
     cuda = spec(cuda="13.0", platform="linux/arm64")
     assert cuda.tag.startswith("imagegen:cuda13.0-arm64-torch2.9.1-py3.10-")
 
@@ -166,7 +167,7 @@ def test_amd64_cuda_defaults_are_unchanged_by_the_platform_axis() -> None:
 def test_torch_pins_per_platform() -> None:
     # download.pytorch.org/whl/cpu has no +cpu label on its aarch64 wheels.
     assert spec().torch_requirement == "torch==2.13.0+cpu"
-    assert spec(platform="linux/arm64").torch_requirement == "torch==2.13.0"
+    assert spec(platform="linux/arm64").torch_requirement == "torch==2.10.0"
     assert spec(cuda="13.0", platform="linux/arm64").torch_requirement == "torch==2.9.1+cu130"
     # The build check still insists on a CPU build of torch.
     assert '.startswith("CPU")' in render(spec(platform="linux/arm64"))

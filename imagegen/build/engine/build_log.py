@@ -55,6 +55,9 @@ _OP_BUILT = re.compile(r"\bop_builder: built ([a-z][a-z0-9_]*) in (\d+(?:\.\d+)?
 # op_builder's own error line in the build stage (op_builder/setup_support.py): a garbled or
 # unknown DS_BUILD_* name, an op that cannot be built for the target. It says why in one line.
 _OP_BUILDER_ERROR = re.compile(r"\bop_builder: error: (.+)$")
+# The rendered Dockerfile's own error line (the devel stage's torch check that ran past its
+# limit): it names the step and the platform in one line, as op_builder's does.
+_IMAGEGEN_ERROR = re.compile(r"\bimagegen: error: (.+)$")
 # Characters of a step's title put into a message: the build stage's RUN line runs to a
 # thousand characters, which buried the reason after it.
 TITLE_CHARS = 100
@@ -263,7 +266,7 @@ def describe_failure(
             "what images and build cache hold there; `docker builder prune` frees the build cache, "
             "`docker image prune` unused images",
         )
-    said = next((m.group(1).strip() for m in map(_OP_BUILDER_ERROR.search, output) if m), None)
+    said = next((m.group(1).strip() for m in map(_said, output) if m), None)
     if op is not None:
         message = f"building {tag} failed: op {op} did not compile"
     elif said is not None:
@@ -287,6 +290,11 @@ def describe_failure(
         message = f"building {tag} failed" + (f": {engine_error}" if engine_error else "")
     hint = "from the failed step's output:\n" + "\n".join(excerpt) if excerpt else None
     return BuildFailedError(message, hint=hint)
+
+
+def _said(line: str) -> re.Match[str] | None:
+    """The reason an op_builder or imagegen error line in the build gives, if ``line`` is one."""
+    return _OP_BUILDER_ERROR.search(line) or _IMAGEGEN_ERROR.search(line)
 
 
 def short_title(title: str, limit: int = TITLE_CHARS) -> str:
