@@ -31,15 +31,24 @@ from typing import Any, TextIO
 
 from imagegen import log
 from imagegen.build import compile_cache
+from imagegen.build.bake_inputs import (
+    check_bake_file,
+    check_push_registry,
+    emulation_unfit_ops,
+    missing_standins,
+    native_platforms,
+    remote_tag,
+)
 from imagegen.build.compile_cache import CacheStats
 from imagegen.build.engine import Engine, detect_engine, image_size
 from imagegen.build.engine.build_log import compile_seconds, describe_failure, op_sources
 from imagegen.build.engine.client import docker_client
-from imagegen.build.engine.images import inspect_image_id
+from imagegen.build.engine.images import inspect_image_id, local_images
 from imagegen.build.engine.process import CANCEL_GRACE_S
 from imagegen.build.sources import check_sources, source_root
 from imagegen.build.staging import staged_context
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
+from imagegen.files import write_atomic
 from imagegen.proof.seal import context_digests, seal_image
 from imagegen.proof.seal import now as proof_now
 from imagegen.publish import publish
@@ -135,8 +144,9 @@ def parse_driver(inspect_output: str) -> str | None:
     return None
 
 
-def builder_driver(client: str, builder: str | None, env: Mapping[str, str]) -> str:
-    """The driver of ``builder`` (default: the current one); BadInputError when there is no such builder."""
+def inspect_builder(client: str, builder: str | None, env: Mapping[str, str]) -> tuple[str, frozenset[str]]:
+    """The driver of ``builder`` (default: the current one) and the platforms it runs natively
+    (empty: it does not say); BadInputError when there is no such builder."""
     argv = [client, "buildx", "inspect", *([builder] if builder else [])]
     try:
         done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=60, check=False)
@@ -151,7 +161,7 @@ def builder_driver(client: str, builder: str | None, env: Mapping[str, str]) -> 
             hint="`docker buildx ls` lists them; `docker buildx create --name NAME --driver "
             "docker-container|remote|kubernetes ...` makes one (docs/imagegen.md, `imagegen bake`)",
         )
-    return parse_driver(done.stdout) or "unknown"
+    return parse_driver(done.stdout) or "unknown", native_platforms(done.stdout)
 
 
 def bake_supports_network(client: str, env: Mapping[str, str]) -> bool:
@@ -267,15 +277,34 @@ def _cancel_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 @dataclass(frozen=True)
 class BakeRequest:
-    """One target to bake: its name in the matrix and its resolved spec."""
+    """One target to bake: its name in the matrix and its resolved spec; ``emulated``, the spec
+    to build instead where the builder runs the target's platform under emulation (its ops that
+    qemu-user cannot run left out), or None: the same spec everywhere."""
 
     name: str
     spec: ImageSpec
+    emulated: ImageSpec | None = None
 
 
-def remote_tag(registry: str, tag: str) -> str:
-    """``tag`` under ``registry`` (host[:port][/path]): ``imagegen:cpu-x`` -> ``REGISTRY/imagegen:cpu-x``."""
-    return f"{registry.rstrip('/')}/{tag}"
+def for_builder(requests: Sequence[BakeRequest], native: frozenset[str]) -> list[BakeRequest]:
+    """Each request with the spec this builder can build and verify: where it only emulates the
+    target's platform, the ``emulated`` spec, said once with why. A builder that names no native
+    platform gets every spec as it is."""
+    chosen = []
+    for request in requests:
+        spec, emulated = request.spec, request.emulated
+        if emulated is None or not native or spec.platform in native:
+            chosen.append(request)
+            continue
+        left = ", ".join(emulation_unfit_ops(spec))
+        log.warn(
+            f"{request.name}: this builder runs {spec.platform} under emulation (natively "
+            f"{', '.join(sorted(native))}), where qemu-user has no Linux AIO, so {left} cannot pass "
+            f"its self-test: left out of {emulated.tag}; name the ops (--ops) to build it anyway, "
+            f"or bake on a {spec.platform} builder"
+        )
+        chosen.append(replace(request, spec=emulated, emulated=None))
+    return chosen
 
 
 def _tag_image(source: str, target: str) -> None:
@@ -333,16 +362,24 @@ def bake(
     """Build ``requests`` with ``docker buildx bake`` on ``builder``, verify each image built, and
     push to ``push`` (a registry) those that passed. A failed target is reported, not raised.
 
-    Raises BadInputError (no such builder, nothing to bake, a compile cache on the loopback that
-    this bake cannot reach), EngineUnavailableError (no daemon, no buildx).
+    Raises BadInputError, before anything builds (nothing to bake, a ``push`` that is not a
+    registry, a ``bake_file_out`` that cannot be written, no such builder, stand-in bases missing
+    here, a compile cache on the loopback that this bake cannot reach), EngineUnavailableError
+    (no daemon, no buildx).
     """
     if not requests:
         raise BadInputError("nothing to bake", hint="name targets of the matrix, e.g. `imagegen bake cpu`")
+    specs = [s for r in requests for s in (r.spec, r.emulated) if s is not None]
+    check_push_registry(push, [spec.tag for spec in specs])
+    check_bake_file(bake_file_out)
     root = source or source_root()
     check_sources(root)
     engine = detect_engine(env)
     client = buildx_client(engine)
-    driver = builder_driver(client, builder, env)
+    driver, native = inspect_builder(client, builder, env)
+    requests = for_builder(requests, native)
+    if driver == "docker":  # the builder reads this engine's images: the stand-ins must be here
+        missing_standins({r.name: r.spec for r in requests}, lambda refs: local_images(refs, env))
     check_host_network(requests, lambda: bake_supports_network(client, env))
     log.info(
         f"bake on builder {builder or '(current)'}, driver {driver}: {', '.join(r.name for r in requests)}"
@@ -354,7 +391,7 @@ def bake(
         bake_path = Path(targets[0].dockerfile).parents[1] / "docker-bake.hcl"
         bake_path.write_text(bake_text)
         if bake_file_out is not None:
-            bake_file_out.write_text(bake_text)
+            write_atomic(bake_file_out, bake_text)
         with log.step(f"bake {len(targets)} target(s)"):
             runs = run_bakes({t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}, env)
     made = _Made(root, digests, started, proof_now())

@@ -4,6 +4,7 @@ verified and, with ``--push``, pushed when it passed; one table (or JSON documen
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from imagegen import settings
 from imagegen.build.bake import BakeImage, BakeReport, BakeRequest, bake
+from imagegen.build.bake_inputs import check_platform_options, emulation_unfit_ops
 from imagegen.commands._options import (
     CaCertOption,
     CompileCacheOption,
@@ -33,7 +35,7 @@ from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.render.matrix import STANDARD_MATRIX
 from imagegen.spec import catalog
-from imagegen.spec.image import SpecInput
+from imagegen.spec.image import ImageSpec, SpecInput, build_spec
 from op_builder.suggest import did_you_mean
 
 TargetsArgument = Annotated[
@@ -118,10 +120,13 @@ def bake_command(
             )
     torch_for = by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
     wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
+    check_platform_options(
+        {"--platform-torch": torch_for, "--platform-wheelhouse": wheels_for}, {known[n][2] for n in names}
+    )
     requests = []
     for name in names:
         accelerator, version, platform = known[name]
-        spec = make_spec(SpecInput(
+        inp = SpecInput(
             ops=ops or os.environ.get(settings.OPS.name) or "all", cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None, rocm=version if accelerator == "rocm" else None,
             platform=platform, standins=standins, torch=torch_for.get(platform, torch),
@@ -129,8 +134,9 @@ def bake_command(
             ca_cert=ca_cert,
             max_jobs=max_jobs, compile_cache=compile_cache, op_sources=tuple(op_source or ()),
             push=push is not None, verify=not no_verify,
-        ))  # fmt: skip
-        requests.append(BakeRequest(name, spec))
+        )  # fmt: skip
+        spec = make_spec(inp)
+        requests.append(BakeRequest(name, spec, _emulated(inp, spec)))
     report = bake(
         requests, builder=builder, push=push, verify=not no_verify, source=source, bake_file_out=bake_file
     )
@@ -147,6 +153,18 @@ def bake_command(
             "nothing that failed was pushed",
             reported=json,
         )
+
+
+def _emulated(inp: SpecInput, spec: ImageSpec) -> ImageSpec | None:
+    """The spec to bake where the builder only emulates ``spec``'s platform: with ``--ops all``,
+    its ops less those qemu-user cannot run (their self-tests would fail the build there); None
+    when that changes nothing, or the ops were named (then they are built as asked)."""
+    unfit = emulation_unfit_ops(spec) if (inp.ops or "").strip() == "all" else ()
+    kept = [op for op in spec.ops if op not in unfit]
+    if not unfit or not kept:
+        return None
+    # Resolved up front with the rest, so its bad input too is judged before anything builds.
+    return build_spec(replace(inp, ops=",".join(kept)), os.environ)
 
 
 def _seconds(value: float | None) -> str:

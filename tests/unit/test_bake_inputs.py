@@ -1,0 +1,261 @@
+"""`imagegen bake` judges every input it can before anything builds: the registry of --push, the
+folder of --bake-file, the platforms --platform-torch / --platform-wheelhouse name, the stand-ins
+of a --standins bake (naming the command that makes them), and the builder's own platforms (an
+image it only emulates leaves out, when the ops were not named, those qemu-user cannot run)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from imagegen.build import bake as bake_lib
+from imagegen.build.bake import BakeRequest, bake, for_builder
+from imagegen.build.bake_inputs import (
+    check_bake_file,
+    check_push_registry,
+    emulation_unfit_ops,
+    missing_standins,
+    native_platforms,
+)
+from imagegen.build.engine import Engine
+from imagegen.cli import app
+from imagegen.errors import BadInputError
+from imagegen.spec.image import ImageSpec, SpecInput, build_spec
+
+runner = CliRunner()
+
+
+def _spec(**changes: Any) -> ImageSpec:
+    return build_spec(SpecInput(**{"cpu": True, "ops": "all", **changes}), {})
+
+
+@pytest.fixture
+def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the bake gets as far as asking for an engine (or anything after it)."""
+    monkeypatch.setattr(bake_lib, "detect_engine", lambda env: pytest.fail("the engine was asked"))
+
+
+# ---------------------------------------------------------------- --push REGISTRY
+
+
+@pytest.mark.parametrize(
+    "registry", ["127.0.0.1:5000", "registry.example/team/", "localhost:5000/ml/ops", "ops"]
+)
+def test_registries_that_take_the_images(registry: str) -> None:
+    check_push_registry(registry, ["imagegen:cpu-torch2.13.0-py3.11-d62ff252"])
+
+
+@pytest.mark.parametrize(
+    ("registry", "says"),
+    [
+        ("", "it is empty"),
+        ("/", "it is empty"),
+        ("http://127.0.0.1:5000", "scheme"),
+        ("127.0.0.1:5000/ml:v1", "ends in a tag (ml:v1)"),
+        ("127.0.0.1:5000/ml@sha256:" + "a" * 64, "digest"),
+        ("registry.example/Team", "upper-case"),
+        ("registry example", "white space"),
+        ("registry.example/" + "a" * 240, "characters"),
+    ],
+)
+def test_a_malformed_registry_is_bad_input(registry: str, says: str) -> None:
+    with pytest.raises(BadInputError) as caught:
+        check_push_registry(registry, ["imagegen:cpu-torch2.13.0-py3.11-d62ff252"])
+    assert says in caught.value.message and "HOST[:PORT][/PATH]" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("registry", ["http://127.0.0.1:5000", "127.0.0.1:5000/ml:v1", "Registry.example/ML"])
+def test_bake_refuses_a_malformed_registry_before_anything_builds(registry: str, no_build: None) -> None:
+    result = runner.invoke(app, ["bake", "cpu", "--push", registry, "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["message"].startswith("--push ") and error["hint"]
+
+
+# ---------------------------------------------------------------- --bake-file FILE
+
+
+def test_a_bake_file_in_a_folder_that_is_there_passes(tmp_path: Path) -> None:
+    check_bake_file(tmp_path / "bake.hcl")
+    (tmp_path / "old.hcl").write_text("kept\n")
+    check_bake_file(tmp_path / "old.hcl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.hcl"]  # nothing left behind
+    assert (tmp_path / "old.hcl").read_text() == "kept\n"
+    check_bake_file(Path(os.devnull))  # written in place, as write_atomic does
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        ("missing/bake.hcl", "does not exist"),
+        ("file/bake.hcl", "a file, not a folder"),
+        ("", "is a directory"),
+        ("x" * 300, "file name too long"),
+    ],
+)
+def test_a_bake_file_that_cannot_be_written_is_bad_input(tmp_path: Path, where: str, says: str) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BadInputError) as caught:
+        check_bake_file(tmp_path / where if where else tmp_path)
+    assert says in caught.value.message and caught.value.hint
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any folder")
+def test_a_bake_file_in_a_read_only_folder_is_bad_input(tmp_path: Path) -> None:
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(BadInputError, match="permission denied"):
+            check_bake_file(tmp_path / "bake.hcl")
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_bake_refuses_a_bake_file_in_a_missing_folder_before_anything_builds(
+    tmp_path: Path, no_build: None
+) -> None:
+    result = runner.invoke(app, ["bake", "cpu", "--bake-file", str(tmp_path / "no" / "bake.hcl"), "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert "does not exist" in error["message"] and "mkdir -p" in error["hint"]
+
+
+# ---------------------------------------------------------------- --platform-torch / -wheelhouse
+
+
+@pytest.mark.parametrize(
+    "option", [["--platform-torch", "linux/arm64=2.10.0"], ["--platform-wheelhouse", "linux/arm64=/tmp"]]
+)
+def test_a_platform_option_for_no_target_of_the_bake_is_exit_2(option: list[str], no_build: None) -> None:
+    result = runner.invoke(app, ["bake", "cpu", *option, "--json"])
+    assert result.exit_code == 2, result.output
+    assert "none of the targets is for" in json.loads(result.stdout)["error"]["message"]
+
+
+# ---------------------------------------------------------------- the builder's platforms
+
+DOCKER_DRIVER = """Name:          default
+Driver:        docker
+
+Nodes:
+Name:             default
+Endpoint:         default
+Status:           running
+BuildKit version: v0.8+unknown
+Platforms:        linux/amd64, linux/386, linux/arm64, linux/riscv64
+"""
+TWO_NODES = """Name: farm
+Driver: kubernetes
+
+Nodes:
+Name:      farm0
+Platforms: linux/amd64*, linux/amd64/v2, linux/arm64
+Name:      farm1
+Platforms: linux/arm64/v8, linux/amd64
+"""
+
+
+def test_native_platforms_are_the_first_each_node_names() -> None:
+    assert native_platforms(DOCKER_DRIVER) == {"linux/amd64"}
+    assert native_platforms(TWO_NODES) == {"linux/amd64", "linux/arm64"}
+    assert native_platforms("Name: x\nDriver: remote\n") == frozenset()
+
+
+def _requests(ops: str = "all") -> list[BakeRequest]:
+    """cpu and cpu-arm64 as the command makes them: arm64's emulated spec without async_io."""
+    amd64, arm64 = _spec(ops=ops), _spec(ops=ops, platform="linux/arm64")
+    kept = ",".join(op for op in arm64.ops if op not in emulation_unfit_ops(arm64))
+    return [
+        BakeRequest("cpu", amd64),
+        BakeRequest("cpu-arm64", arm64, _spec(ops=kept, platform="linux/arm64")),
+    ]
+
+
+def test_an_emulated_platform_gets_the_ops_qemu_can_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert emulation_unfit_ops(_spec(platform="linux/arm64")) == ("async_io",)
+    chosen = {r.name: r.spec for r in for_builder(_requests(), frozenset({"linux/amd64"}))}
+    assert "async_io" in chosen["cpu"].ops and "async_io" not in chosen["cpu-arm64"].ops
+    assert chosen["cpu-arm64"].ops == ("cpu_adam", "cpu_adagrad", "cpu_lion")
+    warned = capsys.readouterr().err
+    assert "cpu-arm64" in warned and "async_io" in warned and "under emulation" in warned
+    # An arm64 builder, or one that does not say, builds every op.
+    for native in (frozenset({"linux/amd64", "linux/arm64"}), frozenset()):
+        chosen = {r.name: r.spec for r in for_builder(_requests(), native)}
+        assert "async_io" in chosen["cpu-arm64"].ops
+
+
+def test_the_command_leaves_named_ops_as_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, BakeRequest] = {}
+
+    def fake_bake(requests: Sequence[BakeRequest], **_: Any) -> Any:
+        seen.update({r.name: r for r in requests})
+        raise BadInputError("stop here")
+
+    monkeypatch.setattr("imagegen.commands.bake.bake", fake_bake)
+    runner.invoke(app, ["bake", "cpu", "cpu-arm64"])
+    # Each target has its spec for a builder that emulates its platform (amd64 too, on an arm64 one).
+    for name in ("cpu", "cpu-arm64"):
+        emulated = seen[name].emulated
+        assert emulated is not None and emulated.ops == ("cpu_adam", "cpu_adagrad", "cpu_lion")
+        assert emulated.platform == seen[name].spec.platform and emulated.tag != seen[name].spec.tag
+    seen.clear()
+    runner.invoke(app, ["bake", "cpu-arm64", "--ops", "cpu_adam,async_io"])
+    assert seen["cpu-arm64"].emulated is None
+
+
+# ---------------------------------------------------------------- the stand-ins
+
+
+def test_missing_standins_name_the_command_that_makes_them() -> None:
+    specs = {"cpu": _spec(standins=True), "cpu-arm64": _spec(standins=True, platform="linux/arm64")}
+    asked: list[Sequence[str]] = []
+
+    def present(refs: Sequence[str]) -> dict[str, bool]:
+        asked.append(refs)
+        return {ref: not ref.endswith("-arm64") for ref in refs}
+
+    with pytest.raises(BadInputError) as caught:
+        missing_standins(specs, present)
+    assert (
+        "cpu-arm64 (imagegen-standin/python:3.11-devel-arm64, imagegen-standin/python:3.11-runtime-arm64)"
+        in (caught.value.message)
+    )
+    assert "`imagegen standins --platform linux/arm64`" in (caught.value.hint or "")
+    assert "leave cpu-arm64 out" in (caught.value.hint or "")
+    assert len(asked) == 1 and len(asked[0]) == 4  # one question for every base
+    missing_standins(specs, lambda refs: dict.fromkeys(refs, True))
+    missing_standins(specs, lambda refs: None)  # the engine cannot tell: not judged here
+    # Bases that are not stand-ins are not asked about (a registry may still have them).
+    missing_standins({"cpu": _spec()}, lambda refs: pytest.fail(f"asked about {refs}"))
+
+
+def test_bake_refuses_missing_standins_before_staging_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bake_lib, "detect_engine", lambda env: Engine("buildx", "/usr/bin/docker", "20.10"))
+    monkeypatch.setattr(bake_lib, "inspect_builder", lambda *a: ("docker", frozenset({"linux/amd64"})))
+    monkeypatch.setattr(bake_lib, "local_images", lambda refs, env: dict.fromkeys(refs, False))
+    monkeypatch.setattr(bake_lib, "_staged", lambda *a: pytest.fail("staged"))
+    specs = [
+        _spec(standins=True, ops="cpu_adam"),
+        _spec(standins=True, ops="cpu_adam", platform="linux/arm64"),
+    ]
+    with pytest.raises(BadInputError) as caught:
+        bake([BakeRequest("cpu", specs[0]), BakeRequest("cpu-arm64", specs[1])])
+    assert "`imagegen standins` and `imagegen standins --platform linux/arm64`" in (caught.value.hint or "")
+    # Another driver builds elsewhere, from what its registry has: nothing judged here.
+    monkeypatch.setattr(bake_lib, "inspect_builder", lambda *a: ("remote", frozenset({"linux/amd64"})))
+
+    def reached(*_: Any) -> None:
+        raise _Reached
+
+    monkeypatch.setattr(bake_lib, "check_host_network", reached)
+    with pytest.raises(_Reached):
+        bake([BakeRequest("cpu", specs[0])])
+
+
+class _Reached(Exception):
+    """The bake got past the checks under test."""
