@@ -1,8 +1,10 @@
-"""Writing files without leaving half-written ones, and without touching unchanged ones.
+"""The files a user names: written without leaving half-written ones (and without touching
+unchanged ones, or replacing what is not a file), read only when they are regular files of a
+bounded size.
 
-This is where OSError from writing output enters imagegen, so it is translated here, once,
-into a BadInputError (exit 2) that names the path and what to do: the output location is
-the user's input.
+This is where OSError from writing output and reading named inputs enters imagegen, so it is
+translated here, once, into a BadInputError (exit 2) that names the path and what to do: the
+output location and the input file are the user's input.
 """
 
 from __future__ import annotations
@@ -75,6 +77,78 @@ def stat_input(path: Path, what: str) -> os.stat_result | None:
         reason = (exc.strerror or str(exc)).lower()
         hint = _HINTS.get(exc.errno or 0, "check the path and its permissions")
         raise BadInputError(f"cannot use {what} {_shown(path)}: {reason}", hint=hint) from None
+
+
+# Hints by errno, for the failures to read a named file.
+_READ_HINTS = {
+    errno.EACCES: "fix its permissions, or name a file you can read",
+    errno.EPERM: "fix its permissions, or name a file you can read",
+    errno.ENAMETOOLONG: "use a shorter path: a file name has at most 255 bytes on most file systems",
+    errno.ELOOP: "a symbolic link in the path points back at itself: fix the link",
+}
+_NODE_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size and count % size == 0:
+            return f"{count // size} {unit}"
+    return f"{count} bytes"
+
+
+def _input_problem(mode: int, size: int, what: str, limit: int) -> str | None:
+    """What makes a file of ``mode`` and ``size`` no input to read, or None when it is one."""
+    if stat.S_ISDIR(mode):
+        return "it is a directory, not a file"
+    if not stat.S_ISREG(mode):
+        return f"it is {_NODE_KINDS.get(stat.S_IFMT(mode), 'no file')}, not a regular file"
+    if size > limit:
+        return f"it has {size} bytes; {what} is at most {_bytes(limit)}"
+    return None
+
+
+def read_input(path: Path, what: str, *, limit: int, hint: str) -> bytes:
+    """The bytes of ``path``, a file the user named as ``what`` (``the key``), at most ``limit``.
+
+    Only a regular file is read: reading a FIFO waits for a writer, for ever when there is none,
+    and a device (/dev/zero) or a file larger than any such input would read without bound. So
+    the file is looked at before it is read, again once open (O_NONBLOCK: even a FIFO swapped in
+    meanwhile cannot block the open), and never more than ``limit`` + 1 bytes are read.
+
+    Raises BadInputError (exit 2) naming the path and what is wrong, with ``hint`` (what such a
+    file should be) unless the failure has a hint of its own (a name too long, permissions).
+    """
+    problem: str | None
+    try:
+        before = os.stat(path)
+        problem = _input_problem(before.st_mode, before.st_size, what, limit)
+        if problem is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            try:
+                opened = os.fstat(fd)
+                problem = _input_problem(opened.st_mode, opened.st_size, what, limit)
+                chunks: list[bytes] = []
+                read = 0
+                while problem is None and (chunk := os.read(fd, limit + 1 - read)):
+                    chunks.append(chunk)
+                    read += len(chunk)
+                    if read > limit:  # it grew, or says less than it holds (/proc, a FUSE file)
+                        problem = f"it has more than {_bytes(limit)}; {what} is at most that"
+            finally:
+                os.close(fd)
+    except FileNotFoundError:
+        problem = "it does not exist"
+    except OSError as exc:
+        problem = (exc.strerror or str(exc)).lower()
+        hint = _READ_HINTS.get(exc.errno or 0, hint)
+    if problem is not None:
+        raise BadInputError(f"cannot read {what} {_shown(path)}: {problem}", hint=hint)
+    return b"".join(chunks)
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:

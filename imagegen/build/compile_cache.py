@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 from imagegen import settings
 from imagegen.errors import BadInputError
+from imagegen.files import read_input
 from imagegen.hosts import is_loopback
 
 Backend = Literal["local", "redis", "s3", "gcs"]
@@ -165,17 +166,24 @@ def secret_text(cache: CompileCache, env: Mapping[str, str]) -> str:
     return "".join(line + "\n" for line in lines) if cache.backend != "local" else ""
 
 
+# A service account's JSON key is about 2 KiB.
+KEY_FILE_LIMIT = 1 << 20
+
+
 def key_file(cache: CompileCache, env: Mapping[str, str]) -> Path | None:
     """A GCS service account's key file (``GOOGLE_APPLICATION_CREDENTIALS``), for the key secret."""
     path = env.get(settings.GOOGLE_APPLICATION_CREDENTIALS.name, "").strip()
     if cache.backend != "gcs" or not path:
         return None
     found = Path(path)
-    if not found.is_file():
-        raise BadInputError(
-            f"GOOGLE_APPLICATION_CREDENTIALS names {path}, which is not a file",
-            hint="point it at the service account's JSON key, or unset it",
-        )
+    # BuildKit reads the file as the key secret; read here first, so that a FIFO, a device or a
+    # file no key could be is refused by name before the build (and cannot block or flood it).
+    read_input(
+        found,
+        "GOOGLE_APPLICATION_CREDENTIALS' key file",
+        limit=KEY_FILE_LIMIT,
+        hint="point it at the service account's JSON key, or unset it",
+    )
     return found
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from imagegen import settings
+from imagegen.errors import BadInputError
+from imagegen.files import read_input
 
 # Docker Hub's credentials are stored under its v1 index address.
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
@@ -36,15 +38,41 @@ class Credentials:
         return "Basic " + base64.b64encode(f"{self.username}:{self.secret}".encode()).decode()
 
 
+# A config holds a few entries per registry; a file far larger is not one, and must not be read
+# without bound.
+CONFIG_LIMIT = 16 << 20
+
+
 def docker_config(env: Mapping[str, str] = os.environ) -> Mapping[str, Any]:
-    """Docker's client configuration (empty when there is none or it is not JSON)."""
+    """Docker's client configuration (empty when there is none or it is not JSON).
+
+    BadInputError (exit 2) when something other than a readable regular file is there (a FIFO
+    would block the read for ever), as for every file a user names.
+    """
     folder = env.get(settings.DOCKER_CONFIG.name)
     path = Path(folder) / "config.json" if folder else Path.home() / ".docker" / "config.json"
+    if not os.path.exists(path):
+        return {}
+    hint = "fix or remove it (`docker login` writes it), or point DOCKER_CONFIG at another folder"
+    text = read_input(path, "Docker's config file", limit=CONFIG_LIMIT, hint=hint)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(text)
+    except ValueError:
         return {}
     return data if isinstance(data, Mapping) else {}
+
+
+def _decoded(auth: str, key: str) -> Credentials:
+    """An ``auths`` entry's ``auth``: base64 of ``user:password`` in UTF-8, as ``docker login``
+    writes it; BadInputError (exit 2) for anything else, which Docker itself refuses too."""
+    try:
+        user, _, secret = base64.b64decode(auth, validate=True).decode().partition(":")
+    except ValueError:  # binascii.Error (not base64), UnicodeDecodeError (not UTF-8)
+        raise BadInputError(
+            f"Docker's config file has an auth entry for {key} that is not base64 of user:password in UTF-8",
+            hint=f"log in again (`docker login {key}`), or fix that entry under auths in config.json",
+        ) from None
+    return Credentials(user, secret)
 
 
 def _keys(host: str) -> tuple[str, ...]:
@@ -81,8 +109,7 @@ def find_credentials(host: str, config: Mapping[str, Any]) -> Credentials | None
         if not isinstance(entry, Mapping):
             continue
         if isinstance(entry.get("auth"), str) and entry["auth"]:
-            user, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
-            return Credentials(user, secret)
+            return _decoded(entry["auth"], key)
         if isinstance(entry.get("username"), str) and isinstance(entry.get("password"), str):
             return Credentials(entry["username"], entry["password"])
     store = config.get("credsStore")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.errors import BadInputError
+from imagegen.files import read_input
 from imagegen.proof.documents import PROVENANCE
 
 _KEY_HINT = (
@@ -31,11 +32,13 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
+# A PEM key is a few kilobytes at most (an RSA key of 16384 bits: about 12 KiB); anything larger is
+# not a key, and a path to an endless file must not be read without bound.
+KEY_FILE_LIMIT = 1 << 20
+
+
 def _read(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise BadInputError(f"cannot read the {what} {path}: {exc.strerror or exc}", hint=_KEY_HINT) from None
+    return read_input(path, f"the {what}", limit=KEY_FILE_LIMIT, hint=_KEY_HINT)
 
 
 def keyid(public_key: Any) -> str:

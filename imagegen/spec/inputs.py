@@ -7,12 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
 from urllib.parse import urlsplit
 
 from imagegen import settings
 from imagegen.errors import BadInputError
-from imagegen.files import stat_input
+from imagegen.files import read_input, stat_input
 
 
 def existing_dir(value: str | None) -> Path | None:
@@ -34,6 +33,11 @@ def existing_dir(value: str | None) -> Path | None:
 _PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
 
 
+# Debian's bundle of every public CA is about 220 KiB; a file far larger is no bundle, and a path
+# to an endless file must not be read without bound.
+CA_BUNDLE_LIMIT = 16 << 20
+
+
 def existing_file(value: str | None) -> Path | None:
     """The --ca-cert bundle, checked here: apt and pip in the build would fail on it later
     without naming it (update-ca-certificates skips a non-PEM file silently)."""
@@ -41,21 +45,7 @@ def existing_file(value: str | None) -> Path | None:
         return None
     path = Path(value).expanduser()
     hint = "pass a PEM bundle, e.g. --ca-cert /etc/ssl/certs/ca-certificates.crt"
-    try:
-        mode = path.stat().st_mode
-        # Checked before reading: a FIFO or a device (/dev/zero) would block or never end.
-        if S_ISDIR(mode):
-            problem: str | None = "is a directory, not a file"
-        elif not S_ISREG(mode):
-            problem = "is not a regular file"
-        else:
-            problem, data = None, path.read_bytes()
-    except FileNotFoundError:
-        problem = "does not exist"
-    except OSError as exc:
-        problem = f"cannot be read: {(exc.strerror or str(exc)).lower()}"
-    if problem:
-        raise BadInputError(f"CA certificate file {value} {problem}", hint=hint)
+    data = read_input(path, "the CA certificate file", limit=CA_BUNDLE_LIMIT, hint=hint)
     if _PEM_CERTIFICATE not in data:
         raise BadInputError(
             f"CA certificate file {value} is not PEM: it has no {_PEM_CERTIFICATE.decode()} line",

@@ -111,7 +111,9 @@ def test_bad_flags_exit_2_before_any_engine_is_asked() -> None:
         assert message in result.output
     missing_ca = {"DOCKER_HOST": "unix:///nonexistent.sock", "STANDIN_CA": "/nonexistent/ca.crt"}
     result = runner.invoke(app, ["standins"], env=missing_ca)
-    assert result.exit_code == 2 and "STANDIN_CA '/nonexistent/ca.crt' is not a file" in result.output
+    assert (
+        result.exit_code == 2 and "STANDIN_CA's file /nonexistent/ca.crt: it does not exist" in result.output
+    )
 
 
 def test_a_failed_run_keeps_its_logs_only(tmp_path: Path) -> None:

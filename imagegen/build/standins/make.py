@@ -38,8 +38,10 @@ from imagegen.build.standins.plan import (
     plan,
     to_make,
 )
-from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.errors import BuildFailedError
+from imagegen.files import read_input
 from imagegen.spec import catalog
+from imagegen.spec.inputs import CA_BUNDLE_LIMIT
 
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 _TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
@@ -240,14 +242,14 @@ class _Maker:
 
 
 def ca_bundle(env: Mapping[str, str]) -> Path | None:
-    """The CA bundle apt uses for an HTTPS mirror: STANDIN_CA (bad input when it is no file), else
+    """The CA bundle apt uses for an HTTPS mirror: STANDIN_CA (bad input unless a readable file), else
     the host's bundle where there is one."""
     named = env.get(settings.STANDIN_CA.name, "").strip()
     if named:
-        if not Path(named).is_file():
-            raise BadInputError(
-                f"STANDIN_CA {named!r} is not a file", hint="name the CA bundle apt should trust (PEM)"
-            )
+        # Mounted into the containers that run apt: read here first, so that a FIFO, a device or
+        # a path too long is refused by name, before any work, instead of blocking or failing there.
+        hint = "name the CA bundle apt should trust (PEM), e.g. /etc/ssl/certs/ca-certificates.crt"
+        read_input(Path(named), "STANDIN_CA's file", limit=CA_BUNDLE_LIMIT, hint=hint)
         return Path(named)
     return DEFAULT_CA if DEFAULT_CA.is_file() else None
 
