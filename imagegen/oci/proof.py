@@ -15,6 +15,7 @@ from imagegen.oci.manifest import INDEX_TYPES, sha256_digest
 from imagegen.oci.referrers import fetch_document, referrers
 from imagegen.oci.registry import RegistryClient, names_registry, parse_reference
 from imagegen.proof.documents import DOCUMENT_TYPES
+from imagegen.spec.reference import check_reference
 
 
 def is_registry_digest(image: str) -> bool:
@@ -28,6 +29,7 @@ def fetch_proof(image: str, kind: str) -> bytes:
     BadInputError (2): no such manifest, an index (its platforms carry the proof), or no such
     document attached; VerificationFailedError (1): a document other than the image's label names.
     """
+    check_reference("IMAGE", image)  # the whole grammar, before any request
     reference = parse_reference(image)
     assert reference.digest is not None  # is_registry_digest
     wanted = next(t for t in DOCUMENT_TYPES if t.kind == kind)

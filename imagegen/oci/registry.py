@@ -24,6 +24,7 @@ from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.hosts import is_loopback
 from imagegen.oci import auth
 from imagegen.oci.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
+from imagegen.spec.reference import digest_problem
 
 INSECURE_REGISTRIES = settings.INSECURE_REGISTRIES.name
 DOCKER_HUB = "docker.io"
@@ -60,8 +61,11 @@ def names_registry(name: str) -> bool:
 def parse_reference(name: str) -> Reference:
     """Docker's reading of an image name; BadInputError for one it cannot read."""
     rest, _, digest = name.partition("@")
-    if "@" in name and not digest.startswith("sha256:"):
-        raise BadInputError(f"{name!r}: a digest is sha256:<hex>", hint="e.g. NAME@sha256:0123...")
+    # Checked before any request: a registry answers a malformed digest with an error of its own
+    # (a 500 from some), which would read as a failure of the registry rather than of the input.
+    problem = digest_problem(digest) if "@" in name else None
+    if problem is not None:
+        raise BadInputError(f"{name!r}: {problem}", hint="e.g. NAME@sha256:0123... (64 hex digits)")
     if names_registry(rest):
         registry, _, path = rest.partition("/")
     else:

@@ -28,7 +28,7 @@ from typing import Any
 from imagegen.build.engine.client import docker_client
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
 from imagegen.proof import size_probe
-from imagegen.spec.reference import check_reference
+from imagegen.spec.reference import check_reference, reference_problem
 
 KINDS = ("base", "torch", "python", "cuda", "op", "other")
 TARGET_LABEL = "io.imagegen.target"
@@ -387,7 +387,9 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
             )
         base = labels.get(BASE_LABEL) or None
         base_bytes = None
-        if base is not None:
+        # A label is the image's word, not ours: one the engine would refuse as a reference
+        # (`Foo/bar`) names no base here, as a base that is gone does.
+        if base is not None and reference_problem(base) is None:
             try:
                 base_info = client.api.inspect_image(base)
             except docker.errors.ImageNotFound:
