@@ -83,3 +83,19 @@ def test_residual_layer_norm_within_twice_torchs_error(
     assert torch.equal(total, s)
     ours_error = _error(y, exact)
     assert ours_error <= 2 * torch_error, (ours_error, torch_error)
+
+
+@pytest.mark.parametrize("cols", WIDTHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_of_huge_equal_values_give_beta_as_torch_does(
+    device: torch.device, dtype: torch.dtype, cols: int
+) -> None:
+    """A row of 1e35 (and one of -1e35) sums past FLT_MAX: the register kernels sum x * 2^-k
+    (gpu_row_stats.h) and the loop kernels merge moments, so y is beta, as torch gives."""
+    x = torch.full((2, cols), 1e35, device=device, dtype=dtype)
+    x[1] = -x[1]
+    w, b = _affine(device, dtype, cols)
+    expected = F.layer_norm(x, (cols,), w, b)
+    assert torch.equal(expected, b.expand_as(expected))  # torch's own answer, on this device
+    y = layer_norm(x, cols, w, b, use_kernel=True)
+    assert torch.equal(y, expected)

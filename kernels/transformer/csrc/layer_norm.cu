@@ -11,8 +11,10 @@
 //   load instruction of a warp reads consecutive 16-byte pieces. The row is read from
 //   global memory once; the statistics and the output come from the registers.
 //   Blocks hold several row groups (blockDim = (tpr, rows per block)).
-// * Forward statistics: two passes over the registers. The row's mean m first, then over
-//   d = x - m both s = mean(d) (the rounding left in m, ~0) and mean(d^2), var =
+// * Forward statistics: two passes over the registers. The row's mean m first (summed over
+//   x * 2^-k, 2^k >= cols, so a row of huge values cannot overflow the sum: gpu_row_stats.h),
+//   then over d = x - m (scaled by 2^-64 where |m| > 2^64, so that d^2 cannot overflow
+//   either) both s = mean(d) (the rounding left in m, ~0) and mean(d^2), var =
 //   mean(d^2) - s^2: s^2 is at rounding level, so nothing cancels, and y is formed from
 //   (d - s), so no precision is lost to rounding m to fp32 when |mean| >> std. (Shifting
 //   by x[0] instead rounded every d = x - x[0] at the scale of |x[0] - mean|, far too
@@ -28,7 +30,10 @@
 // * Rows too long for the register slices take the generic loop kernels at the end,
 //   which re-read the row: rare sizes, correct, slower. Their forward statistics come from
 //   one read (Welford / Chan: each thread's count, mean and sum of squared deviations,
-//   merged across the row), as accurate as the two passes without a third read of the row.
+//   merged across the row): the variance as accurate as the two passes (the merge adds
+//   non-negative terms only), without a third read of the row. y is not: it is formed from
+//   x - mean with the mean rounded to fp32, so where |mean| >> std y carries that rounding
+//   (about |mean| * 2^-24 * rstd), which the register kernels' residue s removes.
 //   The register kernels hold up
 //   to 16384 (fp16/bf16) or 12288 (fp32) columns forward, 12288 or 8192 backward, and
 //   6144 forward / 5120 backward when not vectorizable (odd hidden size, misaligned).
@@ -42,6 +47,7 @@
 #include <type_traits>
 
 #include "gpu_reduce.h"
+#include "gpu_row_stats.h"
 #include "gpu_transformer.h"
 
 namespace {
@@ -151,6 +157,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   const int tx = static_cast<int>(threadIdx.x);
   const int nvec = static_cast<int>(cols / VEC);
   const float n = static_cast<float>(cols);
+  const RowCount count = row_count(cols);  // the first pass sums x * 2^-k: it cannot overflow
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.y;
   // `base` is the same in every thread of the block, so all of them run the same
   // iterations and reach every reduction, including the row groups past the last row.
@@ -176,11 +183,12 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
         for (int e = 0; e < VEC; ++e) d[k][e] = 0.0f;
       }
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) sum += d[k][e];
+      for (int e = 0; e < VEC; ++e) sum += d[k][e] * count.scale;
     }
     sum = group_sum(sum, sum_scratch);
-    const float row_mean = gpu_div_rn(sum, n);
-    float2 moments = make_float2(0.0f, 0.0f);  // sums of d and d^2, d = x - row_mean
+    const float row_mean = gpu_div_rn(sum, count.scaled_n);
+    const RowSpread spread = row_spread(row_mean);  // 1 unless |mean| > 2^64: gpu_row_stats.h
+    float2 moments = make_float2(0.0f, 0.0f);  // sums of d and d^2 (d scaled), d = x - row_mean
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const bool valid = tx + k * tpr < nvec;  // padding slots hold 0, but 0 - m is not 0
@@ -188,14 +196,18 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
       for (int e = 0; e < VEC; ++e) {
         d[k][e] -= row_mean;
         if (valid) {
-          moments.x += d[k][e];
-          moments.y += d[k][e] * d[k][e];
+          const float scaled = d[k][e] * spread.scale;
+          moments.x += scaled;
+          moments.y += scaled * scaled;
         }
       }
     }
     moments = group_sum(moments, moment_scratch);
-    const float residue = gpu_div_rn(moments.x, n);  // the rounding left in row_mean
-    const float var = gpu_fmax_nan(gpu_div_rn(moments.y, n) - residue * residue, 0.0f);  // NaN rows stay NaN
+    const float scaled_residue = gpu_div_rn(moments.x, n);
+    // NaN rows stay NaN (gpu_fmax_nan); the scales are powers of two, so scaling back is exact.
+    const float scaled_var = gpu_fmax_nan(gpu_div_rn(moments.y, n) - scaled_residue * scaled_residue, 0.0f);
+    const float residue = scaled_residue * spread.inverse;  // the rounding left in row_mean
+    const float var = scaled_var * spread.inverse * spread.inverse;
     const float rstd = rsqrtf(var + eps);
     if (!active) continue;  // after both reductions
     if (tx == 0) {
@@ -468,7 +480,11 @@ __device__ __forceinline__ RowMoments row_moments(RowMoments v, RowMoments* scra
   }
   if (tx <= GPU_WARP_SIZE) return v;
   const int warps = tx / GPU_WARP_SIZE;
-  RowMoments* slots = scratch + threadIdx.y * warps;  // written once per launch: no barrier before
+  RowMoments* slots = scratch + threadIdx.y * warps;
+  // A barrier before the slots are written, so that a second call in the same kernel cannot
+  // overwrite them while a slower warp still reads the first call's (one call per kernel
+  // today; the barrier costs one sync on the rare rows too long for the register kernels).
+  __syncthreads();
   if (threadIdx.x % GPU_WARP_SIZE == 0) slots[threadIdx.x / GPU_WARP_SIZE] = v;
   __syncthreads();
   RowMoments total = slots[0];
@@ -502,10 +518,11 @@ __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restr
       } else {
         load_as_float<VEC>(v, xr + i);
       }
-      float sum = 0.0f;
+      // Each value scaled by 1 / VEC first (VEC is 1 or 4: exact), so four values near FLT_MAX
+      // do not overflow their sum; the same bits as scaling the sum wherever that does not.
+      float vec_mean = 0.0f;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) sum += v[k];
-      const float vec_mean = sum * (1.0f / VEC);  // VEC is 1 or 4: exact
+      for (int k = 0; k < VEC; ++k) vec_mean += v[k] * (1.0f / VEC);
       float m2 = 0.0f;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
