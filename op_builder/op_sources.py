@@ -91,7 +91,7 @@ def split_dirs(text: str) -> tuple[str, ...]:
 
 def sources_from_env(env: Mapping[str, str]) -> tuple[Path, ...]:
     """The directories ``DS_OP_SOURCES`` names, absolute, in order, without repeats."""
-    dirs = (Path(p).expanduser().resolve() for p in split_dirs(env.get(SOURCES_VARIABLE, "")))
+    dirs = (_resolved(Path(p)) for p in split_dirs(env.get(SOURCES_VARIABLE, "")))
     return tuple(dict.fromkeys(dirs))
 
 
@@ -103,9 +103,34 @@ def source_dirs(env: Mapping[str, str], extra: Sequence[str]) -> tuple[Path, ...
 # ------------------------------------------------------------------ directories
 
 
+def _resolved(path: Path) -> Path:
+    """``path`` made absolute, its links followed; OpSourceError when it cannot be looked up.
+
+    A name longer than the file system allows (OSError), a loop of symbolic links or a ``~user``
+    with no home (RuntimeError, from pathlib) would otherwise escape as a traceback, from every
+    command that reads ``DS_OP_SOURCES`` or ``--op-source``.
+    """
+    text = str(path)
+    shown = text if len(text) <= 120 else text[:80] + "..." + text[-30:]
+    try:
+        root = path.expanduser().resolve()
+        root.is_dir()  # what follows asks this too: a failure to look it up is met here, once
+    except OSError as exc:
+        problem = (exc.strerror or str(exc)).lower()
+    except RuntimeError as exc:  # "Symlink loop from ...", "Could not determine home directory"
+        problem = "a symbolic link in it points back at itself" if "loop" in str(exc).lower() else str(exc)
+    else:
+        return root
+    raise OpSourceError(
+        f"op source {shown} cannot be looked up: {problem}",
+        hint=f"fix the path where it is named ({SOURCES_VARIABLE} or --op-source): a file name has "
+        "at most 255 bytes on most file systems, and a link must not point back at itself",
+    )
+
+
 def check_package_dir(path: Path) -> Path:
     """``path`` resolved, or OpSourceError saying what an op package directory needs."""
-    root = path.expanduser().resolve()
+    root = _resolved(path)
     if not root.is_dir():
         raise OpSourceError(
             f"op source {path} is not a directory",
