@@ -32,9 +32,10 @@ from typing import Any, TextIO
 from imagegen import log
 from imagegen.build import compile_cache
 from imagegen.build.bake_inputs import (
+    BakeRequest,
     check_bake_file,
     check_push_registry,
-    emulation_unfit_ops,
+    for_builder,
     missing_standins,
     native_platforms,
     remote_tag,
@@ -54,7 +55,6 @@ from imagegen.proof.seal import now as proof_now
 from imagegen.publish import publish
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
-from imagegen.spec.image import ImageSpec
 from imagegen.verify.image import VerifyResult, verify_image
 
 BUILDX_HINT = "install Debian's buildx plugin: `bash scripts/buildx-plugin.sh` (make system-deps does it)"
@@ -273,38 +273,6 @@ def _cancel_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 # --------------------------------------------------------------------------- the whole run
-
-
-@dataclass(frozen=True)
-class BakeRequest:
-    """One target to bake: its name in the matrix and its resolved spec; ``emulated``, the spec
-    to build instead where the builder runs the target's platform under emulation (its ops that
-    qemu-user cannot run left out), or None: the same spec everywhere."""
-
-    name: str
-    spec: ImageSpec
-    emulated: ImageSpec | None = None
-
-
-def for_builder(requests: Sequence[BakeRequest], native: frozenset[str]) -> list[BakeRequest]:
-    """Each request with the spec this builder can build and verify: where it only emulates the
-    target's platform, the ``emulated`` spec, said once with why. A builder that names no native
-    platform gets every spec as it is."""
-    chosen = []
-    for request in requests:
-        spec, emulated = request.spec, request.emulated
-        if emulated is None or not native or spec.platform in native:
-            chosen.append(request)
-            continue
-        left = ", ".join(emulation_unfit_ops(spec))
-        log.warn(
-            f"{request.name}: this builder runs {spec.platform} under emulation (natively "
-            f"{', '.join(sorted(native))}), where qemu-user has no Linux AIO, so {left} cannot pass "
-            f"its self-test: left out of {emulated.tag}; name the ops (--ops) to build it anyway, "
-            f"or bake on a {spec.platform} builder"
-        )
-        chosen.append(replace(request, spec=emulated, emulated=None))
-    return chosen
 
 
 def _tag_image(source: str, target: str) -> None:

@@ -16,8 +16,10 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from imagegen import log
 from imagegen.build.bases import standin_command
 from imagegen.errors import BadInputError
 from imagegen.files import output_error
@@ -118,6 +120,38 @@ def native_platforms(inspect_output: str) -> frozenset[str]:
             first = value.split(",")[0].strip().rstrip("*")  # "*": a platform the user set
             found.add("/".join(first.split("/")[:2]))  # linux/arm64/v8 -> linux/arm64
     return frozenset(found)
+
+
+@dataclass(frozen=True)
+class BakeRequest:
+    """One target to bake: its name in the matrix and its resolved spec; ``emulated``, the spec
+    to build instead where the builder runs the target's platform under emulation (its ops that
+    qemu-user cannot run left out), or None: the same spec everywhere."""
+
+    name: str
+    spec: ImageSpec
+    emulated: ImageSpec | None = None
+
+
+def for_builder(requests: Sequence[BakeRequest], native: frozenset[str]) -> list[BakeRequest]:
+    """Each request with the spec this builder can build and verify: where it only emulates the
+    target's platform, the ``emulated`` spec, said once with why. A builder that names no native
+    platform gets every spec as it is."""
+    chosen = []
+    for request in requests:
+        spec, emulated = request.spec, request.emulated
+        if emulated is None or not native or spec.platform in native:
+            chosen.append(request)
+            continue
+        left = ", ".join(emulation_unfit_ops(spec))
+        log.warn(
+            f"{request.name}: this builder runs {spec.platform} under emulation (natively "
+            f"{', '.join(sorted(native))}), where qemu-user has no Linux AIO, so {left} cannot pass "
+            f"its self-test: left out of {emulated.tag}; name the ops (--ops) to build it anyway, "
+            f"or bake on a {spec.platform} builder"
+        )
+        chosen.append(replace(request, spec=emulated, emulated=None))
+    return chosen
 
 
 def emulation_unfit_ops(spec: ImageSpec) -> tuple[str, ...]:

@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from imagegen import settings
-from imagegen.build.bake import BakeImage, BakeReport, BakeRequest, bake
-from imagegen.build.bake_inputs import check_platform_options, emulation_unfit_ops
+from imagegen.build.bake import BakeImage, BakeReport, bake
+from imagegen.build.bake_inputs import BakeRequest, check_platform_options, emulation_unfit_ops
 from imagegen.commands._options import (
     CaCertOption,
     CompileCacheOption,

@@ -131,16 +131,12 @@ class TorchRange:
 
 @dataclass(frozen=True)
 class PlatformTorch:
-    """A target's torch on one platform where its builds stop earlier than on amd64.
-
-    ``last``: the newest torch minor with a build of the target for that platform; ``default``:
-    the release an image for it gets when none is named; ``why``: what a refusal says.
-    """
+    """A target's torch on a platform where its builds stop earlier than on amd64."""
 
     platform: str
-    last: str  # "2.10"
-    default: str  # "2.10.0"
-    why: str
+    last: str  # the newest torch minor with a build of the target there: "2.10"
+    default: str  # what an image for it gets when no torch is named: "2.10.0"
+    why: str  # what a refusal of a newer one says
 
 
 @dataclass(frozen=True)
@@ -171,15 +167,11 @@ class Target:
         return self.default_torch if limit is None else limit.default
 
     def torch_range(self, torch: str, platform: str = DEFAULT_PLATFORM) -> TorchRange | None:
-        """The range (and so the wheel index) of ``torch`` for this target on ``platform``; None
-        when that release has no build of the target there."""
+        """The range (so the wheel index) of ``torch`` on ``platform``; None: no build of it there."""
         limit = self.platform_limit(platform)
         if limit is not None and _minor(torch) > Version(limit.last):
             return None
-        for candidate in self.torch:
-            if candidate.admits(torch):
-                return candidate
-        return None
+        return next((candidate for candidate in self.torch if candidate.admits(torch)), None)
 
     def torch_versions(self, platform: str = DEFAULT_PLATFORM) -> tuple[str, ...]:
         """Every torch release built for this target on ``platform``, oldest first."""
@@ -273,33 +265,20 @@ ROCM_TARGETS: dict[str, Target] = {
 
 CPU_DEFAULT_PYTHON = "3.11"
 CPU_PYTHONS: tuple[str, ...] = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
-# torch's aarch64 CPU builds stop at 2.10: PyPI's aarch64 wheels are CPU builds up to 2.10 and
-# CUDA 13.0 builds from 2.11 on (2.11.0 aarch64 requires cuda-toolkit==13.0.2), and the CPU index's
-# aarch64 wheels stop there too. A newer pin on arm64 installs a CUDA build, whose `import torch`
-# never returned under qemu (26 minutes at under 1% CPU), and the image's build check refuses it
-# anyway. CUDA targets on arm64 take the aarch64 CUDA (sbsa) builds, which follow amd64's.
-# scripts/images.py (make images PLATFORM=linux/arm64) reads this default too.
-ARM64_CPU_TORCH = PlatformTorch(
-    ARM64,
-    last="2.10",
-    default="2.10.0",
-    why="torch's aarch64 CPU builds stop at 2.10 (its aarch64 wheels from 2.11 on are CUDA builds)",
-)
+# torch's aarch64 CPU builds stop at 2.10: PyPI's aarch64 wheels are CUDA 13.0 builds from 2.11 on
+# (2.11.0 aarch64 requires cuda-toolkit==13.0.2), and the CPU index's aarch64 wheels stop there too.
+# A newer pin on arm64 installs a CUDA build, whose `import torch` never returned under qemu (26
+# minutes at under 1% CPU). CUDA targets on arm64 take the sbsa builds, which follow amd64's.
+_ARM64_WHY = "torch's aarch64 CPU builds stop at 2.10 (its aarch64 wheels from 2.11 on are CUDA builds)"
+ARM64_CPU_TORCH = PlatformTorch(ARM64, last="2.10", default="2.10.0", why=_ARM64_WHY)
+_CPU_TORCH = (TorchRange("2.0", "2.15", "cpu"),)
 CPU_TARGET = Target(
-    "cpu",
-    None,
-    None,
-    ("bookworm", "trixie"),
-    (TorchRange("2.0", "2.15", "cpu"),),
-    "2.13.0",
-    PLATFORMS,
-    platform_torch=(ARM64_CPU_TORCH,),
+    "cpu", None, None, ("bookworm", "trixie"), _CPU_TORCH, "2.13.0", PLATFORMS, (ARM64_CPU_TORCH,)
 )
 
-# Libraries whose system calls qemu-user does not implement: Linux AIO (io_setup answers ENOSYS).
-# An op linking one compiles for an emulated platform but cannot pass its self-test, which the
-# build runs; an image made under emulation (arm64 on an x86-64 builder) leaves such ops out
-# unless they are named, as `imagegen bake` and scripts/images.py do. On a native host they are in.
+# Libraries whose system calls qemu-user lacks (Linux AIO: io_setup answers ENOSYS): an op linking
+# one cannot pass its self-test, which the build runs, under emulation; an image made so leaves it
+# out unless named (`imagegen bake`, scripts/images.py). On a native host it is in.
 EMULATION_MISSING_LIBRARIES: frozenset[str] = frozenset({"aio"})
 
 # Local stand-ins for the bases, made by `imagegen standins` (imagegen/build/standins/; no registry

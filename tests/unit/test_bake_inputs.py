@@ -15,11 +15,13 @@ import pytest
 from typer.testing import CliRunner
 
 from imagegen.build import bake as bake_lib
-from imagegen.build.bake import BakeRequest, bake, for_builder
+from imagegen.build.bake import bake
 from imagegen.build.bake_inputs import (
+    BakeRequest,
     check_bake_file,
     check_push_registry,
     emulation_unfit_ops,
+    for_builder,
     missing_standins,
     native_platforms,
 )
