@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, Union
 
 from op_builder.binary import read_device_code
+from op_builder.devices import no_gpu_reason
 from op_builder.errors import OpLoadError
 from op_builder.manifest import Manifest
 from op_builder.preflight import CudaDevice, Decision, RocmDevice, decide, from_driver_int, parse_version
@@ -53,8 +54,6 @@ def visible_devices() -> tuple[tuple[Device, ...], str]:
     except ImportError:
         return (), "torch is not installed"
     if not torch.cuda.is_available():
-        from op_builder.selftest.harness import no_gpu_reason  # the self-tests' words for it
-
         return (), no_gpu_reason()
     found: dict[str, Device] = {}
     for index in range(torch.cuda.device_count()):

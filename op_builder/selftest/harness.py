@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from op_builder import settings
+from op_builder.devices import no_gpu_reason as no_gpu_reason  # re-exported: the self-tests use it
 from op_builder.errors import OpLoadError
 from op_builder.registry import get_builder
 from op_builder.report import SelfTestReport, SelfTestResult
@@ -133,14 +134,6 @@ def resolve_device(requested: Literal["cpu", "cuda", "auto"]) -> Device:
 def gpu_visible() -> bool:
     """Whether torch sees a GPU (CUDA or ROCm) to run the GPU ops' self-tests on."""
     return bool(torch.cuda.is_available())
-
-
-def no_gpu_reason() -> str:
-    """Why there is no GPU to run on, in words (for a skip, or a refused ``--device cuda``)."""
-    build = torch.version.cuda or torch.version.hip
-    if build is None:
-        return f"needs a GPU: torch {torch.__version__} is a CPU build"
-    return f"needs a GPU: none is visible to torch {torch.__version__}"
 
 
 def _result(
