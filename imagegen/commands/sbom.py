@@ -4,7 +4,6 @@ file exactly as the image holds it (-o FILE)."""
 
 from __future__ import annotations
 
-import json as json_module
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -13,12 +12,12 @@ import typer
 
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console
-from imagegen.errors import BadInputError
+from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
 from imagegen.oci.proof import fetch_proof, is_registry_digest
 from imagegen.proof import image as proof_lib
 from imagegen.proof import sbom as props
-from imagegen.proof.check import sbom_ops
+from imagegen.proof.check import SbomOp, sbom_ops
 
 ImageArgument = Annotated[
     str,
@@ -57,19 +56,30 @@ def sbom(
         data = fetch_proof(image, kind)
     else:
         data = proof_lib.require_document(proof_lib.read_documents(image), kind)
+    # Judged before anything is printed or written: a document that is no JSON object (or not
+    # UTF-8) is no proof imagegen sealed, and a half-shown one would read as an answer.
+    document = proof_lib.document_object(image, kind, data)
     if output is not None and str(output) != "-":
-        write_atomic(output, data.decode())
+        write_atomic(output, data)
         return
     if json or output is not None or kind != "sbom":
         sys.stdout.write(data.decode())
         sys.stdout.flush()
         return
-    _print(image, json_module.loads(data))
+    try:
+        ops = sbom_ops(document)
+    except ValueError as exc:
+        raise VerificationFailedError(
+            f"{image}: its SBOM is {exc}",
+            hint="the image's proof was damaged or not made by `imagegen build`: rebuild the image; "
+            "do not trust it",
+        ) from None
+    _print(image, document, ops)
 
 
-def _print(image: str, document: dict[str, Any]) -> None:
+def _print(image: str, document: dict[str, Any], ops: dict[str, SbomOp]) -> None:
     out = console()
-    components = document.get("components") or []
+    components = [c for c in document.get("components") or [] if isinstance(c, dict)]
     counts = {
         "deb": sum(1 for c in components if str(c.get("purl", "")).startswith("pkg:deb/")),
         "pypi": sum(1 for c in components if str(c.get("purl", "")).startswith("pkg:pypi/")),
@@ -79,7 +89,7 @@ def _print(image: str, document: dict[str, Any]) -> None:
         f"{counts['pypi']} Python packages",
         markup=False,
     )
-    for name, op in sbom_ops(document).items():
+    for name, op in ops.items():
         # What the module holds; a kind it holds none of (gfx in a CUDA module) is left out.
         found = [f"{key.split(':', 1)[1]} {','.join(names)}" for key, names in op.code.items() if names]
         empty = "isa - (no instruction-set path found)" if props.ISA in op.code else "no device code found"

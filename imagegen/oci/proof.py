@@ -8,13 +8,14 @@ from the same registry, holds the document's digest in its label (``io.imagegen.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
+from typing import Any
 
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.oci.manifest import INDEX_TYPES, sha256_digest
 from imagegen.oci.referrers import fetch_document, referrers
 from imagegen.oci.registry import RegistryClient, names_registry, parse_reference
-from imagegen.proof.documents import DOCUMENT_TYPES
+from imagegen.proof.documents import DOCUMENT_TYPES, json_object
 from imagegen.spec.reference import check_reference
 
 
@@ -36,18 +37,15 @@ def fetch_proof(image: str, kind: str) -> bytes:
     with RegistryClient(reference.registry) as client:
         subject = client.get_manifest(reference.repository, reference.digest)
         if subject is None:
-            raise BadInputError(f"{image}: no such manifest in {reference.registry}")
-        manifest = json.loads(subject)
+            raise BadInputError(
+                f"{image}: no such manifest in {reference.registry}",
+                hint="check the digest: the registry holds no manifest by it",
+            )
+        manifest = _object(client, subject, f"the manifest {reference.repository}@{reference.digest}")
         if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
-            platforms = []
-            for entry in manifest.get("manifests", []):
-                platform = entry.get("platform") or {}
-                platforms.append(
-                    f"{platform.get('os')}/{platform.get('architecture')}: {entry.get('digest')}"
-                )
             raise BadInputError(
                 f"{image} is an image index: each platform's image carries its own proof",
-                hint="name a platform's digest: " + "; ".join(platforms),
+                hint=_platforms_hint(manifest),
             )
         found = referrers(client, reference.repository, reference.digest, wanted.media_type)
         if not found:
@@ -56,8 +54,14 @@ def fetch_proof(image: str, kind: str) -> bytes:
                 hint="images pushed by `imagegen build --push` carry their SBOM and provenance",
             )
         media_type, data = fetch_document(client, reference.repository, found[-1])
-        config = json.loads(client.get_blob(reference.repository, manifest["config"]["digest"]))
-    label = ((config.get("config") or {}).get("Labels") or {}).get(wanted.label)
+        config_digest = _field(manifest, "config", "digest")
+        if not isinstance(config_digest, str):
+            raise client.malformed(
+                f"the manifest {reference.repository}@{reference.digest}", "not an image manifest: no config"
+            )
+        blob = client.get_blob(reference.repository, config_digest)
+        config = _object(client, blob, f"the config {reference.repository}@{config_digest}")
+    label = _field(config, "config", "Labels", wanted.label)
     if media_type != wanted.media_type or label != sha256_digest(data):
         raise VerificationFailedError(
             f"{image}: the {wanted.kind} attached is {sha256_digest(data)}, the image's {wanted.label} "
@@ -65,3 +69,31 @@ def fetch_proof(image: str, kind: str) -> bytes:
             hint="the registry holds a document the build did not seal into this image; do not trust it",
         )
     return data
+
+
+def _object(client: RegistryClient, data: bytes, what: str) -> dict[str, Any]:
+    try:
+        return json_object(data)
+    except ValueError as exc:
+        raise client.malformed(what, str(exc)) from None
+
+
+def _field(document: Mapping[str, Any], *keys: str) -> Any:
+    """``document[k1][k2]...``, or None where a level is missing or is no JSON object."""
+    found: Any = document
+    for key in keys:
+        found = found.get(key) if isinstance(found, Mapping) else None
+    return found
+
+
+def _platforms_hint(index: Mapping[str, Any]) -> str:
+    entries = index.get("manifests")
+    platforms = [
+        f"{_field(entry, 'platform', 'os')}/{_field(entry, 'platform', 'architecture')}: "
+        + str(entry.get("digest"))
+        for entry in (entries if isinstance(entries, list) else [])
+        if isinstance(entry, Mapping)
+    ]
+    if not platforms:
+        return "its index lists no platform's image: ask whoever pushed it"
+    return "name a platform's digest: " + "; ".join(platforms)

@@ -11,8 +11,7 @@ with Subject"). Reading (``referrers``) asks the API first, then the fallback ta
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ from imagegen.oci.manifest import (
     referrers_tag,
 )
 from imagegen.oci.registry import RegistryClient
+from imagegen.proof.documents import json_object
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,11 @@ def attach(
     try:
         updated = referrers_index(client.get_manifest(repository, tag, accept=(OCI_INDEX,)), put)
     except ValueError as exc:
-        raise BuildFailedError(f"{client.registry}/{repository}:{tag}: {exc}") from None
+        raise BuildFailedError(
+            f"{client.registry}/{repository}:{tag}: {exc}",
+            hint="another tool wrote that tag; remove it from the registry, or push with a registry "
+            "that has the referrers API",
+        ) from None
     client.put_manifest(repository, tag, updated, OCI_INDEX)
     return Attached(subject, tuple(put), tag)
 
@@ -101,7 +105,7 @@ def referrers(
     try:
         found = index_manifests(body)
     except ValueError as exc:
-        raise BuildFailedError(f"the referrers of {client.registry}/{repository}@{digest}: {exc}") from None
+        raise client.malformed(f"the list of referrers of {repository}@{digest}", str(exc)) from None
     # A registry may ignore the filter (it then says so in OCI-Filters-Applied); apply it here.
     return [d for d in found if artifact_type is None or d.artifact_type == artifact_type]
 
@@ -110,10 +114,18 @@ def fetch_document(client: RegistryClient, repository: str, referrer: Descriptor
     """A referrer's document: (its media type, its bytes), checked against the digests."""
     manifest = client.get_manifest(repository, referrer.digest, accept=(OCI_MANIFEST,))
     if manifest is None:
-        raise BuildFailedError(f"{client.registry}/{repository}@{referrer.digest}: listed, but not there")
-    document = json.loads(manifest)
-    layers = document.get("layers") if isinstance(document, dict) else None
-    if not isinstance(layers, list) or len(layers) != 1:
-        raise BuildFailedError(f"{client.registry}/{repository}@{referrer.digest}: not one document")
-    layer = Descriptor.from_json(layers[0])
+        raise BuildFailedError(
+            f"{client.registry}/{repository}@{referrer.digest}: listed, but not there",
+            hint="the registry lists a referrer it does not hold: push the image again, or ask "
+            "whoever runs the registry",
+        )
+    what = f"the referrer {repository}@{referrer.digest}"
+    try:
+        document = json_object(manifest)
+        layers = document.get("layers")
+        if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], Mapping):
+            raise ValueError("not a manifest of one document (one layer)")
+        layer = Descriptor.from_json(layers[0])
+    except ValueError as exc:
+        raise client.malformed(what, str(exc)) from None
     return layer.media_type, client.get_blob(repository, layer.digest)

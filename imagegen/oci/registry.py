@@ -197,6 +197,15 @@ class RegistryClient:
             f"{INSECURE_REGISTRIES}=host:port)",
         )
 
+    def malformed(self, what: str, problem: str) -> BuildFailedError:
+        """The failure for a document this registry sent that is not what the API promises
+        (``problem``: "not a JSON object: ...", "names no config"): exit 1, as for its errors."""
+        return BuildFailedError(
+            f"{self.registry}: {what} is {problem}",
+            hint="the registry sent something other than an OCI document: check that the address "
+            "names an OCI registry, or ask whoever runs it",
+        )
+
     def _failed(self, what: str, response: Any) -> BuildFailedError:
         body = (response.text or "")[:500]
         hint = "check `docker login` for this registry" if response.status_code in (401, 403) else None

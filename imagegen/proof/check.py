@@ -45,17 +45,25 @@ class SbomOp:
     code: Mapping[str, tuple[str, ...]]  # property name (imagegen:sass, ...) -> names, as recorded
 
 
+def _listed(value: Any) -> list[Any]:
+    """A field that should hold a list: the list, else nothing (the document is someone's)."""
+    return value if isinstance(value, list) else []
+
+
 def sbom_ops(document: Mapping[str, Any]) -> dict[str, SbomOp]:
     """The op module components of a CycloneDX document, by op name. ValueError when it is not one."""
     if document.get("bomFormat") != "CycloneDX":
         raise ValueError("not a CycloneDX document")
+    components = document.get("components") or []
+    if not isinstance(components, list):
+        raise ValueError("not a CycloneDX document: its components are not a list")
     found: dict[str, SbomOp] = {}
-    for component in document.get("components") or []:
+    for component in components:
         if not isinstance(component, Mapping):
             continue
         props = {
             str(p.get("name")): str(p.get("value") or "")
-            for p in component.get("properties") or []
+            for p in _listed(component.get("properties"))
             if isinstance(p, Mapping)
         }
         name = props.get(sbom_props.OP)
@@ -64,7 +72,7 @@ def sbom_ops(document: Mapping[str, Any]) -> dict[str, SbomOp]:
         sha = next(
             (
                 str(h.get("content"))
-                for h in component.get("hashes") or []
+                for h in _listed(component.get("hashes"))
                 if isinstance(h, Mapping) and h.get("alg") == "SHA-256"
             ),
             None,

@@ -18,7 +18,15 @@ from imagegen.build.engine.client import docker_client
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.proof import probe
 from imagegen.proof.check import Mismatch, compare, compare_statement
-from imagegen.proof.documents import DOCUMENT_TYPES, PROOF_DIR, PROVENANCE, SBOM, SIGNATURE, sha256_digest
+from imagegen.proof.documents import (
+    DOCUMENT_TYPES,
+    PROOF_DIR,
+    PROVENANCE,
+    SBOM,
+    SIGNATURE,
+    json_object,
+    sha256_digest,
+)
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.signing import check_envelope
 from imagegen.spec.reference import check_reference
@@ -138,6 +146,21 @@ def require_document(documents: ImageDocuments, kind: str) -> bytes:
             f"{documents.image}: {problems[0]}", hint="rebuild the image; do not trust it"
         )
     return documents.files[wanted.filename]
+
+
+def document_object(image: str, kind: str, data: bytes) -> dict[str, Any]:
+    """``data``, ``image``'s ``kind`` document, as the JSON object every document imagegen seals
+    is; VerificationFailedError (1) otherwise: the reference is fine and the bytes are the ones
+    its label names, but they are not a proof `imagegen build` made, so nothing of it is shown."""
+    name = "SBOM" if kind == SBOM.kind else kind
+    try:
+        return json_object(data)
+    except ValueError as exc:
+        raise VerificationFailedError(
+            f"{image}: its {name} is {exc}",
+            hint="the image's proof was damaged or not made by `imagegen build`: rebuild the image; "
+            "do not trust it",
+        ) from None
 
 
 @dataclass(frozen=True)
