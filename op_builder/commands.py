@@ -18,7 +18,7 @@ from op_builder.context import resolve_context, visible_gpu_capabilities
 from op_builder.errors import BadInputError
 from op_builder.manifest import read_installed
 from op_builder.plan import make_plan, probe_host
-from op_builder.preflight_check import run_preflight
+from op_builder.preflight import run_preflight
 from op_builder.registry import ALL_OPS, check_op_names, get_builder, origin_of
 from op_builder.report import SelfTestResult
 from op_builder.toolchain import CudaToolkit, Toolchain, probe_cuda

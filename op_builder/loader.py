@@ -47,7 +47,7 @@ from op_builder.context import (
 from op_builder.env import env_flag
 from op_builder.errors import OpLoadError, UserFacingError
 from op_builder.manifest import read_installed
-from op_builder.preflight_check import check_loaded
+from op_builder.preflight import check_loaded
 from op_builder.toolchain import LibrarySpec, Toolchain
 
 Source = Literal["aot", "jit"]

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from op_builder import preflight_check
+from op_builder import preflight
 from op_builder.errors import OpLoadError
 from op_builder.manifest import Manifest
-from op_builder.preflight import CudaDevice
-from op_builder.preflight_check import decide_module
+from op_builder.preflight import CudaDevice, decide_module
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="no CUDA toolkit (nvcc) on this machine")
@@ -74,13 +73,13 @@ def test_loading_a_module_without_code_for_the_gpu_fails_with_the_message(
 ) -> None:
     """What the loader runs after importing an installed GPU op (op_builder.loader). The visible
     GPU is the one input this machine cannot give: an H100 stands in for what torch would report."""
-    monkeypatch.setattr(preflight_check, "visible_devices", lambda: ((H100,), ""))
+    monkeypatch.setattr(preflight, "visible_devices", lambda: ((H100,), ""))
     module = types.ModuleType("kernels._ops.fused_adam")
     module.__file__ = str(modules["sm80"])
     manifest = Manifest(torch="2.13.0", cuda="13.0", hip=None, accelerator="cuda", python="3.11", ops={})
     with pytest.raises(OpLoadError) as failed:
-        preflight_check.check_loaded("fused_adam", module, manifest)
+        preflight.check_loaded("fused_adam", module, manifest)
     assert failed.value.message.startswith("fused_adam: no device code for NVIDIA H100 (compute capability 9")
     assert "python -m op_builder preflight" in (failed.value.hint or "")
     module.__file__ = str(modules["sm80_ptx80"])  # PTX the driver can JIT: it loads
-    preflight_check.check_loaded("fused_adam", module, manifest)
+    preflight.check_loaded("fused_adam", module, manifest)

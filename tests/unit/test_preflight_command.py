@@ -8,7 +8,7 @@ import json
 import pytest
 
 from op_builder.manifest import InstalledOp, Manifest
-from op_builder.preflight_check import run_preflight, visible_devices
+from op_builder.preflight import run_preflight, visible_devices
 
 pytestmark = pytest.mark.skipif(bool(visible_devices()[0]), reason="a GPU is visible: tests/gpu covers it")
 
