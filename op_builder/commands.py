@@ -22,7 +22,7 @@ from op_builder.preflight import run_preflight
 from op_builder.registry import ALL_OPS, check_op_names, get_builder, origin_of
 from op_builder.report import SelfTestResult
 from op_builder.toolchain import CudaToolkit, Toolchain, probe_cuda
-from op_builder.verification import verify_ops
+from op_builder.verify import verify_ops
 
 
 def emit(data: Any) -> None:

@@ -22,7 +22,7 @@ from op_builder.binary import Audit, DeviceCode, audit, format_text, read_device
 from op_builder.errors import BadInputError
 from op_builder.manifest import InstalledOp, Manifest
 from op_builder.report import OpVerification
-from op_builder.verification import audit_module
+from op_builder.verify import audit_module
 
 NVCC = shutil.which("nvcc")
 HIPCC = shutil.which("hipcc")
