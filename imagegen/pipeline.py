@@ -18,6 +18,7 @@ from typing import Any
 from imagegen import log
 from imagegen.build import compile_cache
 from imagegen.build.bases import missing_base_hint
+from imagegen.build.build_secrets import build_secrets
 from imagegen.build.compile_cache import CacheStats
 from imagegen.build.engine import Engine, EngineKind, build_image, detect_engine, image_size
 from imagegen.build.engine.build_log import compile_seconds, op_sources
@@ -171,7 +172,7 @@ def build(
     text = render(spec)
     started = proof_now()
 
-    secrets = compile_cache.build_secrets(spec.compile_cache, env)  # credentials as BuildKit secrets
+    secrets = build_secrets(spec, env)  # credentials as BuildKit secrets
     with steps.step("build", f"build {spec.tag}"), staged_context(spec, root) as context, secrets as found:
         try:
             result = build_image(

@@ -40,6 +40,7 @@ from imagegen.build.bake_inputs import (
     native_platforms,
     remote_tag,
 )
+from imagegen.build.build_secrets import build_secrets
 from imagegen.build.compile_cache import CacheStats
 from imagegen.build.engine import Engine, detect_engine, image_size
 from imagegen.build.engine.build_log import compile_seconds, describe_failure, op_sources
@@ -300,7 +301,7 @@ def _staged(
             dockerfile = Path(tmp) / request.name / "Dockerfile"
             dockerfile.parent.mkdir(parents=True)
             dockerfile.write_text(render(spec))
-            secrets = stack.enter_context(compile_cache.build_secrets(spec.compile_cache, env))
+            secrets = stack.enter_context(build_secrets(spec, env))
             cache = spec.compile_cache
             targets.append(
                 BakeTarget(

@@ -41,6 +41,7 @@ from imagegen import settings
 from imagegen.errors import BadInputError
 from imagegen.files import read_input
 from imagegen.hosts import is_loopback
+from imagegen.urls import has_userinfo, parse_problem, redact
 
 Backend = Literal["local", "redis", "s3", "gcs"]
 
@@ -101,56 +102,58 @@ class CompileCache:
 
 
 def parse(value: str) -> CompileCache:
-    """The cache ``value`` names; BadInputError (exit 2) naming the forms taken otherwise."""
+    """The cache ``value`` names; BadInputError (exit 2) naming the forms taken otherwise.
+
+    Every message shows ``value`` with its userinfo redacted (``redis://***@host``), parsed or
+    not: a malformed port or IPv6 host, an unknown scheme, a value with no scheme at all.
+    """
     text = value.strip()
     if text == "local":
         return CompileCache("local", "local")
+    shown = redact(text)
     if "://" not in text:
         raise BadInputError(
-            f"--compile-cache {value!r}: not a cache this build can reach",
+            f"--compile-cache {shown!r}: not a cache this build can reach",
             hint=f"give {FORMS} (a local folder lives in the builder's cache mount: `local`)",
         )
-    try:
-        parts = urlsplit(text)
-        port = parts.port  # a garbled port raises here
-    except ValueError as exc:
-        raise BadInputError(f"--compile-cache {value!r}: {exc}", hint=f"give {FORMS}") from None
-    backend = _SCHEMES.get(parts.scheme.lower())
-    if backend is None:
+    if has_userinfo(text):  # before parsing: a password with a '/' in it does not parse as one
         raise BadInputError(
-            f"--compile-cache {value!r}: sccache has no {parts.scheme!r} backend here", hint=f"give {FORMS}"
-        )
-    if parts.username or parts.password:
-        raise BadInputError(
-            f"--compile-cache {_redacted(parts.scheme, parts.hostname, port, parts.path)}: "
-            "credentials in the URL would be written into the build",
+            f"--compile-cache {shown!r}: credentials in the URL would be written into the build",
             hint="drop them from the URL and set them in the environment (SCCACHE_REDIS_USERNAME / "
             "SCCACHE_REDIS_PASSWORD, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
             "GOOGLE_APPLICATION_CREDENTIALS): imagegen passes them as a BuildKit secret",
         )
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (a garbled port raises here)
+    except ValueError as exc:
+        raise BadInputError(
+            f"--compile-cache {shown!r}: {parse_problem(exc)}", hint=f"give {FORMS}"
+        ) from None
+    backend = _SCHEMES.get(parts.scheme.lower())
+    if backend is None:
+        raise BadInputError(
+            f"--compile-cache {shown!r}: sccache has no {parts.scheme!r} backend here", hint=f"give {FORMS}"
+        )
     if parts.query or parts.fragment or not parts.hostname:
         raise BadInputError(
-            f"--compile-cache {value!r}: give a host or bucket, and no query", hint=f"give {FORMS}"
+            f"--compile-cache {shown!r}: give a host or bucket, and no query", hint=f"give {FORMS}"
         )
     if backend == "redis":
         db = parts.path.strip("/")
         if db and not db.isdigit():
             raise BadInputError(
-                f"--compile-cache {value!r}: a Redis URL's path is its database number",
+                f"--compile-cache {shown!r}: a Redis URL's path is its database number",
                 hint="e.g. redis://cache.internal:6379/0",
             )
         return CompileCache("redis", text)
     bucket, prefix = parts.netloc, parts.path.strip("/")  # netloc: as typed (hostname lower-cases)
     if not _BUCKET.match(bucket) or not _PREFIX.match(prefix):
         raise BadInputError(
-            f"--compile-cache {value!r}: {bucket!r} / {prefix!r} is not a bucket and key prefix",
+            f"--compile-cache {shown!r}: {bucket!r} / {prefix!r} is not a bucket and key prefix",
             hint=f"e.g. {parts.scheme}://my-build-cache/imagegen",
         )
     return CompileCache(backend, text, bucket=bucket, prefix=prefix)
-
-
-def _redacted(scheme: str, host: str | None, port: int | None, path: str) -> str:
-    return f"{scheme}://***@{host or ''}{f':{port}' if port else ''}{path}"
 
 
 def secret_text(cache: CompileCache, env: Mapping[str, str]) -> str:

@@ -21,6 +21,7 @@ from imagegen import __version__
 from imagegen.build import compile_cache as cc
 from imagegen.spec import catalog
 from imagegen.spec.image import ImageSpec
+from imagegen.spec.inputs import TORCH_INDEX_SECRET_ID, index_needs_buildkit
 from imagegen.spec.op_packages import IMAGE_DIR, STAGED_DIR
 from op_builder import settings as op_settings
 from op_builder.registry import OUR_OP_PACKAGES
@@ -61,7 +62,14 @@ def _template() -> jinja2.Template:
 
 
 def render(spec: ImageSpec) -> str:
-    """The Dockerfile for ``spec`` (variant from ``spec.buildkit``)."""
+    """The Dockerfile for ``spec`` (variant from ``spec.buildkit``).
+
+    A torch index with credentials is rendered as ``spec.torch_index`` shows it (``***``) and
+    read from the build secret ``torch-index``: only BuildKit has one (BadInputError otherwise,
+    as for a spec switched to the classic builder after it was resolved).
+    """
+    if spec.torch_index_secret is not None and not spec.buildkit:
+        raise index_needs_buildkit(spec.torch_index or "")
     return _template().render(**context(spec))
 
 
@@ -251,7 +259,10 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "build_tools": tuple(f'"{tool}"' for tool in catalog.BUILD_TOOLS),
         "runtime_drops": catalog.BUILD_ONLY_TOOLS,
         "tool_source": _pip_sources(spec, None),
-        "torch_source": _pip_sources(spec, spec.torch_index),
+        # An index with credentials comes from the secret (PIP_INDEX_URL), not from --index-url.
+        "torch_source": _pip_sources(spec, None if spec.torch_index_secret else spec.torch_index),
+        "torch_index_word": shlex.quote(spec.torch_index or ""),
+        "torch_index_secret": TORCH_INDEX_SECRET_ID if spec.torch_index_secret is not None else "",
         "torch_requirement": spec.torch_requirement,
         "numpy_requirement": spec.numpy_requirement or "",
         "torch_build_check": torch_build_check(spec),

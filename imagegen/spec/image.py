@@ -27,6 +27,7 @@ from imagegen.spec.checks import BYTECODE_TAG_SUFFIX as BYTECODE_TAG_SUFFIX
 from imagegen.spec.checks import DEFAULT_BYTECODE
 from imagegen.spec.op_packages import OpPackage, resolve_packages
 from imagegen.spec.reference import check_reference
+from imagegen.urls import Secret, redact
 from op_builder.env import env_flag
 from op_builder.op_sources import split_dirs
 from op_builder.registry import Registry, registry_for
@@ -90,7 +91,9 @@ class ImageSpec:
     distro: str
     base_devel: str
     base_runtime: str
-    torch_index: str | None  # None: no torch index (wheelhouse and the default index only)
+    # None: no torch index (wheelhouse and the default index only). A user and password in it
+    # show as *** (imagegen.urls.redact): this is the URL the Dockerfile and the proof name.
+    torch_index: str | None
     wheelhouse: Path | None
     offline: bool
     ca_cert: Path | None
@@ -106,6 +109,9 @@ class ImageSpec:
     numpy: bool = True  # NumPy in the runtime venv, from torch's sources
     # sccache's cache for the build stage's compilers; None: ccache in a BuildKit cache mount.
     compile_cache: CompileCache | None = None
+    # The torch index's whole URL when it has credentials: the build secret ``torch-index``,
+    # never rendered or sealed. Not compared: the password is no part of what the image is.
+    torch_index_secret: Secret | None = field(default=None, compare=False, repr=False)
 
     @property
     def numpy_requirement(self) -> str | None:
@@ -227,7 +233,9 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     python = checks.python(
         _pick(inp.python, env, settings.PYTHON), target, distro, standins, base_devel, base_runtime
     )
-    torch_index_flag = inputs.index_url(_pick(inp.torch_index, env, settings.TORCH_INDEX))
+    given_index = inputs.index_url(_pick(inp.torch_index, env, settings.TORCH_INDEX))
+    # Shown, rendered and sealed with its userinfo as *** (the whole URL goes as a build secret).
+    torch_index_flag = None if given_index is None else redact(given_index)
     warnings: list[str] = []
     torch_flag = _pick(inp.torch, env, settings.TORCH)
     torch, variant = checks.torch(torch_flag, target, python, torch_index_flag, warnings, platform)
@@ -271,6 +279,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     numpy = _pick_bool(inp.numpy, env, settings.NUMPY, True)
     buildkit = _pick_bool(inp.buildkit, env, settings.BUILDKIT, True)
     compile_cache = _compile_cache(_pick(inp.compile_cache, env, settings.COMPILE_CACHE), buildkit)
+    index_secret = inputs.index_secret(given_index if torch_index is not None else None, buildkit)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = _pick(inp.tag, env, settings.TAG) or (
         f"imagegen:{target.name}{catalog.platform_tag_suffix(platform)}-torch{torch}-py{python}-"
@@ -307,6 +316,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         platform=platform,
         numpy=numpy,
         compile_cache=compile_cache,
+        torch_index_secret=index_secret,
     )
 
 

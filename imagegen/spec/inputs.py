@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from imagegen import settings
 from imagegen.errors import BadInputError
 from imagegen.files import read_input, stat_input
+from imagegen.urls import Secret, has_userinfo, parse_problem, redact, userinfo
 
 
 def existing_dir(value: str | None) -> Path | None:
@@ -85,24 +86,40 @@ _INDEX_SCHEMES = ("https", "http", "file")
 # RFC 3986's characters (unreserved, reserved and '%'): no white space, no control character,
 # no quote or backslash that could end the shell word the URL is rendered into.
 _URL_CHARS_RE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&()*+,;=%]+")
+# The BuildKit secret that hands the pip step a torch index's URL with its credentials.
+TORCH_INDEX_SECRET_ID = "torch-index"
 
 
 def index_url(value: str | None) -> str | None:
-    """``--torch-index``: a URL pip can take as ``--index-url``, or bad input naming what is wrong."""
+    """``--torch-index``: a URL pip can take as ``--index-url``, or bad input naming what is wrong.
+
+    The URL is returned as given, credentials and all (``index_secret`` keeps them for the build);
+    no message quotes them: each shows the URL with its userinfo as ``***``.
+    """
     if value is None:
         return None
     hint = "pass the index's URL, e.g. --torch-index https://pypi.example.com/simple (or file:///srv/index)"
-    shown = value if len(value) <= 80 else value[:77] + "..."
+    redacted = redact(value)
+    shown = redacted if len(redacted) <= 80 else redacted[:77] + "..."
     if not _URL_CHARS_RE.fullmatch(value):
         raise BadInputError(
             f"--torch-index {shown!r} is not a URL: it has characters a URL cannot hold",
             hint=hint + "; percent-encode spaces and quotes",
         )
+    if any(c in userinfo(value) for c in "/?#"):
+        # pip would read the URL otherwise than as it is meant: part of the password as the host.
+        raise BadInputError(
+            f"--torch-index {shown!r} is not a URL pip reads as meant: its user or password "
+            "holds a '/', '?' or '#' (or its path an '@')",
+            hint="percent-encode them: '/' as %2F, '?' as %3F, '#' as %23, '@' as %40",
+        )
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  (raises ValueError for a port out of range)
     except ValueError as exc:
-        raise BadInputError(f"--torch-index {shown!r} is not a URL: {exc}", hint=hint) from None
+        raise BadInputError(
+            f"--torch-index {shown!r} is not a URL: {parse_problem(exc)}", hint=hint
+        ) from None
     if parts.scheme.lower() not in _INDEX_SCHEMES:
         raise BadInputError(
             f"--torch-index {shown!r} is not a URL pip can use: "
@@ -113,7 +130,33 @@ def index_url(value: str | None) -> str | None:
         raise BadInputError(f"--torch-index {shown!r} names no host", hint=hint)
     if parts.scheme.lower() == "file" and not parts.path.startswith("/"):
         raise BadInputError(f"--torch-index {shown!r} names no absolute path", hint=hint)
+    if parts.scheme.lower() == "file" and has_userinfo(value):
+        raise BadInputError(f"--torch-index {shown!r}: a file:// index takes no user or password", hint=hint)
     return value
+
+
+def index_secret(url: str | None, buildkit: bool) -> Secret | None:
+    """A checked torch index URL with credentials, whole, as the build secret ``torch-index``;
+    None for a URL without any. (The Dockerfile and the proof show it as ``redact`` does.)
+
+    The classic builder has no build secrets, and the only other ways in (the Dockerfile's
+    text, a build argument) keep the password in the image's history: bad input, exit 2.
+    """
+    if url is None or not has_userinfo(url):
+        return None
+    if not buildkit:
+        raise index_needs_buildkit(url)
+    return Secret(url)
+
+
+def index_needs_buildkit(url: str) -> BadInputError:
+    """The error for a torch index with credentials and a builder without build secrets."""
+    return BadInputError(
+        f"--torch-index {redact(url)!r} has credentials, which only BuildKit can pass to the build "
+        "(as a build secret): the classic builder would write them into the image's history",
+        hint="build with BuildKit (drop --no-buildkit or IMAGEGEN_BUILDKIT=0; `imagegen doctor` "
+        "says whether this engine has it), or use an index that needs no credentials",
+    )
 
 
 def op_source_paths(dirs: tuple[str, ...]) -> None:

@@ -357,7 +357,7 @@ def test_debian_frontend_is_a_build_argument_never_the_images_environment(flags:
     "url",
     [
         "https://pypi.example.com/simple",
-        "https://user:p%40ss@pypi.example.com:8443/a;b/simple?x=1&y=$(id)",
+        "https://pypi.example.com:8443/a;b/simple?x=1&y=$(id)&z=%40",  # credentials: test_url_secrets
         "file:///srv/index",
     ],
 )
