@@ -26,6 +26,7 @@ from imagegen.files import output_error
 from imagegen.spec import catalog
 from imagegen.spec.image import ImageSpec
 from imagegen.spec.reference import reference_problem
+from imagegen.urls import redact
 
 _REGISTRY_FORM = "use HOST[:PORT][/PATH], e.g. registry.internal:5000/ml: bake adds each image's NAME:TAG"
 
@@ -40,7 +41,9 @@ def check_push_registry(registry: str | None, tags: Sequence[str] = ()) -> None:
     image's reference under it (``REGISTRY/<tag>``) is not one Docker accepts."""
     if registry is None:
         return
-    shown = registry if len(registry) <= 80 else registry[:77] + "..."
+    # A registry holds no '@': text before one may be a user and password (https://USER:PW@host).
+    redacted = redact(registry)
+    shown = redacted if len(redacted) <= 80 else redacted[:77] + "..."
     problem = _registry_problem(registry)
     if problem is not None:
         raise BadInputError(f"--push {shown!r} is not a registry to push to: {problem}", hint=_REGISTRY_FORM)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from imagegen.errors import BadInputError
+from imagegen.urls import redact
 
 TAG_MAX = 128
 NAME_TOTAL_MAX = 255
@@ -105,6 +106,10 @@ def reference_problem(ref: str, allow_digest: bool = True) -> str | None:
 def check_reference(what: str, ref: str, allow_digest: bool = True) -> None:
     """Raise BadInputError (exit 2) naming ``what`` (``--tag``, ``IMAGE``) when ``ref`` is malformed."""
     problem = reference_problem(ref, allow_digest=allow_digest)
+    if problem is not None and "://" in ref:
+        # A URL where an image belongs, perhaps with a password: shown without it, and judged as
+        # a URL (the problem's text might quote the part after an '@' in the password).
+        problem, ref = "it is a URL (SCHEME://...), not an image name", redact(ref)
     if problem is not None:
         shown = ref if len(ref) <= 80 else ref[:77] + "..."
         raise BadInputError(f"{what} {shown!r} is not a valid image reference: {problem}", hint=_EXAMPLE)

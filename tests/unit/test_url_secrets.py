@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from imagegen.build import compile_cache
 from imagegen.build.bake import _staged
-from imagegen.build.bake_inputs import BakeRequest
+from imagegen.build.bake_inputs import BakeRequest, check_push_registry
 from imagegen.build.build_secrets import build_secrets
 from imagegen.cli import app
 from imagegen.errors import BadInputError
@@ -243,3 +243,37 @@ def test_a_bake_passes_the_index_as_a_secret_and_its_file_names_no_password() ->
         assert Path(secrets[TORCH_INDEX_SECRET_ID]).read_text() == INDEX
         text = bake_file(targets) + Path(target.dockerfile).read_text()
         assert PASSWORD not in text and f"id={TORCH_INDEX_SECRET_ID},src=" in text
+
+
+# ------------------------------------------------------------------ registries and image names
+
+
+@pytest.mark.parametrize(
+    "registry",
+    [
+        "https://alice:hunter2@registry.example",
+        "alice:hunter2@registry.example:5000/ml",
+        "a:hun@ter2@r.example",
+    ],
+)
+def test_a_push_registry_with_credentials_is_refused_without_showing_them(registry: str) -> None:
+    with pytest.raises(BadInputError) as caught:
+        check_push_registry(registry, ["imagegen:cpu"])
+    assert PASSWORD not in _shown(caught.value) and "ter2" not in _shown(caught.value)
+    assert "***@" in caught.value.message
+
+
+@pytest.mark.parametrize("field", ["tag", "base_devel", "base_runtime"])
+def test_an_image_given_as_a_url_with_credentials_is_shown_without_them(field: str) -> None:
+    url = f"https://alice:{PASSWORD}@registry.example/ml/ops:1"
+    with pytest.raises(BadInputError, match="is a URL") as caught:
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", **{field: url}), {})
+    assert (
+        PASSWORD not in _shown(caught.value)
+        and "https://***@registry.example/ml/ops:1" in caught.value.message
+    )
+
+
+def test_verify_names_an_image_url_without_its_password() -> None:
+    _, output = _invoke(["verify", f"https://alice:{PASSWORD}@registry.example/ml/ops:1"])
+    assert PASSWORD not in output and "***@" in output
