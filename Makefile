@@ -32,7 +32,7 @@ docker: system-deps
 PLATFORM ?= linux/amd64
 comma := ,
 
-# `imagegen standins` (imagegen/build/standins/): the CPU stand-ins, cached by tag and recipe revision.
+# `imagegen standins` (imagegen/building/standins/): the CPU stand-ins, cached by tag and recipe revision.
 standins: setup docker
 	for p in $(subst $(comma), ,$(PLATFORM)); do $(VENV)/bin/imagegen standins --platform $$p || exit; done
 

@@ -44,8 +44,8 @@ from image_size import cpu_spec  # noqa: E402
 from parallel_compile import CPU_OPS, checkout, machine  # noqa: E402
 
 from imagegen import pipeline  # noqa: E402
-from imagegen.build.engine import detect_engine  # noqa: E402
-from imagegen.build.engine.log_lines import BK_HEADER  # noqa: E402
+from imagegen.engine import detect_engine  # noqa: E402
+from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from op_builder import get_builder  # noqa: E402
 from op_builder.paths import PACKAGE_ROOT  # noqa: E402
 

@@ -46,7 +46,7 @@ def _run_probe(op: str, env: dict[str, str], cwd: Path) -> dict[str, float | str
 
 
 def _install_aot(op: str, work: Path) -> Path:
-    from imagegen.build.sources import copy_build_inputs
+    from imagegen.building.build_inputs import copy_build_inputs
 
     src = copy_build_inputs(REPO, work / "src")
     target = work / "site"

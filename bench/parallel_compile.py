@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from _common import RESULTS, write_json  # noqa: E402
 
-from imagegen.build.engine.build_log import compile_seconds  # noqa: E402
-from imagegen.build.sources import copy_build_inputs  # noqa: E402
+from imagegen.building.build_inputs import copy_build_inputs  # noqa: E402
+from imagegen.engine.build_log import compile_seconds  # noqa: E402
 from op_builder.parallel_build import host_cpus  # noqa: E402
 
 GOAL = 0.6

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from imagegen.build.bases import STANDIN_SCRIPT, STANDIN_TAGS, standin_command
-from imagegen.build.engine import detect_engine, local_images
+from imagegen.building.bases import STANDIN_SCRIPT, STANDIN_TAGS, standin_command
+from imagegen.engine import detect_engine, local_images
 from imagegen.errors import EngineUnavailableError, ImagegenError
-from imagegen.spec import catalog
+from imagegen.imagespec import catalog
 
 _CPU_DEFAULT_BASE = catalog.CPU_TARGET.base_devel(catalog.CPU_TARGET.distros[0], catalog.CPU_DEFAULT_PYTHON)
 

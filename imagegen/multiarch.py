@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from imagegen import log, pipeline
-from imagegen.build.engine import detect_engine
+from imagegen.engine import detect_engine
 from imagegen.errors import BadInputError
+from imagegen.imagespec.checks import check_push_request
+from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.oci.manifest import Descriptor
 from imagegen.oci.registry import names_registry, parse_reference
 from imagegen.proof.signing import Signer
-from imagegen.publish import Published, check_push_request, publish_image, publish_index
-from imagegen.spec.image import ImageSpec
+from imagegen.publish import Published, publish_image, publish_index
 
 
 def platform_tag(tag: str, platform: str) -> str:

@@ -16,22 +16,23 @@ from pathlib import Path
 from typing import Any
 
 from imagegen import log
-from imagegen.build import compile_cache
-from imagegen.build.bases import missing_base_hint
-from imagegen.build.build_secrets import build_secrets
-from imagegen.build.compile_cache import CacheStats
-from imagegen.build.engine import Engine, EngineKind, build_image, detect_engine, image_size
-from imagegen.build.engine.build_log import compile_seconds, op_sources
-from imagegen.build.sources import check_sources, source_root
-from imagegen.build.staging import staged_context
+from imagegen.building.bases import missing_base_hint
+from imagegen.building.build_inputs import check_sources, source_root
+from imagegen.building.build_secrets import build_secrets
+from imagegen.building.staging import staged_context
+from imagegen.engine import Engine, EngineKind, build_image, detect_engine, image_size
+from imagegen.engine.build_log import compile_seconds, op_sources
 from imagegen.errors import BuildFailedError
+from imagegen.imagespec import compile_cache
+from imagegen.imagespec.checks import check_push_request
+from imagegen.imagespec.compile_cache import CacheStats
+from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.proof.seal import ProofReport, Signer, context_digests, seal_image
 from imagegen.proof.seal import now as proof_now
 from imagegen.proof.size import SizeReport, measure_image
-from imagegen.publish import Published, check_push_request, publish_image
+from imagegen.publish import Published, publish_image
 from imagegen.render.dockerfile import render
-from imagegen.spec.image import ImageSpec
-from imagegen.verify.image import VerifyResult, verify_image
+from imagegen.verify.verify_image import VerifyResult, verify_image
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """Stage 5, publishing: the one place imagegen pushes, and its one rule, that only an image
 whose every op verified leaves this machine.
 
-``check_push_request`` refuses, before any work, a push that no verification would precede;
-``publish`` pushes after a passing verification and does nothing otherwise. Pushing goes through
-the docker CLI when there is one (its credential helpers and ``docker login`` apply), else
-the Docker SDK. The image's SBOM and provenance (and the provenance's signature) then follow it
-as OCI referrers of the manifest just pushed (``imagegen.oci.referrers``), and ``publish_index``
-puts several platforms' pushed manifests under one tag as an OCI image index.
+``imagegen.imagespec.checks.check_push_request`` refuses, with the other inputs and before any
+work, a push that no verification would precede; ``publish`` pushes after a passing
+verification and does nothing otherwise. Pushing goes through the docker CLI when there is one
+(its credential helpers and ``docker login`` apply), else the Docker SDK. The image's SBOM and
+provenance (and the provenance's signature) then follow it as OCI referrers of the manifest just
+pushed (``imagegen.oci.referrers``), and ``publish_index`` puts several platforms' pushed
+manifests under one tag as an OCI image index.
 """
 
 from __future__ import annotations
@@ -17,25 +18,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from imagegen.build.engine.client import docker_client
-from imagegen.build.engine.process import stream_process
-from imagegen.build.engine.progress import LogView
-from imagegen.build.engine.types import Engine
+from imagegen.engine.client import docker_client
+from imagegen.engine.process import stream_process
+from imagegen.engine.progress import LogView
+from imagegen.engine.types import Engine
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.oci.manifest import OCI_INDEX, Descriptor, image_index, oci_platform
 from imagegen.oci.referrers import Attached, Document, attach
 from imagegen.oci.registry import Reference, RegistryClient, parse_reference
+from imagegen.proof import documents as docs
 from imagegen.proof.documents import ProofDocuments
-from imagegen.verify.image import VerifyResult
-
-
-def check_push_request(push: bool, verify: bool) -> None:
-    """BadInputError for ``--push`` with ``--no-verify``: nothing is pushed unverified."""
-    if push and not verify:
-        raise BadInputError(
-            "--push with --no-verify: images are pushed only after verification passed",
-            hint="drop --no-verify, or push the image yourself",
-        )
+from imagegen.proof.image_proof import read_documents
+from imagegen.verify.verify_image import VerifyResult
 
 
 @dataclass(frozen=True)
@@ -156,8 +150,6 @@ def _repo_digest(tag: str, reference: Reference) -> str | None:
 
 def _image_documents(tag: str) -> ProofDocuments | None:
     """The proof documents the image carries (None: an image built without them)."""
-    from imagegen.proof import documents as docs  # deferred: proof.image reaches back into spec
-    from imagegen.proof.image import read_documents
 
     found = read_documents(tag)
     problems = found.problems()

@@ -153,7 +153,7 @@ def _cache_credential(name: str, meaning: str) -> Setting:
 
 # What sccache reads its backend's credentials and connection details from. With
 # --compile-cache these go from imagegen's environment into the build's secret, never into a
-# build argument or a layer (imagegen/build/compile_cache.py).
+# build argument or a layer (imagegen/imagespec/compile_cache.py).
 GOOGLE_APPLICATION_CREDENTIALS = _cache_credential(
     "GOOGLE_APPLICATION_CREDENTIALS", "a GCS compile cache's service account key file"
 )

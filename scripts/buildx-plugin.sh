@@ -4,7 +4,7 @@
 #
 # Bookworm has no docker-buildx package, so the .deb comes from the trixie suite of the same
 # Debian archive the host's apt sources name (the archive serves every suite; the rule is the
-# one imagegen/build/standins/mirrors.py applies: the first http(s) `deb` entry of a Debian
+# one imagegen/building/standins/mirrors.py applies: the first http(s) `deb` entry of a Debian
 # suite with `main`), through a private apt configuration in a temporary folder: the host's
 # sources, lists and state are never changed. STANDIN_MIRROR names another archive.
 # The binary goes to /usr/local/lib/docker/cli-plugins (BUILDX_PLUGIN_DIR), a folder every

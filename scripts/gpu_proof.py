@@ -99,7 +99,7 @@ def _build_and_check(op: str, archs: str, expect_ok: bool, work: Path, gpu: str)
     wheels = dest / "wheel"
     # Each build from its own copy of the sources: nothing compiled for one arch list is reused
     # for the other (the checkout's build/ holds whatever was built there last).
-    from imagegen.build.sources import copy_build_inputs
+    from imagegen.building.build_inputs import copy_build_inputs
 
     source = copy_build_inputs(repo, dest / "src")
     built = subprocess.run(

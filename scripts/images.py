@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from imagegen.spec import catalog  # noqa: E402  (found through the path above)
+from imagegen.imagespec import catalog  # noqa: E402  (found through the path above)
 
 AMD64, ARM64 = "linux/amd64", "linux/arm64"
 # Machines on which an arm64 image builds natively, without qemu (platform.machine()'s names).

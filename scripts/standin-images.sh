@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kept for scripts that call it: the stand-ins are made by `imagegen standins` (imagegen/build/standins/,
+# Kept for scripts that call it: the stand-ins are made by `imagegen standins` (imagegen/building/standins/,
 # driven by the catalog; docs/containers.md). This passes the old spellings on: a bare `--cuda`
 # (this machine's 13.0 toolkit) is `--cuda 13.0`, `--arm64` is `--platform linux/arm64`.
 set -euo pipefail

@@ -92,3 +92,24 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+def room(module: str, depth: int = 2) -> str:
+    """The room a module is in: its package's top-level folder or module (``pkg.room``)."""
+    return ".".join(module.split(".")[:depth])
+
+
+def floor_violations(graph: Mapping[str, set[str]], floors: Mapping[str, int]) -> list[str]:
+    """Each import of a room on a higher floor than the importer's, as ``a -> b (floor x -> y)``,
+    and each room missing from ``floors`` (a new room must be given a floor)."""
+    found = []
+    for module in sorted(graph):
+        source = room(module)
+        if source not in floors:
+            found.append(f"{module}: room {source} has no floor")
+            continue
+        for target in sorted(graph[module]):
+            up = room(target)
+            if up in floors and floors[up] > floors[source]:
+                found.append(f"{module} -> {target} (floor {floors[source]} -> {floors[up]})")
+    return found

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from imagegen.errors import BadInputError
-from imagegen.spec.checks import platform_name
+from imagegen.imagespec.checks import platform_name
 
 # ctx.meta key: set by --json's callback so the error handler knows the output format.
 JSON_META_KEY = "imagegen.json"

@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from imagegen import settings
-from imagegen.build.bake import BakeImage, BakeReport, bake
-from imagegen.build.bake_inputs import BakeRequest, check_platform_options, emulation_unfit_ops
+from imagegen.bake import BakeImage, BakeReport, bake
+from imagegen.bake_inputs import BakeRequest, check_platform_options, emulation_unfit_ops
 from imagegen.commands._options import (
     CaCertOption,
     CompileCacheOption,
@@ -33,9 +33,9 @@ from imagegen.commands._options import (
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.imagespec import catalog
+from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 from imagegen.render.matrix import STANDARD_MATRIX
-from imagegen.spec import catalog
-from imagegen.spec.image import ImageSpec, SpecInput, build_spec
 from op_builder.suggest import did_you_mean
 
 TargetsArgument = Annotated[

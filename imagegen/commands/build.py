@@ -45,11 +45,11 @@ from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
+from imagegen.imagespec.catalog import DEFAULT_PLATFORM
+from imagegen.imagespec.checks import platform_list
+from imagegen.imagespec.image_spec import ImageSpec, SpecInput
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
-from imagegen.spec.catalog import DEFAULT_PLATFORM
-from imagegen.spec.checks import platform_list
-from imagegen.spec.image import ImageSpec, SpecInput
 from imagegen.verify.table import render_table
 
 NoVerifyOption = Annotated[

@@ -15,7 +15,7 @@ from rich.table import Table
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.compat import results
-from imagegen.spec import catalog as cat
+from imagegen.imagespec import catalog as cat
 from imagegen.tables import fitted
 
 

@@ -36,8 +36,8 @@ from imagegen.commands._options import (
 )
 from imagegen.commands._spec import make_spec
 from imagegen.files import write_atomic
+from imagegen.imagespec.image_spec import SpecInput
 from imagegen.render.dockerfile import context_extras, render
-from imagegen.spec.image import SpecInput
 
 OutputOption = Annotated[
     Optional[Path],

@@ -14,10 +14,10 @@ from imagegen.commands._options import JsonOption, OpSourceOption
 from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.files import stat_input
+from imagegen.imagespec.checks import platform_name
+from imagegen.imagespec.image_spec import op_source_dirs
+from imagegen.imagespec.op_packages import STAGED_DIR
 from imagegen.render.matrix import stale_files, write_matrix
-from imagegen.spec.checks import platform_name
-from imagegen.spec.image import op_source_dirs
-from imagegen.spec.op_packages import STAGED_DIR
 
 OutDirOption = Annotated[
     Path, typer.Option("--out", metavar="DIR", help="Where to write (the repository's dockerfiles/).")

@@ -14,10 +14,10 @@ from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
-from imagegen.oci.proof import fetch_proof, is_registry_digest
-from imagegen.proof import image as proof_lib
+from imagegen.oci.pulled_proof import fetch_proof, is_registry_digest
+from imagegen.proof import image_proof as proof_lib
 from imagegen.proof import sbom as props
-from imagegen.proof.check import SbomOp, sbom_ops
+from imagegen.proof.compare import SbomOp, sbom_ops
 
 ImageArgument = Annotated[
     str,

@@ -12,13 +12,13 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from imagegen.build.standins import mirrors as mirrors_lib
-from imagegen.build.standins import plan as plan_lib
-from imagegen.build.standins.make import make
+from imagegen.building.standins import mirrors as mirrors_lib
+from imagegen.building.standins import plan as plan_lib
+from imagegen.building.standins.make import make
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import BadInputError
-from imagegen.spec import catalog
+from imagegen.imagespec import catalog
 
 CudaVersionsOption = Annotated[
     Optional[list[str]],

@@ -11,10 +11,10 @@ import typer
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import VerificationFailedError
-from imagegen.proof import image as proof_lib
+from imagegen.imagespec.checks import op_list
+from imagegen.proof import image_proof as proof_lib
 from imagegen.proof.signing import load_public_key
-from imagegen.spec.checks import op_list
-from imagegen.verify import image as verify_lib
+from imagegen.verify import verify_image as verify_lib
 from imagegen.verify.table import render_table
 from op_builder.registry import ALL_OPS, check_op_names
 from op_builder.suggest import closest

@@ -20,7 +20,7 @@ from typing import Any
 from packaging.version import Version
 
 from imagegen.compat import device, headers, host, pch, results
-from imagegen.spec import catalog
+from imagegen.imagespec import catalog
 from op_builder.builder import OpBuilder
 from op_builder.context import cxx_standard
 from op_builder.plan import probe_host

@@ -18,7 +18,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from imagegen.spec import catalog
+from imagegen.imagespec import catalog
 from op_builder.context import cxx_standard
 
 RESULTS_FILE = Path(__file__).resolve().parent.parent / "data" / "compat.json"

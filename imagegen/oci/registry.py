@@ -22,9 +22,9 @@ from typing import Any
 from imagegen import settings
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.hosts import is_loopback
+from imagegen.imagespec.reference import digest_problem
 from imagegen.oci import auth
 from imagegen.oci.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
-from imagegen.spec.reference import digest_problem
 
 INSECURE_REGISTRIES = settings.INSECURE_REGISTRIES.name
 DOCKER_HUB = "docker.io"

@@ -4,7 +4,7 @@ Components: the base images (name, digest), the runtime's OS packages (``pkg:deb
 Python packages (``pkg:pypi``: torch and the ``nvidia-*`` wheels among them), and each op's
 compiled module as a ``file`` component whose SHA-256 is the file's as it is in the image and
 whose ``imagegen:*`` properties say what it was built for and what it holds (``OP_PROPERTIES``).
-``imagegen verify`` reads those back (``imagegen.proof.check``).
+``imagegen verify`` reads those back (``imagegen.proof.compare``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """After the build: gather the image's facts, make its SBOM and provenance, and seal them into it.
 
-The facts come from the built image itself (``imagegen.proof.image.probe_image``: a sealed
+The facts come from the built image itself (``imagegen.proof.image_proof.probe_image``: a sealed
 container running the image's Python on ``imagegen.proof.probe``); the documents are made here,
 on the host, with the libraries (``sbom``, ``provenance``, ``signing``); then one more build
 step, ``FROM <the image> AS proof`` + ``COPY`` of the documents to ``PROOF_DIR`` + ``LABEL``s
@@ -24,18 +24,18 @@ from typing import Any
 
 import imagegen
 from imagegen import settings
-from imagegen.build.engine import Engine, build_image
-from imagegen.build.engine.client import docker_client
+from imagegen.engine import Engine, build_image
+from imagegen.engine.client import docker_client
 from imagegen.files import make_dirs, write_atomic
+from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.proof import documents as docs
 from imagegen.proof.facts import ImageFacts
-from imagegen.proof.image import probe_image
+from imagegen.proof.image_proof import probe_image
 from imagegen.proof.provenance import ProvenanceInput, Revision, make_statement
 from imagegen.proof.sbom import BaseImage, SbomInput, make_sbom
 from imagegen.proof.signing import Signer
-from imagegen.proof.sources import context_digests, op_source_digest
+from imagegen.proof.source_digests import context_digests, op_source_digest
 from imagegen.render.dockerfile import build_environment
-from imagegen.spec.image import ImageSpec
 
 __all__ = ["ProofReport", "Signer", "context_digests", "now", "seal_image"]
 
@@ -126,7 +126,7 @@ def project_revision(root: Path) -> Revision:
 def base_images(spec: ImageSpec) -> tuple[BaseImage, ...]:
     """The bases with their digests: the registry digest where the engine has one, else the image id."""
     client = docker_client(os.environ, timeout=60)
-    import docker  # deferred for the reason imagegen.build.engine.client gives
+    import docker  # deferred for the reason imagegen.engine.client gives
 
     try:
         found = []

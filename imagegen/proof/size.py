@@ -25,10 +25,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from imagegen.build.engine.client import docker_client
+from imagegen.engine.client import docker_client
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
+from imagegen.imagespec.reference import check_reference, reference_problem
 from imagegen.proof import size_probe
-from imagegen.spec.reference import check_reference, reference_problem
 
 KINDS = ("base", "torch", "python", "cuda", "op", "other")
 TARGET_LABEL = "io.imagegen.target"
@@ -368,7 +368,7 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
     import docker
 
     # The verifier's sealed run (no network, read-only, no capabilities, non-root) and cleanup.
-    from imagegen.verify.image import run_sealed
+    from imagegen.verify.verify_image import run_sealed
 
     try:
         try:

@@ -18,15 +18,15 @@ from functools import lru_cache
 import jinja2
 
 from imagegen import __version__
-from imagegen.build import compile_cache as cc
-from imagegen.spec import catalog
-from imagegen.spec.image import ImageSpec
-from imagegen.spec.inputs import TORCH_INDEX_SECRET_ID, index_needs_buildkit
-from imagegen.spec.op_packages import IMAGE_DIR, STAGED_DIR
+from imagegen.imagespec import catalog
+from imagegen.imagespec import compile_cache as cc
+from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.inputs import TORCH_INDEX_SECRET_ID, index_needs_buildkit
+from imagegen.imagespec.op_packages import IMAGE_DIR, STAGED_DIR
 from op_builder import settings as op_settings
 from op_builder.registry import OUR_OP_PACKAGES
 
-# Where the staged extras live inside the build context (see imagegen/build/staging.py).
+# Where the staged extras live inside the build context (see imagegen/building/staging.py).
 EXTRAS_DIR = "_imagegen"
 CA_PATH = f"{EXTRAS_DIR}/ca.crt"
 WHEELHOUSE_PATH = f"{EXTRAS_DIR}/wheelhouse"

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagegen.files import make_dirs, stat_input, write_if_changed
+from imagegen.imagespec import catalog
+from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 from imagegen.render.dockerfile import render
-from imagegen.spec import catalog
-from imagegen.spec.image import ImageSpec, SpecInput, build_spec
 
 BAKE_FILE = "docker-bake.hcl"
 

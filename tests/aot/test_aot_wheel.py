@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.build.sources import copy_build_inputs
+from imagegen.building.build_inputs import copy_build_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.build.engine.build_log import compile_seconds
-from imagegen.build.sources import copy_build_inputs
+from imagegen.building.build_inputs import copy_build_inputs
+from imagegen.engine.build_log import compile_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 OPS = ("cpu_adam", "cpu_lion")

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.build.engine import client as engine_client
+from imagegen.engine import client as engine_client
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("IMAGEGEN_IT_WHEELHOUSE", "/opt/wheels"))

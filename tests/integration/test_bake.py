@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from imagegen.build.bake import BakeRequest, bake
-from imagegen.build.engine import detect_engine
-from imagegen.spec.image import SpecInput, build_spec
+from imagegen.bake import BakeRequest, bake
+from imagegen.engine import detect_engine
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE, imagegen, run_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]

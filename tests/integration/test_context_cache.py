@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from imagegen.build.engine import build_image, detect_engine
-from imagegen.build.engine.types import Engine
-from imagegen.build.staging import context_slot
+from imagegen.building.staging import context_slot
+from imagegen.engine import build_image, detect_engine
+from imagegen.engine.types import Engine
 
 BLOB = 8 * 1024 * 1024
 TAG = "imagegen-it/context-cache:latest"

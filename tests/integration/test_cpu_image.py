@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from imagegen.build.sources import copy_build_inputs
-from imagegen.verify.image import sealed_container_options
+from imagegen.building.build_inputs import copy_build_inputs
+from imagegen.verify.verify_image import sealed_container_options
 from tests.integration.conftest import (
     CA_CERT,
     CPU_OPS,
@@ -320,8 +320,8 @@ def test_ctrl_c_during_verify_leaves_no_container(cpu_image: dict[str, Any], doc
 UNCACHED_BUILD = """
 import os, sys
 from imagegen import pipeline
-from imagegen.build.engine import detect_engine
-from imagegen.spec.image import SpecInput, build_spec
+from imagegen.engine import detect_engine
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 
 engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
 spec = build_spec(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.build.engine import client as engine_client
+from imagegen.engine import client as engine_client
 from imagegen.errors import EngineUnavailableError
 from imagegen.proof.documents import PROOF_DIR, SBOM, sha256_digest
 from imagegen.proof.size import BASE_LABEL, TARGET_LABEL

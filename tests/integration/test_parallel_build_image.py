@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.build.sources import copy_build_inputs
+from imagegen.building.build_inputs import copy_build_inputs
 from op_builder import get_builder
 from op_builder.paths import PACKAGE_ROOT
 from tests.integration.conftest import CPU_OPS, REPO, build_args, imagegen

@@ -21,9 +21,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from imagegen.build.engine import Engine, build_image
+from imagegen.engine import Engine, build_image
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
-from imagegen.proof.image import read_documents
+from imagegen.proof.image_proof import read_documents
 from imagegen.proof.seal import PROOF_STAGE, proof_dockerfile
 from tests.integration.conftest import CPU_OPS, CPU_TAG, STANDIN_RUNTIME, build_args, imagegen, run_in
 from tests.integration.derived import derive

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.verify.image import VERIFY_LABEL
+from imagegen.verify.verify_image import VERIFY_LABEL
 from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args, processes_mentioning
 from tests.integration.derived import derive
 

@@ -18,8 +18,8 @@ from typing import Any
 import docker
 import pytest
 
-from imagegen.build.standins.plan import REVISION, REVISION_KEY
-from imagegen.spec import catalog
+from imagegen.building.standins.plan import REVISION, REVISION_KEY
+from imagegen.imagespec import catalog
 from tests.integration.conftest import REPO, run_in
 
 PREFIX = "imagegen-it-standin"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.build.engine import detect_engine
-from imagegen.build.engine.build_log import describe_failure, op_sources
-from imagegen.build.staging import staged_context
+from imagegen.building.staging import staged_context
+from imagegen.engine import detect_engine
+from imagegen.engine.build_log import describe_failure, op_sources
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.render.dockerfile import TORCH_CHECK_TIMEOUT_ARG, render
-from imagegen.spec.image import SpecInput, build_spec
 from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.build.sources import copy_build_inputs
+from imagegen.building.build_inputs import copy_build_inputs
 from tests.integration.conftest import CPU_TAG, REPO, build_args, imagegen
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]

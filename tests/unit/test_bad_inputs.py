@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from imagegen.errors import BadInputError, VerificationFailedError
-from imagegen.spec.checks import op_list
-from imagegen.spec.image import SpecInput, build_spec
-from imagegen.spec.reference import reference_problem
-from imagegen.verify import image as verify_lib
+from imagegen.imagespec.checks import op_list
+from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.reference import reference_problem
+from imagegen.verify import verify_image as verify_lib
 from tests.op_package_files import builder_source, unique, write_package
 from tests.unit.contract import DOCKERFILE, PEM, assert_json_error, assert_reported, invoke
 

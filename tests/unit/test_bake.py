@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.build.bake import (
+from imagegen.bake import (
     BakeImage,
     BakeReport,
     BakeRequest,
@@ -24,8 +24,8 @@ from imagegen.build.bake import (
 from imagegen.cli import app
 from imagegen.commands.bake import _matrix_targets
 from imagegen.errors import BadInputError
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.render.matrix import BakeTarget, bake_file, render_bake, standard_entries
-from imagegen.spec.image import SpecInput, build_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -195,8 +195,8 @@ def test_a_loopback_cache_is_refused_where_bake_has_no_host_network() -> None:
 
 
 def test_bake_without_buildx_is_exit_3_with_how_to_install_it() -> None:
-    from imagegen.build.bake import buildx_client
-    from imagegen.build.engine import Engine
+    from imagegen.bake import buildx_client
+    from imagegen.engine import Engine
     from imagegen.errors import EngineUnavailableError
 
     assert buildx_client(Engine("buildx", "/usr/bin/docker", "20.10")) == "/usr/bin/docker"

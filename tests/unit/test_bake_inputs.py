@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.build import bake as bake_lib
-from imagegen.build.bake import bake
-from imagegen.build.bake_inputs import (
+from imagegen import bake as bake_lib
+from imagegen.bake import bake
+from imagegen.bake_inputs import (
     BakeRequest,
     check_bake_file,
     check_push_registry,
@@ -25,10 +25,10 @@ from imagegen.build.bake_inputs import (
     missing_standins,
     native_platforms,
 )
-from imagegen.build.engine import Engine
 from imagegen.cli import app
+from imagegen.engine import Engine
 from imagegen.errors import BadInputError
-from imagegen.spec.image import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 
 runner = CliRunner()
 

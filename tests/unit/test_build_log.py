@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen.build.engine.build_log import (
+from imagegen.engine.build_log import (
     compiler_excerpt,
     describe_failure,
     failing_step_output,
     find_failed_op,
     op_sources,
 )
-from imagegen.build.engine.types import EngineKind
+from imagegen.engine.types import EngineKind
 from imagegen.errors import BuildFailedError
 from op_builder.paths import PACKAGE_ROOT
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from imagegen import pipeline
-from imagegen.build.engine import BuildResult, Engine
-from imagegen.build.engine.build_log import compile_seconds, describe_failure, find_failed_op, split_prefix
-from imagegen.spec.image import SpecInput, build_spec
+from imagegen.engine import BuildResult, Engine
+from imagegen.engine.build_log import compile_seconds, describe_failure, find_failed_op, split_prefix
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 
 SOURCES = {
     "cpu_adam": ("optim/csrc/cpu_adam.cpp",),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from imagegen.compat import results
-from imagegen.spec import catalog
+from imagegen.imagespec import catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = (*catalog.CUDA_TARGETS.values(), *catalog.ROCM_TARGETS.values(), catalog.CPU_TARGET)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from imagegen.build import staging
-from imagegen.build.staging import context_slot, slots_root, staged_context
+from imagegen.building import staging
+from imagegen.building.staging import context_slot, slots_root, staged_context
 from imagegen.errors import BuildFailedError
-from imagegen.spec.image import SpecInput, build_spec
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

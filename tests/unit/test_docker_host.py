@@ -12,8 +12,8 @@ import json
 import pytest
 from typer.testing import CliRunner, Result
 
-from imagegen.build.engine.client import check_docker_host
 from imagegen.cli import app
+from imagegen.engine.client import check_docker_host
 from imagegen.errors import EngineUnavailableError
 from tests.unit.contract import assert_json_error, assert_reported
 

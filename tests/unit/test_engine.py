@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.build.engine.backend import BuildRequest
-from imagegen.build.engine.build import build_image
-from imagegen.build.engine.buildkit import cli_build_argv
-from imagegen.build.engine.classic import context_excludes
-from imagegen.build.engine.types import Engine
+from imagegen.engine.backend import BuildRequest
+from imagegen.engine.build import build_image
+from imagegen.engine.buildkit import cli_build_argv
+from imagegen.engine.classic import context_excludes
+from imagegen.engine.types import Engine
 
 NEW_CLI = "/usr/local/bin/docker"  # Docker 28 client without the buildx plugin
 DEBIAN_CLI = "/usr/bin/docker"  # Debian's 20.10 client, BuildKit built in

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.build.engine.probe import (
+from imagegen.engine.detect import (
     ClientProbe,
     EngineProbe,
     choose_engine,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen.spec import catalog, catalog_table
+from imagegen.imagespec import catalog, catalog_table
 from op_builder import archs as arch_lib
 
 
@@ -165,8 +165,8 @@ def test_cuda_13_2_default_archs_name_every_blackwell() -> None:
 
 @pytest.mark.parametrize("version", CUDA13)
 def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
+    from imagegen.imagespec.image_spec import SpecInput, build_spec
     from imagegen.render.dockerfile import render
-    from imagegen.spec.image import SpecInput, build_spec
 
     target = catalog.CUDA_TARGETS[version]
     spec = build_spec(SpecInput(cuda=version, ops="all"), {})
@@ -178,7 +178,7 @@ def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
 
 @pytest.mark.parametrize("version", CUDA13)
 def test_every_cuda_13_target_has_standins(version: str) -> None:
-    from imagegen.spec.image import SpecInput, build_spec
+    from imagegen.imagespec.image_spec import SpecInput, build_spec
 
     spec = build_spec(SpecInput(cuda=version, ops="all", standins=True), {})
     assert (spec.base_devel, spec.base_runtime) == (

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from imagegen.cli import app
 from imagegen.commands.catalog import catalog_entries, render_table
 from imagegen.compat import results
-from imagegen.spec import catalog
+from imagegen.imagespec import catalog
 
 runner = CliRunner()
 

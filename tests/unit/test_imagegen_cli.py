@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from imagegen import errors, files, log
-from imagegen.build.staging import staged_context
+from imagegen.building.staging import staged_context
 from imagegen.cli import app
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.render.dockerfile import render
-from imagegen.spec.image import SpecInput, build_spec
 from op_builder import ALL_OPS
 
 runner = CliRunner()

@@ -11,9 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 from imagegen import doctor as doctor_lib
-from imagegen.build.engine import Engine
-from imagegen.build.engine.client import ENSURE_DOCKER_HINT
 from imagegen.cli import ImagegenGroup, app
+from imagegen.engine import Engine
+from imagegen.engine.client import ENSURE_DOCKER_HINT
 from imagegen.errors import EngineUnavailableError, VerificationFailedError
 
 runner = CliRunner()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import render_matrix
-from imagegen.spec.image import SpecInput, build_spec
 
 
 def _hadolint() -> str | None:

@@ -12,15 +12,15 @@ import pytest
 from typer.testing import CliRunner
 
 from imagegen import pipeline
-from imagegen.build.engine import BuildResult, Engine
-from imagegen.build.engine.backend import BuildRequest
-from imagegen.build.engine.buildkit import cli_build_argv
 from imagegen.cli import app
+from imagegen.engine import BuildResult, Engine
+from imagegen.engine.backend import BuildRequest
+from imagegen.engine.buildkit import cli_build_argv
 from imagegen.errors import BadInputError
+from imagegen.imagespec import catalog
+from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 from imagegen.render.dockerfile import labels, render
 from imagegen.render.matrix import BAKE_FILE, render_matrix, standard_entries, write_matrix
-from imagegen.spec import catalog
-from imagegen.spec.image import ImageSpec, SpecInput, build_spec
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()

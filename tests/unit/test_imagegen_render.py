@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from imagegen.imagespec.image_spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec
 from imagegen.render.dockerfile import expected_torch_build, render, render_classic, torch_build_check
-from imagegen.spec.image import BYTECODE_MODES, ImageSpec, SpecInput, build_spec
 from op_builder import ALL_OPS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from imagegen.cli import app
 from imagegen.errors import BadInputError
-from imagegen.spec import catalog
-from imagegen.spec.image import SpecInput, build_spec, content_hash
+from imagegen.imagespec import catalog
+from imagegen.imagespec.image_spec import SpecInput, build_spec, content_hash
 
 runner = CliRunner()
 

@@ -1,18 +1,90 @@
-"""op_builder's files import one another without a circle, counting every import (module level
-and inside functions), as tests/_import_graph.py reads them from the source; the reader is shown
-finding a circle closed by a deferred import in a small package made here."""
+"""The packages' import graphs, counting every import (module level and inside functions), as
+tests/_import_graph.py reads them from the source: op_builder's files and imagegen's rooms import
+one another without a circle, imagegen's rooms only downward through its floors
+(README.md, "Layout"), no two modules of a package share a name and no folder is named
+like build output or tests. The readers are shown failing on a small package made here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests._import_graph import cycles, imports
+from tests._import_graph import cycles, floor_violations, imports, room
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+# imagegen's floors: a room imports only rooms on its floor or below.
+FLOORS = {
+    # 0: the ground: errors, settings, logging, files, hosts, URLs, tables, the container engine
+    **dict.fromkeys(
+        (
+            "imagegen",
+            "imagegen.errors",
+            "imagegen.settings",
+            "imagegen.log",
+            "imagegen.files",
+            "imagegen.hosts",
+            "imagegen.urls",
+            "imagegen.tables",
+            "imagegen.engine",
+        ),
+        0,
+    ),
+    "imagegen.imagespec": 1,  # what the image is: catalog, checks, resolution
+    "imagegen.render": 2,  # the Dockerfile, matrix and bake file
+    "imagegen.building": 3,  # staging, bases, stand-ins
+    "imagegen.verify": 4,  # the sealed verification
+    "imagegen.proof": 4,  # SBOM, provenance, signing, size
+    "imagegen.oci": 5,  # the registry client
+    "imagegen.publish": 5,  # the push rule and the push
+    **dict.fromkeys(
+        (
+            "imagegen.pipeline",
+            "imagegen.multiarch",
+            "imagegen.bake",
+            "imagegen.bake_inputs",
+            "imagegen.doctor",
+            "imagegen.compat",
+        ),
+        6,
+    ),
+    **dict.fromkeys(("imagegen.commands", "imagegen.cli", "imagegen.__main__"), 7),
+}
+
+
 def test_op_builder_has_no_import_circle() -> None:
     assert cycles(imports(REPO / "op_builder")) == []
+
+
+def test_imagegens_rooms_import_only_downward_and_without_a_circle() -> None:
+    graph = imports(REPO / "imagegen")
+    assert floor_violations(graph, FLOORS) == []
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        rooms.setdefault(room(module), set()).update(room(t) for t in targets if room(t) != room(module))
+    assert cycles(rooms) == []
+
+
+def _basenames(package: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package)
+        # A package's __init__ / __main__ and a command's module (named for its command) aside.
+        if path.name in ("__init__.py", "__main__.py") or relative.parts[0] == "commands":
+            continue
+        found.setdefault(path.stem, []).append(str(relative))
+    # A module and a package folder of the same name read as one name too.
+    for folder in package.rglob("*/"):
+        if (folder / "__init__.py").is_file() and folder.name != "commands":
+            found.setdefault(folder.name, []).append(str(folder.relative_to(package)) + "/")
+    return {name: paths for name, paths in found.items() if len(paths) > 1}
+
+
+def test_no_two_modules_share_a_name_and_no_folder_reads_as_output_or_tests() -> None:
+    for package in ("imagegen", "op_builder"):
+        assert _basenames(REPO / package) == {}, package
+        folders = {p.name for p in (REPO / package).rglob("*/") if (p / "__init__.py").is_file()}
+        assert not folders & {"build", "dist", "spec", "test", "tests"}, package
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:
@@ -41,3 +113,27 @@ def test_a_circle_closed_inside_a_function_is_found(tmp_path: Path) -> None:
     # Without the deferred import, no circle.
     (package / "low.py").write_text("def f():\n    return 1\n")
     assert cycles(imports(package)) == []
+
+
+def test_an_import_that_reaches_up_a_floor_is_found(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "ground.py": "def f():\n    from pkg.upper import g  # deferred: still reaches up\n",
+            "upper/__init__.py": "",
+            "upper/g.py": "from pkg import ground\n",
+            "image.py": "",
+            "spec/__init__.py": "",
+            "spec/image.py": "",
+        },
+    )
+    graph = imports(package)
+    floors = {"pkg": 0, "pkg.ground": 0, "pkg.upper": 1, "pkg.image": 0, "pkg.spec": 0}
+    assert floor_violations(graph, floors) == ["pkg.ground -> pkg.upper.g (floor 0 -> 1)"]
+    assert floor_violations(graph, {"pkg.ground": 0}) == [
+        "pkg: room pkg has no floor", "pkg.image: room pkg.image has no floor",
+        "pkg.spec: room pkg.spec has no floor", "pkg.spec.image: room pkg.spec has no floor",
+        "pkg.upper: room pkg.upper has no floor", "pkg.upper.g: room pkg.upper has no floor",
+    ]  # fmt: skip
+    assert _basenames(package) == {"image": ["image.py", "spec/image.py"]}

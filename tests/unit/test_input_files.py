@@ -18,10 +18,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from imagegen.build.compile_cache import build_secrets, parse
-from imagegen.build.standins.make import ca_bundle
+from imagegen.building.standins.make import ca_bundle
 from imagegen.errors import BadInputError
 from imagegen.files import read_input
+from imagegen.imagespec.compile_cache import build_secrets, parse
 from imagegen.oci import auth
 
 REPO = Path(__file__).resolve().parents[2]

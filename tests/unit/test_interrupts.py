@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The CLI with a verify step that says when it waits, and cleans up for a second when stopped.
 CHILD = """
 import sys, time
-from imagegen.verify import image as verify
+from imagegen.verify import verify_image as verify
 
 def verify_image(*args, **kwargs):
     try:

@@ -34,7 +34,7 @@ def _violations(place: str, code: str) -> set[str]:
         ("op_builder/probe.py", "import torch\n", "TID253"),
         ("op_builder/selftest/runner.py", "from torch import Tensor\n", "TID253"),
         ("imagegen/probe.py", "import torch\n", "TID253"),
-        ("imagegen/build/probe.py", "from kernels.optim import CPUAdam\n", "TID251"),
+        ("imagegen/building/probe.py", "from kernels.optim import CPUAdam\n", "TID251"),
     ],
 )
 def test_a_banned_import_fails(place: str, code: str, rule: str) -> None:

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from imagegen.cli import app
 from imagegen.errors import BadInputError
+from imagegen.imagespec.checks import platform_list
 from imagegen.multiarch import check_platforms_push, platform_tag
 from imagegen.oci.registry import names_registry
-from imagegen.spec.checks import platform_list
 
 
 def test_platform_lists_and_tags() -> None:

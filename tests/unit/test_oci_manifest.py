@@ -25,7 +25,7 @@ from imagegen.oci.manifest import (
     referrers_index,
     referrers_tag,
 )
-from imagegen.oci.proof import is_registry_digest
+from imagegen.oci.pulled_proof import is_registry_digest
 from imagegen.oci.registry import Reference, base_url, parse_reference
 
 IMAGE = b'{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}'

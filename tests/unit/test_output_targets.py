@@ -16,8 +16,8 @@ import pytest
 
 from imagegen import files
 from imagegen.errors import BadInputError
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.render.dockerfile import render
-from imagegen.spec.image import SpecInput, build_spec
 from tests.unit.contract import DOCKERFILE, assert_reported, invoke
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.build.compile_cache import key_file, parse
 from imagegen.errors import BadInputError
+from imagegen.imagespec.compile_cache import key_file, parse
 
 REPO = Path(__file__).resolve().parents[2]
 LONG = "p" * 300  # longer than any file system's name limit

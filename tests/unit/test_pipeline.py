@@ -12,15 +12,15 @@ import pytest
 from typer.testing import CliRunner
 
 from imagegen import pipeline, publish
-from imagegen.build.engine import BuildResult, Engine
 from imagegen.cli import app
+from imagegen.engine import BuildResult, Engine
 from imagegen.errors import BuildFailedError
+from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 from imagegen.oci.manifest import OCI_MANIFEST, Descriptor
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
-from imagegen.spec.image import ImageSpec, SpecInput, build_spec
-from imagegen.verify.image import VerifyResult
+from imagegen.verify.verify_image import VerifyResult
 from op_builder.report import OpVerification
 
 REPO = Path(__file__).resolve().parents[2]

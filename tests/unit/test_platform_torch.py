@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.build.engine.build_log import describe_failure
 from imagegen.cli import app
+from imagegen.engine.build_log import describe_failure
 from imagegen.errors import BadInputError
+from imagegen.imagespec import catalog
+from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 from imagegen.render import dockerfile as render_lib
 from imagegen.render.dockerfile import render
-from imagegen.spec import catalog
-from imagegen.spec.image import ImageSpec, SpecInput, build_spec
 from tests._script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen.build.engine.progress import LogView
+from imagegen.engine.progress import LogView
 
 
 def test_plain_log_view_strips_colour_and_times_classic_steps(capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,13 +22,13 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from imagegen.errors import BadInputError
 from imagegen.proof import probe
-from imagegen.proof.check import compare, compare_statement, sbom_ops
+from imagegen.proof.compare import compare, compare_statement, sbom_ops
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.provenance import ProvenanceInput, Revision, make_statement
 from imagegen.proof.sbom import BaseImage, SbomInput, make_sbom
 from imagegen.proof.signing import Signer, check_envelope, load_public_key, pae
-from imagegen.proof.sources import op_source_digest
+from imagegen.proof.source_digests import op_source_digest
 
 SITE = "/opt/venv/lib/python3.12/site-packages/kernels/_ops"
 ADAM_SHA = hashlib.sha256(b"cpu_adam module").hexdigest()

@@ -1,4 +1,4 @@
-"""The Debian mirrors of the stand-in bases come from the host's apt sources (imagegen/build/standins/
+"""The Debian mirrors of the stand-in bases come from the host's apt sources (imagegen/building/standins/
 mirrors.py).
 
 The selection is a pure function of apt's indextargets lines (tested on tables); the whole path,
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.build.standins.mirrors import debian_mirror, host_suites, resolve
+from imagegen.building.standins.mirrors import debian_mirror, host_suites, resolve
 from imagegen.cli import app
 from imagegen.errors import BuildFailedError
 

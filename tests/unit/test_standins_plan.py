@@ -1,4 +1,4 @@
-"""imagegen/build/standins/plan.py: which stand-ins a request makes, named from the catalog, and what
+"""imagegen/building/standins/plan.py: which stand-ins a request makes, named from the catalog, and what
 is remade; bad flags are bad input (exit 2)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.build.standins import cuda_home
-from imagegen.build.standins import make as make_lib
-from imagegen.build.standins import plan as plan_lib
-from imagegen.build.standins.plan import Image, plan, request, to_make
+from imagegen.building.standins import cuda_home
+from imagegen.building.standins import make as make_lib
+from imagegen.building.standins import plan as plan_lib
+from imagegen.building.standins.plan import Image, plan, request, to_make
 from imagegen.cli import app
 from imagegen.errors import BadInputError
-from imagegen.spec import catalog
-from imagegen.spec.image import SpecInput, build_spec
+from imagegen.imagespec import catalog
+from imagegen.imagespec.image_spec import SpecInput, build_spec
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from imagegen.errors import BadInputError
-from imagegen.verify import image as ver
+from imagegen.verify import verify_image as ver
 from imagegen.verify.table import render_table
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import docker
 import pytest
 
-from imagegen.verify import image as verify
+from imagegen.verify import verify_image as verify
 
 
 class _EngineMidCreate:

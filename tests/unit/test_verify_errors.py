@@ -12,10 +12,10 @@ import signal
 import pytest
 from rich.console import Console
 
-from imagegen.build.engine.build_log import describe_failure
+from imagegen.engine.build_log import describe_failure
 from imagegen.errors import BadInputError, VerificationFailedError
-from imagegen.verify import image as verify
-from imagegen.verify.errors import (
+from imagegen.verify import verify_image as verify
+from imagegen.verify.failures import (
     OUTPUT_LINE_CHARS,
     OUTPUT_TAIL_LINES,
     StreamTail,

@@ -1,0 +1,436 @@
+"""Targets of the matrix through ``docker buildx bake``, then verified, then pushed if they pass.
+
+``bake(targets)`` stages each target's build context (``imagegen.building.staging``), renders its
+Dockerfile and one bake file naming them all (``imagegen.render.matrix.bake_file``: the bases
+as build arguments, credentials of the compile cache as BuildKit secrets), and runs one
+``docker buildx bake --load TARGET`` per target, all at once, on the chosen builder: BuildKit
+schedules them and shares the steps they have in common, while a target that fails stops
+only itself (one bake of several targets cancels the others at the first failure). Every
+image built is then verified in the sealed container (``imagegen.verify.verify_image``) and, with a
+registry, pushed through ``imagegen.publish`` only when it passed.
+
+The docker CLI that runs bake is the one the engine probe found with buildx
+(``imagegen.engine.detect``); ``scripts/buildx-plugin.sh`` installs the plugin where none has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from imagegen import log
+from imagegen.bake_inputs import (
+    BakeRequest,
+    check_bake_file,
+    check_push_registry,
+    for_builder,
+    missing_standins,
+    native_platforms,
+    remote_tag,
+)
+from imagegen.building.build_inputs import check_sources, source_root
+from imagegen.building.build_secrets import build_secrets
+from imagegen.building.staging import staged_context
+from imagegen.engine import Engine, detect_engine, image_size
+from imagegen.engine.build_log import compile_seconds, describe_failure, op_sources
+from imagegen.engine.client import docker_client
+from imagegen.engine.images import inspect_image_id, local_images
+from imagegen.engine.process import CANCEL_GRACE_S
+from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
+from imagegen.files import write_atomic
+from imagegen.imagespec import compile_cache
+from imagegen.imagespec.compile_cache import CacheStats
+from imagegen.proof.seal import context_digests, seal_image
+from imagegen.proof.seal import now as proof_now
+from imagegen.publish import publish
+from imagegen.render.dockerfile import render
+from imagegen.render.matrix import BakeTarget, bake_file, base_args
+from imagegen.verify.verify_image import VerifyResult, verify_image
+
+BUILDX_HINT = "install Debian's buildx plugin: `bash scripts/buildx-plugin.sh` (make system-deps does it)"
+
+
+@dataclass(frozen=True)
+class BakeImage:
+    """What became of one target: built, verified, pushed, or where it stopped (``error``)."""
+
+    target: str
+    platform: str
+    tag: str
+    ok: bool
+    size_bytes: int | None = None
+    build_seconds: float | None = None
+    verify_seconds: float | None = None
+    pushed: str | None = None  # the reference pushed; None: not pushed
+    error: str | None = None
+    verify: VerifyResult | None = field(default=None, compare=False)
+    compile_seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
+    compile_cache: CacheStats | None = field(default=None, compare=False)
+
+    @property
+    def result(self) -> str:
+        if self.ok:
+            return "pushed" if self.pushed else "verified"
+        if self.verify is not None:
+            return "verify failed"
+        return "build failed" if self.build_seconds is not None else "failed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "platform": self.platform,
+            "tag": self.tag,
+            "ok": self.ok,
+            "result": self.result,
+            "size_bytes": self.size_bytes,
+            "build_seconds": None if self.build_seconds is None else round(self.build_seconds, 1),
+            "verify_seconds": None if self.verify_seconds is None else round(self.verify_seconds, 1),
+            "pushed": self.pushed,
+            "error": self.error,
+            "compile_seconds": {op: round(s, 1) for op, s in self.compile_seconds.items()},
+            "compile_cache": None if self.compile_cache is None else self.compile_cache.to_json(),
+            "verify": None if self.verify is None else self.verify.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class BakeReport:
+    builder: str | None  # None: the current one
+    driver: str
+    images: tuple[BakeImage, ...]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.images) and all(image.ok for image in self.images)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "builder": self.builder,
+            "driver": self.driver,
+            "images": [image.to_json() for image in self.images],
+        }
+
+
+# --------------------------------------------------------------------------- the builder
+
+
+def buildx_client(engine: Engine) -> str:
+    """The docker CLI with buildx; EngineUnavailableError (exit 3) when the engine has none."""
+    if engine.kind != "buildx" or engine.client is None:
+        raise EngineUnavailableError(
+            f"`imagegen bake` needs docker buildx; this engine builds with {engine.kind}",
+            hint=BUILDX_HINT,
+        )
+    return engine.client
+
+
+def parse_driver(inspect_output: str) -> str | None:
+    """The driver ``docker buildx inspect`` names (its first ``Driver:`` line)."""
+    for line in inspect_output.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Driver" and value.strip():
+            return value.strip()
+    return None
+
+
+def inspect_builder(client: str, builder: str | None, env: Mapping[str, str]) -> tuple[str, frozenset[str]]:
+    """The driver of ``builder`` (default: the current one) and the platforms it runs natively
+    (empty: it does not say); BadInputError when there is no such builder."""
+    argv = [client, "buildx", "inspect", *([builder] if builder else [])]
+    try:
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineUnavailableError(
+            f"`docker buildx inspect` did not answer: {exc}", hint=BUILDX_HINT
+        ) from exc
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no such builder"])[-1]
+        raise BadInputError(
+            f"no buildx builder {builder!r} here: {why}",
+            hint="`docker buildx ls` lists them; `docker buildx create --name NAME --driver "
+            "docker-container|remote|kubernetes ...` makes one (docs/imagegen.md, `imagegen bake`)",
+        )
+    return parse_driver(done.stdout) or "unknown", native_platforms(done.stdout)
+
+
+def bake_supports_network(client: str, env: Mapping[str, str]) -> bool:
+    """Whether this buildx's bake can give a target the host's network: 0.13 (Debian trixie's)
+    accepts ``network`` in a bake file and ignores it, and refuses it in ``--set``."""
+    with tempfile.TemporaryDirectory(prefix="imagegen-bake-probe-") as tmp:
+        path = Path(tmp) / "docker-bake.hcl"
+        path.write_text('target "probe" {\n  context = "."\n}\n')
+        argv = [client, "buildx", "bake", "-f", str(path), "--print", "--set", "probe.network=host", "probe"]
+        try:
+            done = subprocess.run(argv, env=dict(env), cwd=tmp, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return done.returncode == 0
+
+
+def check_host_network(requests: Sequence[BakeRequest], supported: Callable[[], bool]) -> None:
+    """BadInputError when a target's compile cache is on the host's loopback and bake cannot
+    give the build the host's network (the cache would be out of its reach). ``supported`` is
+    asked only when some target needs the host's network (it may run a probe)."""
+    for request in requests:
+        cache = request.spec.compile_cache
+        if cache is not None and cache.host_network and not supported():
+            raise BadInputError(
+                f"--compile-cache {cache.url} is on this machine's loopback, which a bake's build "
+                "cannot reach: this buildx's bake has no host network for a target",
+                hint="serve the cache on an address the builder reaches (a Redis bound to the docker "
+                "bridge's gateway too, e.g. redis-server --bind 127.0.0.1 172.17.0.1, then "
+                "--compile-cache redis://172.17.0.1:6379), or build with `imagegen build`, which can",
+            )
+
+
+# --------------------------------------------------------------------------- running bake
+
+
+@dataclass
+class _Run:
+    """One target's ``docker buildx bake`` process and what it printed."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    started: float
+    lines: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    returncode: int | None = None
+
+
+def bake_argv(client: str, bake_path: Path, target: str, builder: str | None) -> list[str]:
+    argv = [client, "buildx", "bake", "-f", str(bake_path), "--progress=plain", "--load"]
+    if builder:
+        argv += ["--builder", builder]
+    return [*argv, target]
+
+
+def _pump(run: _Run, out: TextIO, lock: threading.Lock) -> None:
+    assert run.proc.stdout is not None
+    for raw in iter(run.proc.stdout.readline, b""):
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        run.lines.append(line)
+        with lock:
+            print(f"[{run.name}] {line}", file=out, flush=True)
+    run.returncode = run.proc.wait()
+    run.seconds = time.monotonic() - run.started
+
+
+def run_bakes(argvs: Mapping[str, Sequence[str]], env: Mapping[str, str]) -> dict[str, _Run]:
+    """Run each target's bake at once, their lines on stderr prefixed with the target; on
+    Ctrl-C or SIGTERM every one is cancelled (SIGINT, then killed after a grace) before it propagates."""
+    runs: dict[str, _Run] = {}
+    lock = threading.Lock()
+    threads: list[threading.Thread] = []
+    try:
+        for name, argv in argvs.items():
+            try:
+                proc = subprocess.Popen(
+                    list(argv),
+                    env={**env, "DOCKER_BUILDKIT": "1"},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches us only; we cancel
+                )
+            except OSError as exc:
+                raise EngineUnavailableError(f"cannot run {argv[0]}: {exc}", hint=BUILDX_HINT) from exc
+            runs[name] = _Run(name, proc, time.monotonic())
+            thread = threading.Thread(target=_pump, args=(runs[name], sys.stderr, lock), daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)  # short waits: a signal is handled between them
+    except BaseException:
+        _cancel_all([run.proc for run in runs.values()])
+        raise
+    return runs
+
+
+def _cancel_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + CANCEL_GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+# --------------------------------------------------------------------------- the whole run
+
+
+def _tag_image(source: str, target: str) -> None:
+    client = docker_client(os.environ)
+    try:
+        repository, _, version = target.rpartition(":")
+        client.api.tag(source, repository, version)
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _staged(
+    requests: Sequence[BakeRequest], root: Path, env: Mapping[str, str], digests: dict[str, Mapping[str, str]]
+) -> Iterator[list[BakeTarget]]:
+    """Every target's context staged, Dockerfile written and secrets ready, for the bake's length;
+    ``digests`` gets each target's context digests (its provenance names them)."""
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="imagegen-bake-") as tmp:
+        targets = []
+        for request in requests:
+            spec = request.spec
+            context = stack.enter_context(staged_context(spec, root))
+            digests[request.name] = context_digests(context)
+            # Outside the context, as `imagegen build` keeps it: never COPYed, no cache churn.
+            dockerfile = Path(tmp) / request.name / "Dockerfile"
+            dockerfile.parent.mkdir(parents=True)
+            dockerfile.write_text(render(spec))
+            secrets = stack.enter_context(build_secrets(spec, env))
+            cache = spec.compile_cache
+            targets.append(
+                BakeTarget(
+                    name=request.name,
+                    dockerfile=str(dockerfile),
+                    tag=spec.tag,
+                    platform=spec.platform,
+                    args=base_args(spec),
+                    context=str(context),
+                    secrets=tuple((sid, str(path)) for sid, path in sorted(secrets.items())),
+                    network="host" if cache is not None and cache.host_network else None,
+                )
+            )
+        yield targets
+
+
+def bake(
+    requests: Sequence[BakeRequest],
+    *,
+    builder: str | None = None,
+    push: str | None = None,
+    verify: bool = True,
+    source: Path | None = None,
+    env: Mapping[str, str] = os.environ,
+    bake_file_out: Path | None = None,
+) -> BakeReport:
+    """Build ``requests`` with ``docker buildx bake`` on ``builder``, verify each image built, and
+    push to ``push`` (a registry) those that passed. A failed target is reported, not raised.
+
+    Raises BadInputError, before anything builds (nothing to bake, a ``push`` that is not a
+    registry, a ``bake_file_out`` that cannot be written, no such builder, stand-in bases missing
+    here, a compile cache on the loopback that this bake cannot reach), EngineUnavailableError
+    (no daemon, no buildx).
+    """
+    if not requests:
+        raise BadInputError("nothing to bake", hint="name targets of the matrix, e.g. `imagegen bake cpu`")
+    specs = [s for r in requests for s in (r.spec, r.emulated) if s is not None]
+    check_push_registry(push, [spec.tag for spec in specs])
+    check_bake_file(bake_file_out)
+    root = source or source_root()
+    check_sources(root)
+    engine = detect_engine(env)
+    client = buildx_client(engine)
+    driver, native = inspect_builder(client, builder, env)
+    requests = for_builder(requests, native)
+    if driver == "docker":  # the builder reads this engine's images: the stand-ins must be here
+        missing_standins({r.name: r.spec for r in requests}, lambda refs: local_images(refs, env))
+    check_host_network(requests, lambda: bake_supports_network(client, env))
+    log.info(
+        f"bake on builder {builder or '(current)'}, driver {driver}: {', '.join(r.name for r in requests)}"
+    )
+    digests: dict[str, Mapping[str, str]] = {}
+    started = proof_now()
+    with _staged(requests, root, env, digests) as targets:
+        bake_text = bake_file(targets, ("# Written by `imagegen bake` for one run.", ""))
+        bake_path = Path(targets[0].dockerfile).parents[1] / "docker-bake.hcl"
+        bake_path.write_text(bake_text)
+        if bake_file_out is not None:
+            write_atomic(bake_file_out, bake_text)
+        with log.step(f"bake {len(targets)} target(s)"):
+            runs = run_bakes({t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}, env)
+    made = _Made(root, digests, started, proof_now())
+    images = [_finish(engine, request, runs[request.name], verify, push, made) for request in requests]
+    return BakeReport(builder=builder, driver=driver, images=tuple(images))
+
+
+@dataclass(frozen=True)
+class _Made:
+    """What the provenance of a baked image names: the checkout, each context, the bake's times."""
+
+    root: Path
+    digests: Mapping[str, Mapping[str, str]]
+    started: datetime.datetime
+    finished: datetime.datetime
+
+
+def _finish(
+    engine: Engine, request: BakeRequest, run: _Run, verify: bool, push: str | None, made: _Made
+) -> BakeImage:
+    """Seal, verify (and push) one target's image, or say why its build failed."""
+    spec = request.spec
+    if run.returncode != 0:
+        failure = describe_failure(
+            run.lines, engine.kind, op_sources(), spec.tag, engine_error=f"docker exited {run.returncode}"
+        )
+        return BakeImage(
+            request.name, spec.platform, spec.tag, ok=False, build_seconds=run.seconds, error=failure.message
+        )
+    built = BakeImage(
+        request.name,
+        spec.platform,
+        spec.tag,
+        ok=False,
+        build_seconds=run.seconds,
+        compile_seconds=compile_seconds(run.lines),
+        compile_cache=compile_cache.stats_from_log(run.lines, op_sources(spec.registry))
+        if spec.compile_cache
+        else None,
+    )
+    try:
+        # The SBOM and provenance sealed in as `imagegen build` does, so that verify checks them
+        # and a push takes them along.
+        with log.step(f"SBOM and provenance of {spec.tag}"):
+            seal_image(
+                engine, spec, runtime_image_id=inspect_image_id(spec.tag), dockerfile=render(spec),
+                root=made.root, context_digests=made.digests[request.name], started=made.started,
+                finished=made.finished,
+            )  # fmt: skip
+        size = image_size(engine, spec.tag)
+        verified = None
+        if verify:
+            with log.step(f"verify {spec.tag}"):
+                verified = verify_image(spec.tag, ops=spec.ops)
+        ok = verified is None or verified.ok
+        pushed = None
+        if push and ok:
+            reference = remote_tag(push, spec.tag)
+            with log.step(f"push {reference}"):
+                _tag_image(spec.tag, reference)
+                if publish(engine, reference, verified):
+                    pushed = reference
+    except UserFacingError as exc:  # the verifier could not run, a push failed: this target only
+        return replace(built, error=exc.message)
+    return replace(
+        built,
+        ok=ok,
+        size_bytes=size,
+        verify_seconds=None if verified is None else verified.seconds,
+        pushed=pushed,
+        verify=verified,
+        error=None if ok or verified is None else verified.failure_summary(),
+    )

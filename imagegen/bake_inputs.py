@@ -1,0 +1,200 @@
+"""What ``imagegen bake`` judges before anything builds.
+
+A bake of the arm64 targets runs for half an hour under emulation; an input that is wrong should
+not wait for it. Judged here, each as one ``BadInputError`` (exit 2) with a hint: the registry
+``--push`` names (each image's reference under it must be one Docker accepts), the folder of
+``--bake-file``, the platforms ``--platform-torch`` / ``--platform-wheelhouse`` name, and, on a
+builder that reads this engine's images, the stand-in bases of a ``--standins`` bake. Also the
+builder's own platforms: an image for a platform the builder only emulates leaves out, when its
+ops were not named, the ops qemu-user cannot run (``catalog.EMULATION_MISSING_LIBRARIES``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from imagegen import log
+from imagegen.building.bases import standin_command
+from imagegen.errors import BadInputError
+from imagegen.files import output_error
+from imagegen.imagespec import catalog
+from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.reference import reference_problem
+from imagegen.urls import redact
+
+_REGISTRY_FORM = "use HOST[:PORT][/PATH], e.g. registry.internal:5000/ml: bake adds each image's NAME:TAG"
+
+
+def remote_tag(registry: str, tag: str) -> str:
+    """``tag`` under ``registry`` (host[:port][/path]): ``imagegen:cpu-x`` -> ``REGISTRY/imagegen:cpu-x``."""
+    return f"{registry.rstrip('/')}/{tag}"
+
+
+def check_push_registry(registry: str | None, tags: Sequence[str] = ()) -> None:
+    """BadInputError when ``--push REGISTRY`` is not a registry (and path) to push under, or an
+    image's reference under it (``REGISTRY/<tag>``) is not one Docker accepts."""
+    if registry is None:
+        return
+    # A registry holds no '@': text before one may be a user and password (https://USER:PW@host).
+    redacted = redact(registry)
+    shown = redacted if len(redacted) <= 80 else redacted[:77] + "..."
+    problem = _registry_problem(registry)
+    if problem is not None:
+        raise BadInputError(f"--push {shown!r} is not a registry to push to: {problem}", hint=_REGISTRY_FORM)
+    for tag in tags:
+        reference = remote_tag(registry, tag)
+        problem = reference_problem(reference, allow_digest=False)
+        if problem is not None:
+            raise BadInputError(
+                f"--push {shown!r}: the image {tag} would be pushed as {reference}, which is not "
+                f"a valid image reference: {problem}",
+                hint=_REGISTRY_FORM,
+            )
+
+
+def _registry_problem(registry: str) -> str | None:
+    text = registry.strip()
+    if not text.strip("/"):
+        return "it is empty"
+    if "://" in text:
+        return "it has a scheme: name the host alone (plain HTTP: the loopback, IMAGEGEN_INSECURE_REGISTRIES)"
+    if "@" in text:
+        return "it has a digest (@...): bake pushes each image under its own tag"
+    *_, last = text.rstrip("/").split("/")
+    if "/" in text.rstrip("/") and ":" in last:
+        return f"it ends in a tag ({last}): bake pushes each image under its own NAME:TAG"
+    return None
+
+
+def check_bake_file(path: Path | None) -> None:
+    """BadInputError when ``--bake-file`` could not be written (a directory, a missing folder, a
+    file where a folder should be, a folder we may not write), judged before the build rather
+    than after it, with the messages writing it would give: a temporary file is made beside it
+    and removed. A device or a FIFO there is written in place, as ``write_atomic`` does."""
+    if path is None:
+        return
+    target = Path(os.path.realpath(path))  # a symbolic link is written through
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a symlink loop, a part of the path that is a file
+        raise output_error(path, exc) from None
+    else:
+        if stat.S_ISDIR(mode):
+            raise output_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        if not stat.S_ISREG(mode):
+            return
+    tmp = target.parent / f".{target.name[:200]}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise output_error(path, exc) from None
+    os.close(fd)
+    tmp.unlink(missing_ok=True)
+
+
+def check_platform_options(chosen: Mapping[str, Mapping[str, str]], platforms: Collection[str]) -> None:
+    """BadInputError when ``--platform-torch`` / ``--platform-wheelhouse`` (``chosen``: option ->
+    {platform: value}) names a platform no target of this bake is for: it would change nothing."""
+    for option, values in chosen.items():
+        for platform in sorted(set(values) - set(platforms)):
+            raise BadInputError(
+                f"{option} names {platform}, which none of the targets is for "
+                f"(they are for {', '.join(sorted(platforms))})",
+                hint=f"drop it, or add a target for {platform} (`imagegen bake --help` names them)",
+            )
+
+
+def native_platforms(inspect_output: str) -> frozenset[str]:
+    """The platforms the builder's nodes run natively: the first of each node's ``Platforms:``
+    line in ``docker buildx inspect`` (BuildKit lists its own before those binfmt emulates).
+    Empty when the output names none."""
+    found = set()
+    for line in inspect_output.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Platforms" and value.strip():
+            first = value.split(",")[0].strip().rstrip("*")  # "*": a platform the user set
+            found.add("/".join(first.split("/")[:2]))  # linux/arm64/v8 -> linux/arm64
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class BakeRequest:
+    """One target to bake: its name in the matrix and its resolved spec; ``emulated``, the spec
+    to build instead where the builder runs the target's platform under emulation (its ops that
+    qemu-user cannot run left out), or None: the same spec everywhere."""
+
+    name: str
+    spec: ImageSpec
+    emulated: ImageSpec | None = None
+
+
+def for_builder(requests: Sequence[BakeRequest], native: frozenset[str]) -> list[BakeRequest]:
+    """Each request with the spec this builder can build and verify: where it only emulates the
+    target's platform, the ``emulated`` spec, said once with why. A builder that names no native
+    platform gets every spec as it is."""
+    chosen = []
+    for request in requests:
+        spec, emulated = request.spec, request.emulated
+        if emulated is None or not native or spec.platform in native:
+            chosen.append(request)
+            continue
+        left = ", ".join(emulation_unfit_ops(spec))
+        log.warn(
+            f"{request.name}: this builder runs {spec.platform} under emulation (natively "
+            f"{', '.join(sorted(native))}), where qemu-user has no Linux AIO, so {left} cannot pass "
+            f"its self-test: left out of {emulated.tag}; name the ops (--ops) to build it anyway, "
+            f"or bake on a {spec.platform} builder"
+        )
+        chosen.append(replace(request, spec=emulated, emulated=None))
+    return chosen
+
+
+def emulation_unfit_ops(spec: ImageSpec) -> tuple[str, ...]:
+    """The spec's ops that cannot pass their self-test under qemu-user (they link a library whose
+    system calls it does not implement), in the spec's order."""
+    registry = spec.registry
+    return tuple(
+        name
+        for name in spec.ops
+        if any(lib.name in catalog.EMULATION_MISSING_LIBRARIES for lib in registry.ops[name].system_libraries)
+    )
+
+
+def missing_standins(
+    specs: Mapping[str, ImageSpec], present: Callable[[Sequence[str]], Mapping[str, bool] | None]
+) -> None:
+    """BadInputError naming each target whose stand-in bases are not on this machine, with the
+    command that makes them. ``present`` answers which images the engine holds (None: it cannot
+    tell, and nothing is judged)."""
+    wanted: dict[str, tuple[str, ...]] = {}
+    for name, spec in specs.items():
+        standins = catalog.standin_bases(spec.target, spec.platform) or ()
+        used = tuple(ref for ref in dict.fromkeys((spec.base_devel, spec.base_runtime)) if ref in standins)
+        if used:
+            wanted[name] = used
+    found = present(sorted({ref for refs in wanted.values() for ref in refs})) if wanted else None
+    if found is None:
+        return
+    missing = {name: [ref for ref in refs if not found.get(ref, False)] for name, refs in wanted.items()}
+    missing = {name: refs for name, refs in missing.items() if refs}
+    if not missing:
+        return
+    commands = " and ".join(
+        dict.fromkeys(f"`{standin_command(specs[name].target, specs[name].platform)}`" for name in missing)
+    )
+    which = "; ".join(f"{name} ({', '.join(refs)})" for name, refs in missing.items())
+    slow = any(specs[name].platform != catalog.DEFAULT_PLATFORM for name in missing)
+    raise BadInputError(
+        f"--standins: the stand-in bases of {which} are not on this machine",
+        hint=f"make them with {commands}"
+        + (" (under emulation: a quarter of an hour or more)" if slow else "")
+        + f", or leave {', '.join(missing)} out of the bake",
+    )

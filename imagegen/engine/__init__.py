@@ -1,0 +1,35 @@
+"""The container engine: find what can build here, build, show and explain the build.
+
+- ``client``     the one Docker SDK client factory (and the no-daemon error)
+- ``types``      ``Engine`` / ``EngineKind``: what the probe decides
+- ``probe``      probe the daemon and the docker clients, then choose an engine (pure)
+- ``backend``    ``BuildRequest`` and the ``BuildBackend`` Protocol
+- ``buildkit``   backend: the docker CLI (buildx, or BuildKit built in)
+- ``classic``    backend: the classic builder through the SDK
+- ``build``      ``build_image``: checks, then the backend the engine's kind picks
+- ``process``    run a docker CLI, streaming its output; cancel it on Ctrl-C
+- ``log_lines``  the shapes of build output lines (shared by the display and the parser)
+- ``progress``   the live display of a build
+- ``build_log``  read a failed build's log: the failed step, the op, an excerpt
+- ``images``     images here: presence, id, size, removal, push
+
+The docker SDK is imported only where a function needs it (see ``client``).
+"""
+
+from __future__ import annotations
+
+from imagegen.engine.build import BuildResult, build_image
+from imagegen.engine.detect import detect_engine
+from imagegen.engine.images import image_size, local_images, remove_image
+from imagegen.engine.types import Engine, EngineKind
+
+__all__ = [
+    "BuildResult",
+    "Engine",
+    "EngineKind",
+    "build_image",
+    "detect_engine",
+    "image_size",
+    "local_images",
+    "remove_image",
+]

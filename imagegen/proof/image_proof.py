@@ -1,0 +1,243 @@
+"""An image's proof, read and checked through the engine: the probe in a sealed container, the
+documents from the image's files, and the checks ``imagegen verify`` and ``imagegen sbom`` run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagegen.engine.client import docker_client
+from imagegen.errors import BadInputError, VerificationFailedError
+from imagegen.imagespec.reference import check_reference
+from imagegen.proof import probe
+from imagegen.proof.compare import Mismatch, compare, compare_statement
+from imagegen.proof.documents import (
+    DOCUMENT_TYPES,
+    PROOF_DIR,
+    PROVENANCE,
+    SBOM,
+    SIGNATURE,
+    json_object,
+    sha256_digest,
+)
+from imagegen.proof.facts import ImageFacts
+from imagegen.proof.signing import check_envelope
+from imagegen.verify import verify_image as sealed
+from imagegen.verify.failures import no_report_error
+
+
+def probe_text() -> str:
+    """The probe's source, passed to the image's ``python -c`` (nothing of imagegen is in the image)."""
+    return Path(probe.__file__).read_text()
+
+
+def _inspect(client: Any, image: str) -> Mapping[str, Any]:
+    import docker
+
+    try:
+        return dict(client.api.inspect_image(image))
+    except docker.errors.ImageNotFound:
+        raise BadInputError(
+            f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
+        ) from None
+
+
+def probe_image(image: str, with_torch: bool = False, timeout: float = 300) -> ImageFacts:
+    """Run the probe in a sealed container of ``image`` (as ``imagegen verify`` runs its verifier)."""
+    client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
+    command = ["python", "-c", probe_text(), *(["--torch"] if with_torch else [])]
+    try:
+        config = _inspect(client, image).get("Config") or {}
+        code, stdout, stderr = sealed.run_sealed(client, image, "proof", config, command, timeout)
+    finally:
+        client.close()
+    data = sealed._last_json_object(stdout)
+    try:
+        return ImageFacts.from_json(data)
+    except ValueError:
+        raise no_report_error(image, "python -c <imagegen's probe>", code, stdout + "\n" + stderr) from None
+
+
+@dataclass(frozen=True)
+class ImageDocuments:
+    """The proof files an image holds (file name -> bytes) and its labels."""
+
+    image: str
+    labels: Mapping[str, str]
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+    def problems(self) -> list[Mismatch]:
+        """Each document whose label and file disagree, or that one has and the other not."""
+        found = []
+        for kind in DOCUMENT_TYPES:
+            label, data = self.labels.get(kind.label), self.files.get(kind.filename)
+            if label is None and data is None:
+                continue
+            if data is None:
+                found.append(
+                    Mismatch(None, f"{PROOF_DIR}/{kind.filename} is missing (its label says {label})")
+                )
+            elif label is None:
+                found.append(Mismatch(None, f"{PROOF_DIR}/{kind.filename} has no {kind.label} label"))
+            elif sha256_digest(data) != label:
+                found.append(
+                    Mismatch(
+                        None,
+                        f"{PROOF_DIR}/{kind.filename} was changed after the build: {sha256_digest(data)}, "
+                        f"its label says {label}",
+                    )
+                )
+        return found
+
+
+def read_documents(image: str) -> ImageDocuments:
+    """The labels and the proof files of ``image``, copied out of a container that never starts."""
+    check_reference("IMAGE", image)
+    client = docker_client(os.environ, timeout=120)
+    import docker
+
+    name = f"imagegen-proof-{uuid.uuid4().hex[:12]}"
+    try:
+        labels = (_inspect(client, image).get("Config") or {}).get("Labels") or {}
+        if not any(kind.label in labels for kind in DOCUMENT_TYPES):
+            return ImageDocuments(image, labels)
+        try:
+            client.api.create_container(image, command=["true"], name=name, labels={sealed.VERIFY_LABEL: "1"})
+            try:
+                stream, _ = client.api.get_archive(name, PROOF_DIR)
+                archive = b"".join(stream)
+            except docker.errors.NotFound:
+                return ImageDocuments(image, labels)
+        finally:
+            with sealed._interrupts_deferred():
+                sealed._remove(client, name)
+    finally:
+        client.close()
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            handle = tar.extractfile(member) if member.isfile() else None
+            if handle is not None:
+                files[Path(member.name).name] = handle.read()
+    return ImageDocuments(image, labels, files)
+
+
+def require_document(documents: ImageDocuments, kind: str) -> bytes:
+    """The document's bytes; BadInputError (2) for an image without it, VerificationFailedError (1)
+    when its file and label disagree."""
+    wanted = next(k for k in DOCUMENT_TYPES if k.kind == kind)
+    if wanted.label not in documents.labels:
+        raise BadInputError(
+            f"{documents.image} has no {'SBOM' if wanted is SBOM else wanted.kind} ({wanted.label} label)",
+            hint="images get one from `imagegen build`; rebuild the image with it"
+            + (", with --sign-key" if wanted is SIGNATURE else ""),
+        )
+    problems = [p for p in documents.problems() if wanted.filename in p.problem]
+    if problems:
+        raise VerificationFailedError(
+            f"{documents.image}: {problems[0]}", hint="rebuild the image; do not trust it"
+        )
+    return documents.files[wanted.filename]
+
+
+def document_object(image: str, kind: str, data: bytes) -> dict[str, Any]:
+    """``data``, ``image``'s ``kind`` document, as the JSON object every document imagegen seals
+    is; VerificationFailedError (1) otherwise: the reference is fine and the bytes are the ones
+    its label names, but they are not a proof `imagegen build` made, so nothing of it is shown."""
+    name = "SBOM" if kind == SBOM.kind else kind
+    try:
+        return json_object(data)
+    except ValueError as exc:
+        raise VerificationFailedError(
+            f"{image}: its {name} is {exc}",
+            hint="the image's proof was damaged or not made by `imagegen build`: rebuild the image; "
+            "do not trust it",
+        ) from None
+
+
+@dataclass(frozen=True)
+class ProofCheck:
+    """``imagegen verify``'s check of an image's SBOM (and, with a key, the signed provenance)."""
+
+    sbom_digest: str | None
+    signed: bool | None  # None: no key given
+    mismatches: tuple[Mismatch, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "sbom_digest": self.sbom_digest,
+            "signed": self.signed,
+            "mismatches": [m.to_json() for m in self.mismatches],
+        }
+
+    def summary(self) -> str:
+        return "; ".join(str(m) for m in self.mismatches)
+
+
+def check_image(image: str, public_key: Any = None, timeout: float = 300) -> ProofCheck | None:
+    """Compare ``image``'s SBOM with its op modules (and check the provenance's signature with
+    ``public_key``, ``signing.load_public_key``'s); None for an image without an SBOM when no key
+    is given (an image built before images carried one).
+    """
+    documents = read_documents(image)
+    if SBOM.label not in documents.labels:
+        if public_key is None:
+            return None
+        return ProofCheck(
+            None, False, (Mismatch(None, f"{image} has no SBOM or provenance to check the key against"),)
+        )
+    problems = documents.problems()
+    signed: bool | None = None
+    signed_statement: bytes | None = None
+    if public_key is not None:
+        envelope = documents.files.get(SIGNATURE.filename)
+        statement = documents.files.get(PROVENANCE.filename)
+        if envelope is None or statement is None:
+            problems.append(Mismatch(None, "the provenance is not signed (built without --sign-key)"))
+            signed = False
+        else:
+            why = check_envelope(envelope, statement, public_key)
+            signed = why is None
+            if why is not None:
+                problems.append(Mismatch(None, f"signature: {why}"))
+            else:
+                signed_statement = statement
+    sbom_bytes = documents.files.get(SBOM.filename)
+    facts: ImageFacts | None = None
+    if sbom_bytes is not None:
+        try:
+            document = json.loads(sbom_bytes)
+        except ValueError as exc:
+            problems.append(Mismatch(None, f"the SBOM is not JSON: {exc}"))
+        else:
+            facts = probe_image(image, timeout=timeout)
+            problems += compare(document if isinstance(document, Mapping) else {}, facts)
+    if signed_statement is not None:
+        # The signed statement is the root: the SBOM and every module are checked against it too.
+        facts = facts or probe_image(image, timeout=timeout)
+        problems += compare_statement(signed_statement, sbom_bytes, facts)
+    digest = documents.labels.get(SBOM.label)
+    return ProofCheck(digest, signed, tuple(problems))
+
+
+def proof_line(check: ProofCheck | None) -> str:
+    """One line for ``imagegen verify``'s text output."""
+    if check is None:
+        return "SBOM: none in this image (built without one): not checked"
+    signed = {None: "", True: "; provenance signature verified", False: ""}[check.signed]
+    if check.ok:
+        return f"SBOM {check.sbom_digest}: every op module matches{signed}"
+    return "SBOM: MISMATCH: " + check.summary()
