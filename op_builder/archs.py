@@ -267,7 +267,7 @@ class OpArchDecision:
 def decide_op_archs(name: str, archs: Sequence[CudaArch], limits: ArchLimits) -> OpArchDecision:
     """The one per-op arch decision: ``archs`` filtered by the op's own limits.
 
-    ``op_builder.plan`` (through the builders) and ``imagegen.spec`` both call this, so an
+    ``op_builder.plan`` (through the builders) and ``imagegen.imagespec`` both call this, so an
     image and a wheel can never disagree about which archs an op gets.
     """
     kept = tuple(a for a in archs if limits.admits(a))
