@@ -2,45 +2,18 @@
 
 Data only, like ``op_builder.settings`` (whose ``Setting`` it shares): readers refer to these
 names instead of string literals and take the environment as a ``Mapping``. ``IMAGEGEN_<X>``
-stands in for the flag ``--x`` of ``dockerfile`` / ``build`` (flag > variable > catalog), so
-its meaning is the options table's; the rest are imagegen's own. The DS_* variables imagegen
+stands in for the flag ``--x`` of ``dockerfile`` / ``build`` (flag > variable > catalog): those
+come from the options table (``imagegen.options``), where each option is declared; the rest
+are imagegen's own. The DS_* variables imagegen
 writes into images are op_builder's (``op_builder.settings``). ``PATH`` and ``HOME`` are
 read only to find tools and the home folder, and are left out.
 """
 
 from __future__ import annotations
 
-from op_builder.settings import Kind, Setting
-
-ENV_PREFIX = "IMAGEGEN_"
-
-
-def _option(suffix: str, kind: Kind, flag: str) -> Setting:
-    return Setting(
-        ENV_PREFIX + suffix, kind, "as the flag", f"`{flag}` when the flag is not given", "imagegen"
-    )
-
-
-OPS = _option("OPS", "list", "--ops")
-OP_SOURCES = _option("OP_SOURCES", "path", "--op-source")
-PLATFORM = _option("PLATFORM", "text", "--platform")
-PYTHON = _option("PYTHON", "text", "--python")
-TORCH = _option("TORCH", "text", "--torch")
-ARCH = _option("ARCH", "list", "--arch")
-DISTRO = _option("DISTRO", "text", "--distro")
-BASE_DEVEL = _option("BASE_DEVEL", "text", "--base-devel")
-BASE_RUNTIME = _option("BASE_RUNTIME", "text", "--base-runtime")
-STANDINS = _option("STANDINS", "flag", "--standins")
-TORCH_INDEX = _option("TORCH_INDEX", "text", "--torch-index")
-WHEELHOUSE = _option("WHEELHOUSE", "path", "--wheelhouse")
-OFFLINE = _option("OFFLINE", "flag", "--offline")
-CA_CERT = _option("CA_CERT", "path", "--ca-cert")
-BUILDKIT = _option("BUILDKIT", "flag", "--buildkit/--no-buildkit")
-BYTECODE = _option("BYTECODE", "text", "--bytecode")
-NUMPY = _option("NUMPY", "flag", "--numpy/--no-numpy")
-MAX_JOBS = _option("MAX_JOBS", "int", "--max-jobs")
-COMPILE_CACHE = _option("COMPILE_CACHE", "text", "--compile-cache")
-TAG = _option("TAG", "text", "--tag")
+from imagegen import options
+from imagegen.options import ENV_PREFIX as ENV_PREFIX
+from op_builder.settings import Setting
 
 DEBUG = Setting(ENV_PREFIX + "DEBUG", "flag", "unset", "`1`: show a traceback with errors", "imagegen")
 INSECURE_REGISTRIES = Setting(
@@ -123,28 +96,8 @@ SSL_CERT_FILE = Setting(
     "SSL_CERT_FILE", "path", "pip's", "CA bundle for downloads, as OpenSSL reads it", "toolkit"
 )
 
-OPTIONS: tuple[Setting, ...] = (
-    OPS,
-    OP_SOURCES,
-    PLATFORM,
-    PYTHON,
-    TORCH,
-    ARCH,
-    DISTRO,
-    BASE_DEVEL,
-    BASE_RUNTIME,
-    STANDINS,
-    TORCH_INDEX,
-    WHEELHOUSE,
-    OFFLINE,
-    CA_CERT,
-    BUILDKIT,
-    BYTECODE,
-    NUMPY,
-    MAX_JOBS,
-    COMPILE_CACHE,
-    TAG,
-)
+# The IMAGEGEN_* variable of each image option, from the options table (imagegen.options).
+OPTIONS: tuple[Setting, ...] = options.env_settings()
 
 
 def _cache_credential(name: str, meaning: str) -> Setting:

@@ -2,8 +2,9 @@
 
     .venv/bin/python scripts/settings_tables.py
 
-The tables come from ``op_builder.settings`` and ``imagegen.settings``;
-tests/unit/test_settings_tables.py fails while a page differs from them.
+The tables come from ``op_builder.settings`` and ``imagegen.settings``, and the options table of
+docs/imagegen.md from ``imagegen.options``; tests/unit/test_settings_tables.py fails while a page
+differs from them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from imagegen import options  # noqa: E402
 from imagegen import settings as imagegen_settings  # noqa: E402
 from op_builder import settings  # noqa: E402
 
@@ -21,6 +23,7 @@ from op_builder import settings  # noqa: E402
 PAGES = (
     ("README.md", "## Environment variables", settings.markdown_table()),
     ("docs/imagegen.md", "## Environment variables", imagegen_settings.markdown_table()),
+    ("docs/imagegen.md", options.DOCS_HEADING, options.markdown_table()),
 )
 
 

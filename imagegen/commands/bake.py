@@ -11,25 +11,10 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from imagegen import settings
+from imagegen import options
 from imagegen.bake import BakeImage, BakeReport, bake
 from imagegen.bake_inputs import BakeRequest, check_platform_options, emulation_unfit_ops
-from imagegen.commands._options import (
-    CaCertOption,
-    CompileCacheOption,
-    JsonOption,
-    MaxJobsOption,
-    OfflineOption,
-    OpsOption,
-    OpSourceOption,
-    PlatformTorchOption,
-    PlatformWheelhouseOption,
-    StandinsOption,
-    TorchIndexOption,
-    TorchOption,
-    WheelhouseOption,
-    by_platform,
-)
+from imagegen.commands._options import JsonOption, by_platform, image_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
@@ -60,16 +45,9 @@ PushRegistryOption = Annotated[
         help="Push each image that passed verification as REGISTRY/TAG (a host, a port, a path).",
     ),
 ]
-NoVerifyOption = Annotated[bool, typer.Option("--no-verify", help="Build only; verify nothing.")]
 BakeFileOption = Annotated[
     Optional[Path],
     typer.Option("--bake-file", metavar="FILE", help="Also write the bake file this run used here."),
-]
-SourceOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--source", metavar="DIR", help="Project checkout to build from. Default: the one imagegen runs from."
-    ),
 ]
 
 
@@ -83,25 +61,17 @@ def _matrix_targets() -> dict[str, tuple[catalog.Accelerator, str | None, str]]:
     return found
 
 
+@image_options("bake")
 def bake_command(
+    image: SpecInput,
     targets: TargetsArgument = None,
     builder: BuilderOption = None,
     push: PushRegistryOption = None,
-    ops: OpsOption = None,
-    op_source: OpSourceOption = None,
-    standins: StandinsOption = None,
-    torch: TorchOption = None,
-    platform_torch: PlatformTorchOption = None,
-    platform_wheelhouse: PlatformWheelhouseOption = None,
-    torch_index: TorchIndexOption = None,
-    wheelhouse: WheelhouseOption = None,
-    offline: OfflineOption = None,
-    ca_cert: CaCertOption = None,
-    max_jobs: MaxJobsOption = None,
-    compile_cache: CompileCacheOption = None,
-    no_verify: NoVerifyOption = False,
+    platform_torch: list[str] | None = None,
+    platform_wheelhouse: list[str] | None = None,
+    no_verify: bool = False,
     bake_file: BakeFileOption = None,
-    source: SourceOption = None,
+    source: Path | None = None,
     json: JsonOption = False,
 ) -> None:
     """Bake targets of the matrix with docker buildx, verify every image, push those that pass."""
@@ -123,17 +93,16 @@ def bake_command(
     check_platform_options(
         {"--platform-torch": torch_for, "--platform-wheelhouse": wheels_for}, {known[n][2] for n in names}
     )
+    image = options.resolve(image, os.environ)  # flag > IMAGEGEN_*; bake's own default: all ops
     requests = []
     for name in names:
         accelerator, version, platform = known[name]
-        inp = SpecInput(
-            ops=ops or os.environ.get(settings.OPS.name) or "all", cpu=accelerator == "cpu",
+        inp = replace(
+            image, ops=image.ops or "all", cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None, rocm=version if accelerator == "rocm" else None,
-            platform=platform, standins=standins, torch=torch_for.get(platform, torch),
-            torch_index=torch_index, wheelhouse=wheels_for.get(platform, wheelhouse), offline=offline,
-            ca_cert=ca_cert,
-            max_jobs=max_jobs, compile_cache=compile_cache, op_sources=tuple(op_source or ()),
-            push=push is not None, verify=not no_verify,
+            platform=platform, torch=torch_for.get(platform, image.torch),
+            wheelhouse=wheels_for.get(platform, image.wheelhouse), push=push is not None,
+            verify=not no_verify,
         )  # fmt: skip
         spec = make_spec(inp)
         requests.append(BakeRequest(name, spec, _emulated(inp, spec)))
@@ -145,10 +114,10 @@ def bake_command(
     else:
         console().print(_table(report))
     if not report.ok:
-        failed = [image for image in report.images if not image.ok]
+        failed = [done for done in report.images if not done.ok]
         raise BuildFailedError(
             f"{len(failed)} of {len(report.images)} target(s) failed: "
-            + "; ".join(f"{image.target}: {image.error or image.result}" for image in failed),
+            + "; ".join(f"{done.target}: {done.error or done.result}" for done in failed),
             hint="the log above has each target's build lines, prefixed with its name; "
             "nothing that failed was pushed",
             reported=json,

@@ -5,42 +5,11 @@ from __future__ import annotations
 import json as json_module
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
-
-from imagegen import multiarch, pipeline, settings
-from imagegen.commands._options import (
-    ArchOption,
-    BaseDevelOption,
-    BaseRuntimeOption,
-    BuildkitOption,
-    BytecodeOption,
-    CaCertOption,
-    CompileCacheOption,
-    CpuOption,
-    CudaOption,
-    DistroOption,
-    JsonOption,
-    KeepCaCertOption,
-    MaxJobsOption,
-    NumpyOption,
-    OfflineOption,
-    OpsOption,
-    OpSourceOption,
-    PlatformOption,
-    PlatformTorchOption,
-    PlatformWheelhouseOption,
-    PythonOption,
-    RocmOption,
-    StandinsOption,
-    TagOption,
-    TorchIndexOption,
-    TorchOption,
-    WheelhouseOption,
-    by_platform,
-)
+from imagegen import multiarch, options, pipeline
+from imagegen.commands._options import JsonOption, by_platform, image_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, VerificationFailedError
@@ -52,82 +21,25 @@ from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
 from imagegen.verify.table import render_table
 
-NoVerifyOption = Annotated[
-    bool, typer.Option("--no-verify", help="Skip loading the ops in a sealed container.")
-]
-MaxSizeOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--max-size",
-        metavar="SIZE",
-        help="Fail (exit 1, not pushed) when the runtime image is larger: 2GiB, 1.5GB, 500MiB, bytes.",
-    ),
-]
-SignKeyOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--sign-key",
-        metavar="FILE",
-        help="Sign the image's provenance with this Ed25519 private key (PEM); `imagegen verify --key` "
-        "checks it.",
-    ),
-]
-PushOption = Annotated[
-    bool,
-    typer.Option(
-        "--push",
-        help="Push the tag after verification passed, with its SBOM and provenance as OCI referrers. "
-        "Several platforms: each platform's image, then one image index under --tag.",
-    ),
-]
-SourceOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--source", metavar="DIR", help="Project checkout to build from. Default: the one imagegen runs from."
-    ),
-]
 
-
+@image_options("build")
 def build(
-    ops: OpsOption = None,
-    op_source: OpSourceOption = None,
-    cuda: CudaOption = None,
-    rocm: RocmOption = None,
-    cpu: CpuOption = False,
-    platform: PlatformOption = None,
-    platform_torch: PlatformTorchOption = None,
-    platform_wheelhouse: PlatformWheelhouseOption = None,
-    python: PythonOption = None,
-    torch: TorchOption = None,
-    arch: ArchOption = None,
-    distro: DistroOption = None,
-    base_devel: BaseDevelOption = None,
-    base_runtime: BaseRuntimeOption = None,
-    standins: StandinsOption = None,
-    torch_index: TorchIndexOption = None,
-    wheelhouse: WheelhouseOption = None,
-    offline: OfflineOption = None,
-    ca_cert: CaCertOption = None,
-    keep_ca_cert: KeepCaCertOption = False,
-    buildkit: BuildkitOption = None,
-    bytecode: BytecodeOption = None,
-    numpy: NumpyOption = None,
-    max_jobs: MaxJobsOption = None,
-    compile_cache: CompileCacheOption = None,
-    tag: TagOption = None,
-    no_verify: NoVerifyOption = False,
-    push: PushOption = False,
-    source: SourceOption = None,
-    sign_key: SignKeyOption = None,
-    max_size: MaxSizeOption = None,
+    image: SpecInput,
+    platform_torch: list[str] | None = None,
+    platform_wheelhouse: list[str] | None = None,
+    no_verify: bool = False,
+    push: bool = False,
+    source: Path | None = None,
+    sign_key: Path | None = None,
+    max_size: str | None = None,
     json: JsonOption = False,
 ) -> None:
     """Build the image of the selected ops, verify every op loads ahead of time, print a summary.
 
     --platform A,B: one image per platform, each verified; with --push, pushed together under
     --tag as one image index only when every platform passed."""
-    raw_platforms = platform if platform is not None else os.environ.get(settings.PLATFORM.name) or None
-    platforms: Sequence[str | None] = platform_list(raw_platforms) if raw_platforms else [None]
+    image = options.resolve(image, os.environ)  # flag > IMAGEGEN_*, before the platforms split
+    platforms: Sequence[str | None] = platform_list(image.platform) if image.platform else [None]
     torch_for = by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
     wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
     several = len(platforms) > 1
@@ -139,19 +51,21 @@ def build(
                 hint=f"add it: --platform {','.join(sorted(built | {name}))}",
             )
     if several:  # bad input before any spec's work
-        multiarch.check_platforms_push(tag, push)
+        multiarch.check_platforms_push(image.tag, push)
     specs = [
-        make_spec(SpecInput(
-            ops=ops, cuda=cuda, rocm=rocm, cpu=cpu, platform=p, python=python,
-            torch=torch_for.get(p or "", torch), arch=arch, distro=distro, base_devel=base_devel,
-            base_runtime=base_runtime, standins=standins, torch_index=torch_index,
-            wheelhouse=wheels_for.get(p or "", wheelhouse), offline=offline, ca_cert=ca_cert,
-            keep_ca_cert=keep_ca_cert, buildkit=buildkit, bytecode=bytecode, numpy=numpy, max_jobs=max_jobs,
-            compile_cache=compile_cache,
-            tag=tag, push=push and not several, verify=not no_verify, op_sources=tuple(op_source or ()),
-        ))
+        make_spec(
+            replace(
+                image,
+                platform=p,
+                torch=torch_for.get(p or "", image.torch),
+                wheelhouse=wheels_for.get(p or "", image.wheelhouse),
+                push=push and not several,
+                verify=not no_verify,
+            )
+        )
         for p in platforms
-    ]  # fmt: skip
+    ]
+    tag = image.tag
     signer = None if sign_key is None else Signer.from_file(sign_key)  # a bad key: exit 2 before building
     budget = None if max_size is None else parse_size(max_size)
     if several:

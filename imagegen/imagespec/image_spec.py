@@ -1,9 +1,10 @@
 """ImageSpec: every choice about one image, resolved and validated once from the CLI flags.
 
 Precedence, for every setting: command-line flag > ``IMAGEGEN_*`` environment variable >
-catalog default. ``build_spec`` is a pure function of the raw flags and an environment
-mapping; each problem raises one ``BadInputError`` with a hint, so the CLI exits 2 with a
-clear message before anything is rendered or built.
+catalog default (the first two by ``imagegen.options.resolve``, the catalog's here).
+``build_spec`` is a pure function of the raw flags and an environment mapping; each problem
+raises one ``BadInputError`` with a hint, so the CLI exits 2 with a clear message before
+anything is rendered or built.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from imagegen import settings
+from imagegen import options
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog, checks, inputs
 from imagegen.imagespec import compile_cache as compile_cache_lib
@@ -27,10 +28,7 @@ from imagegen.imagespec.compile_cache import CompileCache
 from imagegen.imagespec.op_packages import OpPackage, resolve_packages
 from imagegen.imagespec.reference import check_reference
 from imagegen.urls import Secret, redact
-from op_builder.env import env_flag
-from op_builder.op_sources import split_dirs
 from op_builder.registry import Registry, registry_for
-from op_builder.settings import Setting
 
 # torch up to 2.2 is built against NumPy 1.x and cannot load NumPy 2's C API; 2.3 gained NumPy 2
 # support late in its release branch (pytorch/builder#1770). Up to 2.3, NumPy 1.x is kept:
@@ -61,7 +59,7 @@ class SpecInput:
     ca_cert: str | None = None
     keep_ca_cert: bool = False
     tag: str | None = None
-    max_jobs: int | None = None
+    max_jobs: int | str | None = None  # a variable's text until inputs.max_jobs checks it
     buildkit: bool | None = None
     push: bool = False
     verify: bool = True
@@ -185,7 +183,8 @@ def content_hash(ops: tuple[str, ...], archs: tuple[str, ...], packages: tuple[O
 
 def op_source_dirs(flag: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
     """The op package folders: the flags, else ``IMAGEGEN_OP_SOURCES`` (separated by ':')."""
-    return tuple(flag) if flag else split_dirs(env.get(settings.OP_SOURCES.name, ""))
+    given = options.BY_NAME["op_sources"]
+    return tuple(flag) if flag else tuple(given.from_env(env) or ())
 
 
 def _used_packages(
@@ -203,47 +202,32 @@ def _used_packages(
     return tuple(used)
 
 
-# ------------------------------------------------------------------ the cascade
-
-
-def _pick(flag: str | None, env: Mapping[str, str], setting: Setting) -> str | None:
-    if flag is not None:
-        return flag
-    value = env.get(setting.name, "").strip()
-    return value or None
-
-
-def _pick_bool(flag: bool | None, env: Mapping[str, str], setting: Setting, default: bool) -> bool:
-    if flag is not None:
-        return flag
-    value = env_flag(env, setting.name)  # the same spellings as op_builder's DS_* switches
-    return default if value is None else value
-
-
 def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
-    """Resolve and validate ``inp`` against ``env`` and the catalog. Raises BadInputError."""
+    """Resolve and validate ``inp`` against ``env`` and the catalog. Raises BadInputError.
+
+    The cascade is ``imagegen.options.resolve``'s, once for every option (flag > ``IMAGEGEN_*``);
+    what is still unset then takes the catalog's default here, where the target is known.
+    """
+    inp = options.resolve(inp, env)
     target = checks.target(inp.cuda, inp.rocm, inp.cpu)
-    platform = checks.platform(_pick(inp.platform, env, settings.PLATFORM), target)
-    standins = _pick_bool(inp.standins, env, settings.STANDINS, False)
+    platform = checks.platform(inp.platform, target)
+    standins = bool(inp.standins)
     standin_bases = checks.standins(target, platform) if standins else None
-    distro = checks.distro(_pick(inp.distro, env, settings.DISTRO), target, standins)
-    base_devel = _pick(inp.base_devel, env, settings.BASE_DEVEL)
-    base_runtime = _pick(inp.base_runtime, env, settings.BASE_RUNTIME)
-    python = checks.python(
-        _pick(inp.python, env, settings.PYTHON), target, distro, standins, base_devel, base_runtime
-    )
-    given_index = inputs.index_url(_pick(inp.torch_index, env, settings.TORCH_INDEX))
+    distro = checks.distro(inp.distro, target, standins)
+    base_devel = inp.base_devel
+    base_runtime = inp.base_runtime
+    python = checks.python(inp.python, target, distro, standins, base_devel, base_runtime)
+    given_index = inputs.index_url(inp.torch_index)
     # Shown, rendered and sealed with its userinfo as *** (the whole URL goes as a build secret).
     torch_index_flag = None if given_index is None else redact(given_index)
     warnings: list[str] = []
-    torch_flag = _pick(inp.torch, env, settings.TORCH)
-    torch, variant = checks.torch(torch_flag, target, python, torch_index_flag, warnings, platform)
-    source_dirs = op_source_dirs(inp.op_sources, env)
+    torch, variant = checks.torch(inp.torch, target, python, torch_index_flag, warnings, platform)
+    source_dirs = inp.op_sources
     inputs.op_source_paths(source_dirs)
     registry, packages = resolve_packages(source_dirs)
-    names, from_all = checks.ops(_pick(inp.ops, env, settings.OPS), target, registry)
+    names, from_all = checks.ops(inp.ops, target, registry)
     checks.system_packages(names, registry)
-    cuda_archs, rocm_archs = checks.archs(_pick(inp.arch, env, settings.ARCH), target, platform)
+    cuda_archs, rocm_archs = checks.archs(inp.arch, target, platform)
     names, op_archs = checks.per_op_archs(
         names, cuda_archs, registry, explicit=not from_all, warnings=warnings
     )
@@ -257,8 +241,8 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     for what, ref in (("--base-devel", base_devel), ("--base-runtime", base_runtime)):
         check_reference(what, ref)  # a digest pins a base: allowed
 
-    wheelhouse = inputs.existing_dir(_pick(inp.wheelhouse, env, settings.WHEELHOUSE))
-    offline = _pick_bool(inp.offline, env, settings.OFFLINE, False)
+    wheelhouse = inputs.existing_dir(inp.wheelhouse)
+    offline = bool(inp.offline)
     if offline and wheelhouse is None:
         raise BadInputError(
             "--offline needs --wheelhouse: with no index, every wheel must come from it",
@@ -269,18 +253,18 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     torch_index = torch_index_flag or (None if wheelhouse is not None else catalog.torch_index(variant))
     if offline:
         torch_index = None
-    ca_cert = inputs.existing_file(_pick(inp.ca_cert, env, settings.CA_CERT))
+    ca_cert = inputs.existing_file(inp.ca_cert)
     if inp.keep_ca_cert and ca_cert is None:
         raise BadInputError("--keep-ca-cert needs --ca-cert FILE", hint="name the CA bundle to keep")
-    max_jobs = inputs.max_jobs(inp.max_jobs, env)
+    max_jobs = inputs.max_jobs(inp.max_jobs)
     checks.check_push_request(inp.push, inp.verify)
-    bytecode = checks.bytecode(_pick(inp.bytecode, env, settings.BYTECODE))
-    numpy = _pick_bool(inp.numpy, env, settings.NUMPY, True)
-    buildkit = _pick_bool(inp.buildkit, env, settings.BUILDKIT, True)
-    compile_cache = _compile_cache(_pick(inp.compile_cache, env, settings.COMPILE_CACHE), buildkit)
+    bytecode = checks.bytecode(inp.bytecode)
+    numpy = True if inp.numpy is None else inp.numpy
+    buildkit = True if inp.buildkit is None else inp.buildkit
+    compile_cache = _compile_cache(inp.compile_cache, buildkit)
     index_secret = inputs.index_secret(given_index if torch_index is not None else None, buildkit)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
-    tag = _pick(inp.tag, env, settings.TAG) or (
+    tag = inp.tag or (
         f"imagegen:{target.name}{catalog.platform_tag_suffix(platform)}-torch{torch}-py{python}-"
         f"{content_hash(names, archs, packages)}{BYTECODE_TAG_SUFFIX[bytecode]}"
         f"{'' if numpy else NO_NUMPY_TAG_SUFFIX}"

@@ -5,11 +5,9 @@ the value resolved, or raises one ``BadInputError`` with a hint (exit 2)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from imagegen import settings
 from imagegen.errors import BadInputError
 from imagegen.files import read_input, stat_input
 from imagegen.urls import Secret, has_userinfo, parse_problem, redact, userinfo
@@ -55,14 +53,12 @@ def existing_file(value: str | None) -> Path | None:
     return path.resolve()
 
 
-def max_jobs(flag: int | None, env: Mapping[str, str]) -> int | None:
-    if flag is not None:
-        value: int | str = flag
-    else:
-        text = env.get(settings.MAX_JOBS.name, "").strip()
-        if not text:
-            return None
-        value = text
+def max_jobs(value: int | str | None) -> int | None:
+    """``--max-jobs`` (or ``IMAGEGEN_MAX_JOBS``'s text, as the cascade found it), checked."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.strip()
     if isinstance(value, str) and not value.isdigit():
         raise BadInputError(f"max jobs {value!r} is not a whole number", hint="for example --max-jobs 4")
     jobs = int(value)

@@ -27,6 +27,7 @@ FLOORS = {
             "imagegen.urls",
             "imagegen.tables",
             "imagegen.engine",
+            "imagegen.options",
         ),
         0,
     ),
