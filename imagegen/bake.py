@@ -42,21 +42,20 @@ from imagegen.bake_inputs import (
 from imagegen.building.build_inputs import check_sources, source_root
 from imagegen.building.build_secrets import build_secrets
 from imagegen.building.staging import staged_context
-from imagegen.engine import Engine, detect_engine, image_size
+from imagegen.engine import Engine, detect_engine
 from imagegen.engine.build_log import compile_seconds, describe_failure, op_sources
-from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_image_id, local_images
 from imagegen.engine.process import CANCEL_GRACE_S
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
 from imagegen.files import write_atomic
+from imagegen.finish import Built, finish
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.compile_cache import CacheStats
-from imagegen.proof.seal import context_digests, seal_image
+from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
-from imagegen.publish import publish
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
-from imagegen.verify.verify_image import VerifyResult, verify_image
+from imagegen.verify.verify_image import VerifyResult
 
 BUILDX_HINT = "install Debian's buildx plugin: `bash scripts/buildx-plugin.sh` (make system-deps does it)"
 
@@ -276,15 +275,6 @@ def _cancel_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 # --------------------------------------------------------------------------- the whole run
 
 
-def _tag_image(source: str, target: str) -> None:
-    client = docker_client(os.environ)
-    try:
-        repository, _, version = target.rpartition(":")
-        client.api.tag(source, repository, version)
-    finally:
-        client.close()
-
-
 @contextlib.contextmanager
 def _staged(
     requests: Sequence[BakeRequest], root: Path, env: Mapping[str, str], digests: dict[str, Mapping[str, str]]
@@ -385,7 +375,11 @@ def _finish(
     spec = request.spec
     if run.returncode != 0:
         failure = describe_failure(
-            run.lines, engine.kind, op_sources(), spec.tag, engine_error=f"docker exited {run.returncode}"
+            run.lines,
+            engine.kind,
+            op_sources(spec.registry),
+            spec.tag,
+            engine_error=f"docker exited {run.returncode}",
         )
         return BakeImage(
             request.name, spec.platform, spec.tag, ok=False, build_seconds=run.seconds, error=failure.message
@@ -402,29 +396,17 @@ def _finish(
         else None,
     )
     try:
-        # The SBOM and provenance sealed in as `imagegen build` does, so that verify checks them
-        # and a push takes them along.
-        with log.step(f"SBOM and provenance of {spec.tag}"):
-            seal_image(
-                engine, spec, runtime_image_id=inspect_image_id(spec.tag), dockerfile=render(spec),
-                root=made.root, context_digests=made.digests[request.name], started=made.started,
-                finished=made.finished,
-            )  # fmt: skip
-        size = image_size(engine, spec.tag)
-        verified = None
-        if verify:
-            with log.step(f"verify {spec.tag}"):
-                verified = verify_image(spec.tag, ops=spec.ops)
-        ok = verified is None or verified.ok
-        pushed = None
-        if push and ok:
-            reference = remote_tag(push, spec.tag)
-            with log.step(f"push {reference}"):
-                _tag_image(spec.tag, reference)
-                if publish(engine, reference, verified):
-                    pushed = reference
+        # The same sequence `imagegen build` runs: seal -> size -> verify -> push what passed.
+        image_id = inspect_image_id(spec.tag)
+        here = Built(
+            spec, image_id, render(spec), made.root, made.digests[request.name], made.started, made.finished
+        )
+        done = finish(
+            engine, here, verify=verify, push_as=None if push is None else remote_tag(push, spec.tag)
+        )
     except UserFacingError as exc:  # the verifier could not run, a push failed: this target only
         return replace(built, error=exc.message)
+    ok, size, verified, pushed = done.ok, done.size_bytes, done.verify, done.pushed_as
     return replace(
         built,
         ok=ok,

@@ -1,4 +1,5 @@
-"""One image build as a library call: engine -> render -> stage -> build -> verify -> push.
+"""One image build as a library call: engine -> render -> stage -> build, then the one finish
+sequence (``imagegen.finish``: seal -> size -> verify -> push).
 
 ``build(spec)`` returns a frozen ``BuildReport``; ``imagegen build`` prints it (its
 ``to_json()`` is the ``--json`` summary), and the benchmarks and integration tests call the
@@ -23,16 +24,17 @@ from imagegen.building.staging import staged_context
 from imagegen.engine import Engine, EngineKind, build_image, detect_engine, image_size
 from imagegen.engine.build_log import compile_seconds, op_sources
 from imagegen.errors import BuildFailedError
+from imagegen.finish import Built, finish
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.checks import check_push_request
 from imagegen.imagespec.compile_cache import CacheStats
 from imagegen.imagespec.image_spec import ImageSpec
-from imagegen.proof.seal import ProofReport, Signer, context_digests, seal_image
+from imagegen.proof.seal import ProofReport, Signer, context_digests
 from imagegen.proof.seal import now as proof_now
-from imagegen.proof.size import SizeReport, measure_image
-from imagegen.publish import Published, publish_image
+from imagegen.proof.size import SizeReport
+from imagegen.publish import Published
 from imagegen.render.dockerfile import render
-from imagegen.verify.verify_image import VerifyResult, verify_image
+from imagegen.verify.verify_image import VerifyResult
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ def build(
     it here, and fall back to the classic variant of the Dockerfile when BuildKit is wanted
     but missing. ``no_cache`` re-runs every build step. The runtime stage is measured by part
     (``imagegen.proof.size``); with ``max_size`` (bytes), a larger image is not ``ok`` and not pushed.
+    A ``stage`` short of the runtime is built and measured only: no proof, verification or push.
     Raises BadInputError, EngineUnavailableError, BuildFailedError (with how to get the base
     images when they are not here), VerificationFailedError (when the verifier cannot run).
     """
@@ -191,30 +194,17 @@ def build(
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None
         sources = context_digests(context) if stage == "runtime" else {}
-    proof = None
+    proof = sized = verified = published = None
     if stage == "runtime":
-        # Sealed before verification, so that verify (and a push) sees the final image.
-        with steps.step("proof", f"SBOM and provenance of {spec.tag}"):
-            proof = seal_image(
-                engine, spec, runtime_image_id=result.image_id, dockerfile=text, root=root,
-                context_digests=sources, started=started, finished=proof_now(), signer=signer,
-                directory=proof_dir,
-            )  # fmt: skip
-    size = image_size(engine, spec.tag)
-    sized = None
-    if stage == "runtime":
-        with steps.step("size", f"measure {spec.tag}"):
-            sized = measure_image(spec.tag)
-
-    verified = None
-    if verify:
-        with steps.step("verify", f"verify {spec.tag}"):
-            verified = verify_image(spec.tag, ops=spec.ops)
-    ok = (verified is None or verified.ok) and (max_size is None or size <= max_size)
-    published = None
-    if spec.push and ok:
-        with steps.step("push", f"push {spec.tag}"):
-            published = publish_image(engine, spec.tag, verified, None if proof is None else proof.documents)
+        built = Built(spec, result.image_id, text, root, sources, started, proof_now())
+        done = finish(
+            engine, built, verify=verify, push_as=spec.tag if spec.push else None, signer=signer,
+            proof_dir=proof_dir, max_size=max_size, step=steps.step,
+        )  # fmt: skip
+        proof, sized, verified, published = done.proof, done.size, done.verify, done.published
+        size, ok = done.size_bytes, done.ok
+    else:  # a stage short of the image (benchmarks): built and measured, nothing to prove or push
+        size, ok = image_size(engine, spec.tag), True
     return BuildReport(
         ok=ok,
         tag=spec.tag,

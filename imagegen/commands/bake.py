@@ -19,6 +19,7 @@ from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.imagespec import catalog
+from imagegen.imagespec.checks import check_push_request
 from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 from imagegen.render.matrix import STANDARD_MATRIX
 from op_builder.suggest import did_you_mean
@@ -75,11 +76,7 @@ def bake_command(
     json: JsonOption = False,
 ) -> None:
     """Bake targets of the matrix with docker buildx, verify every image, push those that pass."""
-    if push and no_verify:
-        raise BadInputError(
-            "--push with --no-verify: images are pushed only after verification passed",
-            hint="drop --no-verify, or push the images yourself",
-        )
+    check_push_request(push is not None, not no_verify)  # the one push rule, before anything else
     known = _matrix_targets()
     names = list(dict.fromkeys(targets or known))
     for name in names:

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from imagegen import pipeline
+from imagegen import finish, pipeline
 from imagegen.engine import BuildResult, Engine
 from imagegen.engine.build_log import compile_seconds, describe_failure, find_failed_op, split_prefix
 from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.proof.size import SizeReport
 
 SOURCES = {
     "cpu_adam": ("optim/csrc/cpu_adam.cpp",),
@@ -127,9 +128,9 @@ def test_the_build_report_carries_each_ops_compile_seconds(monkeypatch: pytest.M
         return BuildResult(tag, "sha256:abc", 30.0, log=log)
 
     monkeypatch.setattr(pipeline, "build_image", build_image)
-    monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 1)
-    monkeypatch.setattr(pipeline, "measure_image", lambda tag: None)  # no image to measure here
-    monkeypatch.setattr(pipeline, "seal_image", lambda *args, **kw: None)  # nor to seal
+    # No image to seal or measure here: the finish sequence's steps answer for one.
+    monkeypatch.setattr(finish, "measure_image", lambda tag: SizeReport(tag, 1, ()))
+    monkeypatch.setattr(finish, "seal_image", lambda *args, **kw: None)
     spec = build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1"), {})
     engine = Engine("buildkit", "/usr/bin/docker", "20.10.24")
     report = pipeline.build(spec, source=REPO, engine=engine, verify=False)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import pipeline
+from imagegen import finish, pipeline
 from imagegen.cli import app
 from imagegen.engine import BuildResult, Engine
 from imagegen.engine.backend import BuildRequest
@@ -19,6 +19,7 @@ from imagegen.engine.buildkit import cli_build_argv
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
 from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
+from imagegen.proof.size import SizeReport
 from imagegen.render.dockerfile import labels, render
 from imagegen.render.matrix import BAKE_FILE, render_matrix, standard_entries, write_matrix
 
@@ -256,9 +257,9 @@ def test_pipeline_passes_the_spec_platform_to_the_build(monkeypatch: pytest.Monk
         return BuildResult(tag, "sha256:abc", 1.0)
 
     monkeypatch.setattr(pipeline, "build_image", build_image)
-    monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 1)
-    monkeypatch.setattr(pipeline, "measure_image", lambda tag: None)  # no image to measure here
-    monkeypatch.setattr(pipeline, "seal_image", lambda *args, **kw: None)  # nor to seal
+    # No image to seal or measure here: the finish sequence's steps answer for one.
+    monkeypatch.setattr(finish, "measure_image", lambda tag: SizeReport(tag, 1, ()))
+    monkeypatch.setattr(finish, "seal_image", lambda *args, **kw: None)
     s = spec(platform="linux/arm64", ops="cpu_adam", tag="it:arm64")
     pipeline.build(s, source=REPO, engine=Engine("buildkit", "/usr/bin/docker", "20.10"), verify=False)
     assert seen["platform"] == "linux/arm64"

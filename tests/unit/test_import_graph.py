@@ -41,6 +41,7 @@ FLOORS = {
     **dict.fromkeys(
         (
             "imagegen.pipeline",
+            "imagegen.finish",
             "imagegen.multiarch",
             "imagegen.bake",
             "imagegen.bake_inputs",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import pipeline, publish
+from imagegen import finish, pipeline, publish
 from imagegen.cli import app
 from imagegen.engine import BuildResult, Engine
 from imagegen.errors import BuildFailedError
@@ -51,9 +51,9 @@ class FakeEngine:
         monkeypatch.setattr(pipeline, "detect_engine", self.detect_engine)
         monkeypatch.setattr(pipeline, "build_image", self.build_image)
         monkeypatch.setattr(pipeline, "image_size", lambda engine, tag: 123 * 2**20)
-        monkeypatch.setattr(pipeline, "verify_image", self.verify_image)
-        monkeypatch.setattr(pipeline, "measure_image", self.measure_image)
-        monkeypatch.setattr(pipeline, "seal_image", self.seal_image)
+        monkeypatch.setattr(finish, "verify_image", self.verify_image)
+        monkeypatch.setattr(finish, "measure_image", self.measure_image)
+        monkeypatch.setattr(finish, "seal_image", self.seal_image)
         monkeypatch.setattr(publish, "push_image", lambda engine, tag: self.calls.append(f"push {tag}"))
         monkeypatch.setattr(publish, "attach_proof", self.attach_proof)
         monkeypatch.setattr(pipeline, "missing_base_hint", lambda spec: f"not here: {spec.base_devel}")
