@@ -9,6 +9,7 @@ BuildKit's layer and ccache caches, so only the first run on a machine compiles.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -198,3 +199,13 @@ def processes_mentioning(text: str) -> list[int]:
         except OSError:  # the process ended meanwhile
             continue
     return found
+
+
+def bridge_gateway(docker_client: Any) -> str:
+    """The docker bridge's address on this host: what a build's RUN steps reach the host by. The
+    daemon names it as the subnet's gateway, or (dockerd 20.10 here) only the subnet, whose first
+    address the bridge then takes."""
+    config = docker_client.api.inspect_network("bridge")["IPAM"]["Config"][0]
+    if config.get("Gateway"):
+        return str(config["Gateway"])
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))

@@ -21,7 +21,7 @@ import pytest
 from imagegen.bake import BakeRequest, bake
 from imagegen.engine import detect_engine
 from imagegen.imagespec.image_spec import SpecInput, build_spec
-from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE, imagegen, run_in
+from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE, bridge_gateway, imagegen, run_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]
 
@@ -35,11 +35,6 @@ def buildx(docker_ready: None) -> None:
         pytest.skip("no docker client with buildx here (scripts/buildx-plugin.sh installs Debian's)")
 
 
-def _bridge_gateway(docker_client: Any) -> str:
-    """The docker bridge's address on this host: what a build's RUN steps reach the host by."""
-    return str(docker_client.api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"])
-
-
 @pytest.fixture(scope="module")
 def redis_url(docker_client: Any) -> Iterator[str]:
     """An empty Redis (Debian's redis-server) for the module, on the docker bridge's gateway:
@@ -47,7 +42,7 @@ def redis_url(docker_client: Any) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("no redis-server here (apt-get install redis-server)")
-    gateway = _bridge_gateway(docker_client)
+    gateway = bridge_gateway(docker_client)
     with socket.socket() as s:
         s.bind((gateway, 0))
         port = int(s.getsockname()[1])

@@ -35,7 +35,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.integration.conftest import CA_CERT, STANDIN_DEVEL, STANDIN_RUNTIME, WHEELHOUSE, imagegen
+from tests.integration.conftest import (
+    CA_CERT,
+    STANDIN_DEVEL,
+    STANDIN_RUNTIME,
+    WHEELHOUSE,
+    bridge_gateway,
+    imagegen,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -74,16 +81,6 @@ class _Index(SimpleHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the requests are kept in `seen`
-
-
-def bridge_gateway(docker_client: Any) -> str:
-    """The docker bridge's address on this host: what a build's RUN steps reach the host by. The
-    daemon names it as the subnet's gateway, or (dockerd 20.10 here) only the subnet, whose first
-    address the bridge then takes."""
-    config = docker_client.api.inspect_network("bridge")["IPAM"]["Config"][0]
-    if config.get("Gateway"):
-        return str(config["Gateway"])
-    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 def _name(text: str) -> x509.Name:
