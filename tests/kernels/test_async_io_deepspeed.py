@@ -334,3 +334,11 @@ def test_refused_mlock_warns_once_and_still_gives_an_aligned_tensor(
         warnings.simplefilter("error")
         h.new_cpu_locked_tensor(10, torch.empty(0))  # no second warning
     assert h.free_cpu_locked_tensor(t) is True
+
+
+def test_the_documented_kernels_aio_handle_path_is_an_alias_of_the_handle() -> None:
+    # The path README and docs named before the ops moved into op packages.
+    import kernels.aio_handle as alias
+
+    assert alias.AIOHandle is AIOHandle and alias.aio_handle is aio_handle
+    assert alias.__all__ == ["AIOHandle", "aio_handle"]
