@@ -51,6 +51,7 @@ from imagegen.files import write_atomic
 from imagegen.finish import Built, finish
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.compile_cache import CacheStats
+from imagegen.pipeline import BuildReport, image_report
 from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
 from imagegen.render.dockerfile import render
@@ -76,6 +77,8 @@ class BakeImage:
     verify: VerifyResult | None = field(default=None, compare=False)
     compile_seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
     compile_cache: CacheStats | None = field(default=None, compare=False)
+    # The image's report, the one `imagegen build` returns (None: the build or its finish failed).
+    report: BuildReport | None = field(default=None, compare=False)
 
     @property
     def result(self) -> str:
@@ -406,13 +409,18 @@ def _finish(
         )
     except UserFacingError as exc:  # the verifier could not run, a push failed: this target only
         return replace(built, error=exc.message)
-    ok, size, verified, pushed = done.ok, done.size_bytes, done.verify, done.pushed_as
+    # The image's report, as `imagegen build` makes it; the table's row is read from it.
+    report = image_report(
+        spec, engine.kind, image_id, run.seconds, run.lines, done, size_bytes=done.size_bytes
+    )
+    verified = report.verify
     return replace(
         built,
-        ok=ok,
-        size_bytes=size,
-        verify_seconds=None if verified is None else verified.seconds,
-        pushed=pushed,
+        ok=report.ok,
+        size_bytes=report.size_bytes,
+        verify_seconds=report.verify_seconds,
+        pushed=done.pushed_as,
         verify=verified,
-        error=None if ok or verified is None else verified.failure_summary(),
+        error=None if report.ok or verified is None else verified.failure_summary(),
+        report=report,
     )

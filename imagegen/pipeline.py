@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +24,7 @@ from imagegen.building.staging import staged_context
 from imagegen.engine import Engine, EngineKind, build_image, detect_engine, image_size
 from imagegen.engine.build_log import compile_seconds, op_sources
 from imagegen.errors import BuildFailedError
-from imagegen.finish import Built, finish
+from imagegen.finish import Built, Finished, finish
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.checks import check_push_request
 from imagegen.imagespec.compile_cache import CacheStats
@@ -194,42 +194,62 @@ def build(
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None
         sources = context_digests(context) if stage == "runtime" else {}
-    proof = sized = verified = published = None
+    done = None
     if stage == "runtime":
         built = Built(spec, result.image_id, text, root, sources, started, proof_now())
         done = finish(
             engine, built, verify=verify, push_as=spec.tag if spec.push else None, signer=signer,
             proof_dir=proof_dir, max_size=max_size, step=steps.step,
         )  # fmt: skip
-        proof, sized, verified, published = done.proof, done.size, done.verify, done.published
-        size, ok = done.size_bytes, done.ok
-    else:  # a stage short of the image (benchmarks): built and measured, nothing to prove or push
-        size, ok = image_size(engine, spec.tag), True
+    # A stage short of the image (benchmarks) is built and measured only: nothing to prove or push.
+    size = done.size_bytes if done is not None else image_size(engine, spec.tag)
+    return image_report(
+        spec, engine.kind, result.image_id, result.seconds, result.log, done,
+        size_bytes=size, stage=stage, steps=tuple(steps.timings), max_size=max_size,
+    )  # fmt: skip
+
+
+def image_report(
+    spec: ImageSpec,
+    engine: EngineKind,
+    image_id: str,
+    build_seconds: float,
+    build_log: Sequence[str],
+    done: Finished | None,
+    *,
+    size_bytes: int,
+    stage: str = "runtime",
+    steps: tuple[StepTiming, ...] = (),
+    max_size: int | None = None,
+) -> BuildReport:
+    """The one report of one image, however it was built (``build``, several platforms, bake):
+    its build (the engine's log and time) and what the finish sequence made of it (``done``;
+    None for a stage short of the runtime image)."""
     return BuildReport(
-        ok=ok,
+        ok=True if done is None else done.ok,
         tag=spec.tag,
         target=spec.target,
         ops=spec.ops,
         archs=spec.archs,
         torch=spec.torch_release,
         python=spec.python,
-        engine=engine.kind,
+        engine=engine,
         stage=stage,
-        image_id=result.image_id if proof is None else proof.image_id,
-        size_bytes=size,
-        build_seconds=result.seconds,
-        verify=verified,
-        pushed=published is not None,
-        steps=tuple(steps.timings),
-        proof=proof,
-        compile_seconds=compile_seconds(result.log),
-        log=result.log,
-        compile_cache=compile_cache.stats_from_log(result.log, op_sources(spec.registry))
+        image_id=image_id if done is None or done.proof is None else done.proof.image_id,
+        size_bytes=size_bytes,
+        build_seconds=build_seconds,
+        verify=None if done is None else done.verify,
+        pushed=done is not None and done.published is not None,
+        steps=steps,
+        proof=None if done is None else done.proof,
+        compile_seconds=compile_seconds(build_log),
+        log=tuple(build_log),
+        compile_cache=compile_cache.stats_from_log(build_log, op_sources(spec.registry))
         if spec.compile_cache
         else None,
-        size=sized,
+        size=None if done is None else done.size,
         max_size_bytes=max_size,
-        published=published,
+        published=None if done is None else done.published,
     )
 
 

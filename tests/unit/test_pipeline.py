@@ -220,3 +220,34 @@ def test_build_text_shows_each_ops_compile_time(monkeypatch: pytest.MonkeyPatch)
     # A build whose ops came from the layer cache compiled nothing.
     FakeEngine().install(monkeypatch)
     assert re.search(r"^compile +-$", runner.invoke(app, BUILD).stdout, re.M)
+
+
+def test_bake_finishes_an_image_with_the_same_sequence_and_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bake's builder made the image; the finish sequence and the report are `imagegen build`'s.
+    import datetime
+
+    from imagegen import bake
+    from imagegen.bake_inputs import BakeRequest
+
+    engine = FakeEngine()
+    engine.install(monkeypatch)
+    monkeypatch.setattr(bake, "inspect_image_id", lambda tag: "sha256:baked")
+    monkeypatch.setattr(finish, "_tag_image", lambda source, target: engine.calls.append(f"tag {target}"))
+    run = bake._Run("cpu", None, 0.0, ["#9 20.1 op_builder: built cpu_adam in 19.64s"], 42.0, 0)  # type: ignore[arg-type]
+    when = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
+    made = bake._Made(REPO, {"cpu": {}}, when, when)
+    image = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, "reg.example:5000", made)
+    assert engine.calls == [
+        "proof it:1 from sha256:baked", "size it:1", "verify it:1",
+        "tag reg.example:5000/it:1", "push reg.example:5000/it:1", "attach reg.example:5000/it:1 2",
+    ]  # fmt: skip
+    assert isinstance(image.report, pipeline.BuildReport)
+    assert image.ok and image.report.ok and image.pushed == "reg.example:5000/it:1"
+    assert image.size_bytes == image.report.size_bytes == 123 * 2**20
+    assert image.verify is image.report.verify and image.report.compile_seconds == {"cpu_adam": 19.64}
+    # A failing op: the same report says so, nothing is pushed.
+    engine.calls.clear()
+    engine.failing = ("cpu_lion",)
+    failed = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, "reg.example:5000", made)
+    assert not failed.ok and failed.report is not None and failed.report.failed_ops == ("cpu_lion",)
+    assert not any(call.startswith(("tag", "push")) for call in engine.calls)
