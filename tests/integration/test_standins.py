@@ -109,6 +109,8 @@ echo CUDA-12.4-OK
 """
 
 
+# The slow tier: its bases are 5 GB of packages that `make image-cuda CUDA=12.4` makes, not set-up.
+@pytest.mark.slow
 def test_cuda_12_4_standins_are_a_cuda_home(docker_client: Any) -> None:
     import docker
 
