@@ -34,7 +34,7 @@ from tests.unit.test_imagegen_render import stages
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2"
-INDEX = f"https://alice:{PASSWORD}@pypi.example.com/simple"
+INDEX = f"https://alice:{PASSWORD}@index.example.com/simple"
 
 
 def _shown(exc: BadInputError) -> str:
@@ -115,13 +115,13 @@ def test_the_cli_prints_no_compile_cache_password_flag_or_variable() -> None:
 
 
 TORCH_INDEXES = [
-    pytest.param(f"https://alice:{PASSWORD}@pypi.example.com:99999/simple", "port", id="port-out-of-range"),
-    pytest.param(f"https://alice:{PASSWORD}@pypi.example.com:44x3/simple", "port", id="port-not-a-number"),
-    pytest.param(f"ftp://alice:{PASSWORD}@pypi.example.com/simple", "scheme 'ftp'", id="unsupported-scheme"),
+    pytest.param(f"https://alice:{PASSWORD}@index.example.com:99999/simple", "port", id="port-out-of-range"),
+    pytest.param(f"https://alice:{PASSWORD}@index.example.com:44x3/simple", "port", id="port-not-a-number"),
+    pytest.param(f"ftp://alice:{PASSWORD}@index.example.com/simple", "scheme 'ftp'", id="unsupported-scheme"),
     pytest.param(f"https://alice:{PASSWORD}@[::1/simple", "IPv6", id="broken-ipv6"),
-    pytest.param(f"https://alice:{PASSWORD}@pypi example.com/simple", "characters", id="a-space"),
-    pytest.param(f"https://alice:hun/{PASSWORD}@pypi.example.com/simple", "percent-encode", id="slash"),
-    pytest.param(f"https://alice:12/{PASSWORD}@pypi.example.com/simple", "percent-encode", id="slash-port"),
+    pytest.param(f"https://alice:{PASSWORD}@index example.com/simple", "characters", id="a-space"),
+    pytest.param(f"https://alice:hun/{PASSWORD}@index.example.com/simple", "percent-encode", id="slash"),
+    pytest.param(f"https://alice:12/{PASSWORD}@index.example.com/simple", "percent-encode", id="slash-port"),
     pytest.param(f"file://alice:{PASSWORD}@/srv/index", "no user or password", id="file"),
 ]
 
@@ -145,7 +145,7 @@ def test_imagegen_torch_index_from_the_environment_is_redacted_too(value: str, f
 
 def test_the_spec_and_its_proof_name_the_index_without_its_credentials() -> None:
     spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX), {})
-    assert spec.torch_index == "https://***@pypi.example.com/simple"
+    assert spec.torch_index == "https://***@index.example.com/simple"
     assert spec.torch_index_secret is not None and spec.torch_index_secret.value == INDEX
     assert PASSWORD not in repr(spec) and PASSWORD not in str(spec.torch_index_secret)
     assert PASSWORD not in repr(spec_parameters(spec))
@@ -157,7 +157,7 @@ def test_the_spec_and_its_proof_name_the_index_without_its_credentials() -> None
 def test_a_warning_about_the_index_names_it_without_its_credentials() -> None:
     spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch="2.99.0", torch_index=INDEX), {})
     assert spec.warnings and all(PASSWORD not in w for w in spec.warnings)
-    assert any("https://***@pypi.example.com/simple" in w for w in spec.warnings)
+    assert any("https://***@index.example.com/simple" in w for w in spec.warnings)
 
 
 def test_the_dockerfile_reads_a_credentialed_index_from_the_build_secret() -> None:
@@ -175,14 +175,14 @@ def test_the_dockerfile_reads_a_credentialed_index_from_the_build_secret() -> No
 def test_the_step_names_the_index_redacted_as_one_shell_word() -> None:
     """Its text (the layer's cache key) changes with the index, never with the password, and no
     character of the URL is run by the shell."""
-    url = f"https://alice:{PASSWORD}@pypi.example.com:8443/a;b/simple?x=1&y=$(id)"
+    url = f"https://alice:{PASSWORD}@index.example.com:8443/a;b/simple?x=1&y=$(id)"
     devel = stages(render(build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=url), {})))["devel"]
     line = next(line for line in devel.splitlines() if "echo " in line and TORCH_INDEX_SECRET_ID in line)
     echo = line.strip().split("; exit 1")[0].removeprefix("echo ")
     done = subprocess.run(
         ["bash", "-c", "printf '%s\\n' " + echo], capture_output=True, text=True, check=True
     )
-    assert done.stdout.splitlines()[1] == "https://***@pypi.example.com:8443/a;b/simple?x=1&y=$(id)"
+    assert done.stdout.splitlines()[1] == "https://***@index.example.com:8443/a;b/simple?x=1&y=$(id)"
 
 
 def test_an_index_without_credentials_is_rendered_as_before() -> None:
@@ -195,7 +195,7 @@ def test_the_cli_writes_no_password_into_the_dockerfile() -> None:
         result = CliRunner().invoke(app, [*DOCKERFILE, *args], env={"IMAGEGEN_DEBUG": "", **env})
         assert result.exit_code == 0, result.stdout + result.stderr
         assert PASSWORD not in result.stdout + result.stderr
-        assert "https://***@pypi.example.com/simple" in result.stdout
+        assert "https://***@index.example.com/simple" in result.stdout
 
 
 def test_the_classic_builder_refuses_an_index_with_credentials() -> None:
