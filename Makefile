@@ -65,13 +65,15 @@ bench: setup
 
 # The image targets' rules (which ops, which torch and index, for which platform or CUDA) are in
 # scripts/images.py; these variables pass through, and an empty one takes its default there.
-# WHEELHOUSE: local torch wheels (default /opt/wheels when present); CA_CERT: the CA bundle that
-# HTTPS through an intercepting proxy needs (default the system's, when present).
+# WHEELHOUSE: local amd64 torch wheels (default /opt/wheels when present; for an arm64 image, the
+# build machine's own CPU torch); CA_CERT: the CA bundle that HTTPS through an intercepting proxy
+# needs (default the system's, when present).
 WHEELHOUSE ?=
 CA_CERT ?=
 # IMAGE_OPS: default our CPU ops. PLATFORM=linux/arm64: torch ARM64_TORCH (default 2.10.0, PyPI's
-# newest aarch64 CPU build) fetched into ARM64_WHEELHOUSE; ARM64_IMAGE_OPS default IMAGE_OPS, less
-# async_io when built under emulation (qemu-user has no Linux AIO, so its self-test cannot pass).
+# newest aarch64 CPU build) fetched into ARM64_WHEELHOUSE; ARM64_IMAGE_OPS default IMAGE_OPS. arm64
+# images are cross-compiled and keep every op: under emulation async_io's self-test is reported
+# not checkable (qemu-user has no Linux AIO), not failed.
 IMAGE_OPS ?=
 # PUSH=REGISTRY/NAME:TAG: push there after verification, the SBOM and provenance as OCI referrers
 # (several platforms: each platform's image, then one image index under the tag).
@@ -81,7 +83,8 @@ ARM64_WHEELHOUSE ?=
 ARM64_IMAGE_OPS ?=
 
 # The standard CPU image, from the stand-in bases (no registry needed), verified; for
-# PLATFORM=linux/arm64 built and verified (load + self-tests) under emulation: slow, not in CI.
+# PLATFORM=linux/arm64 cross-compiled, then verified (load + self-tests) under emulation: slow,
+# not in CI.
 images: setup standins
 	$(PY) scripts/images.py cpu --platform '$(PLATFORM)' --ops '$(IMAGE_OPS)' --wheelhouse '$(WHEELHOUSE)' \
 	  --ca-cert '$(CA_CERT)' --arm64-torch '$(ARM64_TORCH)' --arm64-wheelhouse '$(ARM64_WHEELHOUSE)' --arm64-ops '$(ARM64_IMAGE_OPS)' \

@@ -34,9 +34,7 @@ from imagegen.bake_inputs import (
     BakeRequest,
     check_bake_file,
     check_push_registry,
-    for_builder,
     missing_standins,
-    native_platforms,
     remote_tag,
 )
 from imagegen.building.build_inputs import check_sources, source_root
@@ -147,9 +145,9 @@ def parse_driver(inspect_output: str) -> str | None:
     return None
 
 
-def inspect_builder(client: str, builder: str | None, env: Mapping[str, str]) -> tuple[str, frozenset[str]]:
-    """The driver of ``builder`` (default: the current one) and the platforms it runs natively
-    (empty: it does not say); BadInputError when there is no such builder."""
+def inspect_builder(client: str, builder: str | None, env: Mapping[str, str]) -> str:
+    """The driver of ``builder`` (default: the current one); BadInputError when there is no such
+    builder."""
     argv = [client, "buildx", "inspect", *([builder] if builder else [])]
     try:
         done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=60, check=False)
@@ -164,7 +162,7 @@ def inspect_builder(client: str, builder: str | None, env: Mapping[str, str]) ->
             hint="`docker buildx ls` lists them; `docker buildx create --name NAME --driver "
             "docker-container|remote|kubernetes ...` makes one (docs/imagegen.md, `imagegen bake`)",
         )
-    return parse_driver(done.stdout) or "unknown", native_platforms(done.stdout)
+    return parse_driver(done.stdout) or "unknown"
 
 
 def bake_supports_network(client: str, env: Mapping[str, str]) -> bool:
@@ -331,15 +329,13 @@ def bake(
     """
     if not requests:
         raise BadInputError("nothing to bake", hint="name targets of the matrix, e.g. `imagegen bake cpu`")
-    specs = [s for r in requests for s in (r.spec, r.emulated) if s is not None]
-    check_push_registry(push, [spec.tag for spec in specs])
+    check_push_registry(push, [r.spec.tag for r in requests])
     check_bake_file(bake_file_out)
     root = source or source_root()
     check_sources(root)
     engine = detect_engine(env)
     client = buildx_client(engine)
-    driver, native = inspect_builder(client, builder, env)
-    requests = for_builder(requests, native)
+    driver = inspect_builder(client, builder, env)
     if driver == "docker":  # the builder reads this engine's images: the stand-ins must be here
         missing_standins({r.name: r.spec for r in requests}, lambda refs: local_images(refs, env))
     check_host_network(requests, lambda: bake_supports_network(client, env))

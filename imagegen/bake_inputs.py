@@ -4,9 +4,7 @@ A bake of the arm64 targets runs for half an hour under emulation; an input that
 not wait for it. Judged here, each as one ``BadInputError`` (exit 2) with a hint: the registry
 ``--push`` names (each image's reference under it must be one Docker accepts), the folder of
 ``--bake-file``, the platforms ``--platform-torch`` / ``--platform-wheelhouse`` name, and, on a
-builder that reads this engine's images, the stand-in bases of a ``--standins`` bake. Also the
-builder's own platforms: an image for a platform the builder only emulates leaves out, when its
-ops were not named, the ops qemu-user cannot run (``catalog.EMULATION_MISSING_LIBRARIES``).
+builder that reads this engine's images, the stand-in bases of a ``--standins`` bake.
 """
 
 from __future__ import annotations
@@ -16,10 +14,9 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from imagegen import log
 from imagegen.building.bases import standin_command
 from imagegen.errors import BadInputError
 from imagegen.files import output_error
@@ -112,60 +109,12 @@ def check_platform_options(chosen: Mapping[str, Mapping[str, str]], platforms: C
             )
 
 
-def native_platforms(inspect_output: str) -> frozenset[str]:
-    """The platforms the builder's nodes run natively: the first of each node's ``Platforms:``
-    line in ``docker buildx inspect`` (BuildKit lists its own before those binfmt emulates).
-    Empty when the output names none."""
-    found = set()
-    for line in inspect_output.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "Platforms" and value.strip():
-            first = value.split(",")[0].strip().rstrip("*")  # "*": a platform the user set
-            found.add("/".join(first.split("/")[:2]))  # linux/arm64/v8 -> linux/arm64
-    return frozenset(found)
-
-
 @dataclass(frozen=True)
 class BakeRequest:
-    """One target to bake: its name in the matrix and its resolved spec; ``emulated``, the spec
-    to build instead where the builder runs the target's platform under emulation (its ops that
-    qemu-user cannot run left out), or None: the same spec everywhere."""
+    """One target to bake: its name in the matrix and its resolved spec."""
 
     name: str
     spec: ImageSpec
-    emulated: ImageSpec | None = None
-
-
-def for_builder(requests: Sequence[BakeRequest], native: frozenset[str]) -> list[BakeRequest]:
-    """Each request with the spec this builder can build and verify: where it only emulates the
-    target's platform, the ``emulated`` spec, said once with why. A builder that names no native
-    platform gets every spec as it is."""
-    chosen = []
-    for request in requests:
-        spec, emulated = request.spec, request.emulated
-        if emulated is None or not native or spec.platform in native:
-            chosen.append(request)
-            continue
-        left = ", ".join(emulation_unfit_ops(spec))
-        log.warn(
-            f"{request.name}: this builder runs {spec.platform} under emulation (natively "
-            f"{', '.join(sorted(native))}), where qemu-user has no Linux AIO, so {left} cannot pass "
-            f"its self-test: left out of {emulated.tag}; name the ops (--ops) to build it anyway, "
-            f"or bake on a {spec.platform} builder"
-        )
-        chosen.append(replace(request, spec=emulated, emulated=None))
-    return chosen
-
-
-def emulation_unfit_ops(spec: ImageSpec) -> tuple[str, ...]:
-    """The spec's ops that cannot pass their self-test under qemu-user (they link a library whose
-    system calls it does not implement), in the spec's order."""
-    registry = spec.registry
-    return tuple(
-        name
-        for name in spec.ops
-        if any(lib.name in catalog.EMULATION_MISSING_LIBRARIES for lib in registry.ops[name].system_libraries)
-    )
 
 
 def missing_standins(

@@ -182,6 +182,26 @@ def read_device_code(path: str | Path) -> DeviceCode:
     )
 
 
+# e_machine values of the machines ops are built for (elf(5)), named as ``uname -m`` names them.
+ELF_MACHINES: dict[int, str] = {62: "x86_64", 183: "aarch64"}
+
+
+def elf_machine(path: str | Path) -> str:
+    """The machine an ELF file's code is for, as ``uname -m`` names it (``aarch64``), from its header;
+    ``EM_<n>`` for another machine. BadInputError when the file is not an ELF file or cannot be read."""
+    path = Path(path)
+    try:
+        with path.open("rb") as file:
+            head = file.read(20)
+    except OSError as err:
+        raise BadInputError(f"cannot read {path}: {err.strerror or err}", hint="check the path") from err
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        raise BadInputError(f"{path} is not an ELF file", hint=_NOT_ELF_HINT)
+    # e_machine: two bytes after e_type, in the file's byte order (EI_DATA: 1 little, 2 big).
+    number = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return ELF_MACHINES.get(number, f"EM_{number}")
+
+
 def _file_kind(mode: int) -> str:
     kinds = (
         (stat.S_ISDIR, "a directory"),

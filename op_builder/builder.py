@@ -21,6 +21,7 @@ from op_builder import archs as arch_lib
 from op_builder import settings
 from op_builder.archs import ArchLimits, CudaArch
 from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
+from op_builder.cross import retarget_extension
 from op_builder.loader import load_op
 from op_builder.paths import PACKAGE_ROOT
 from op_builder.toolchain import LibrarySpec
@@ -104,15 +105,14 @@ class OpBuilder:
         """Why this op cannot be built in ``ctx``, or None when it can."""
         if ctx.toolchain.cxx is None:
             return "no C++ compiler found (set CXX or install g++)"
+        cross = ctx.toolchain.cross
         for lib in self.system_libraries:
             found = ctx.toolchain.libraries.get(lib.name)
             if found is None or not found.ok:
                 why = found.reason if found is not None else "not probed"
-                return (
-                    f"lib{lib.name} is missing ({why}); install "
-                    + " ".join(lib.build_packages)
-                    + " (Debian/Ubuntu)"
-                )
+                # A cross build links the target's library: Debian's multiarch package of it.
+                packages = [f"{p}:{cross.debian_arch}" if cross else p for p in lib.build_packages]
+                return f"lib{lib.name} is missing ({why}); install {' '.join(packages)} (Debian/Ubuntu)"
         return None
 
     def archs_for(self, ctx: BuildContext) -> tuple[str, ...]:
@@ -142,12 +142,15 @@ class OpBuilder:
             "libraries": list(flags.libraries),
         }
         if flags.device_compiler is None:
-            return CppExtension(extra_compile_args={"cxx": list(flags.cxx)}, **common)  # type: ignore[no-untyped-call]
-        # torch's BuildExtension hands the "nvcc" flags to hipcc on ROCm, and adds
-        # no -gencode of its own when the flags already name an arch.
-        return CUDAExtension(  # type: ignore[no-untyped-call]
-            extra_compile_args={"cxx": list(flags.cxx), "nvcc": list(flags.device)}, **common
-        )
+            extension = CppExtension(extra_compile_args={"cxx": list(flags.cxx)}, **common)  # type: ignore[no-untyped-call]
+        else:
+            # torch's BuildExtension hands the "nvcc" flags to hipcc on ROCm, and adds
+            # no -gencode of its own when the flags already name an arch.
+            extension = CUDAExtension(  # type: ignore[no-untyped-call]
+                extra_compile_args={"cxx": list(flags.cxx), "nvcc": list(flags.device)}, **common
+            )
+        cross = ctx.toolchain.cross
+        return extension if cross is None else retarget_extension(extension, cross)
 
     def load(self, env: Mapping[str, str] | None = None) -> ModuleType:
         """The compiled module: installed if built for this torch, else JIT-built."""

@@ -15,6 +15,7 @@ from typing import Any
 from op_builder import archs as arch_lib
 from op_builder import binary, settings
 from op_builder.context import resolve_context, visible_gpu_capabilities
+from op_builder.cross import native_platform
 from op_builder.errors import BadInputError
 from op_builder.manifest import read_installed
 from op_builder.plan import make_plan, probe_host
@@ -85,7 +86,11 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                 "runtime_packages": list(builder.all_runtime_packages()),
             }
         )
+    cross = toolchain.cross
     data = {
+        # The platform the ops are built for; a cross build says on which it runs.
+        "platform": cross.platform if cross is not None else native_platform(),
+        "build_platform": cross.build_platform if cross is not None else native_platform(),
         "accelerator": ctx.accelerator,
         "torch": toolchain.torch.version if toolchain.torch else None,
         "torch_cuda": toolchain.torch.cuda if toolchain.torch else None,
@@ -101,6 +106,8 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.json:
         emit(data)
         return 0
+    if cross is not None:
+        print(f"{'platform':13} {cross.platform} (cross build on {cross.build_platform})")
     for key in ("accelerator", "torch", "cuda_toolkit", "rocm_toolkit", "cxx", "ninja"):
         print(f"{key:13} {data[key] or '-'}")
     for warning in ctx.warnings:

@@ -133,12 +133,20 @@ def resolve_context(
     elif accelerator == "rocm":
         text = env.get(settings.ROCM_ARCH.name, "").strip()
         rocm_archs = arch_lib.parse_rocm_arch_list(text) if text else arch_lib.DEFAULT_ROCM_ARCHS
+    cross = toolchain.cross
+    cpu_native = bool(env_flag(env, settings.CPU_NATIVE.name))
+    if cpu_native and cross is not None:
+        raise BadInputError(
+            f"{settings.CPU_NATIVE.name}=1 in a cross build: -march=native would describe this "
+            f"{cross.build_platform} machine, not the {cross.platform} target",
+            hint=f"unset {settings.CPU_NATIVE.name} (the CPU ops pick their SIMD path at run time)",
+        )
     return BuildContext(
         accelerator=accelerator,
         toolchain=toolchain,
         cuda_archs=cuda_archs,
         rocm_archs=rocm_archs,
-        cpu_native=bool(env_flag(env, settings.CPU_NATIVE.name)),
+        cpu_native=cpu_native,
         # The default follows the job budget (MAX_JOBS, else the CPUs): see default_nvcc_threads.
         nvcc_threads=env_positive_int(env, settings.NVCC_THREADS.name, default_nvcc_threads(job_budget(env))),
         cxx_std=cxx_standard(toolchain.torch.version if toolchain.torch else None),

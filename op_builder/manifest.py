@@ -40,6 +40,8 @@ class Manifest:
     accelerator: str
     python: str
     ops: Mapping[str, InstalledOp]
+    # The platform the ops were built for ("linux/arm64"); None in manifests from before it was kept.
+    platform: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class Manifest:
             "hip": self.hip,
             "accelerator": self.accelerator,
             "python": self.python,
+            "platform": self.platform,
             "ops": {
                 op.name: {
                     "module": op.module,
@@ -89,6 +92,7 @@ class Manifest:
             _text(data, "accelerator"),
             _text(data, "python"),
             ops,
+            _optional_text(data, "platform"),
         )
 
 

@@ -24,6 +24,7 @@ from op_builder.context import (
     resolve_context,
     visible_gpu_capabilities,
 )
+from op_builder.cross import resolve_cross
 from op_builder.env import env_flag
 from op_builder.errors import BadInputError, UserFacingError
 from op_builder.registry import ALL_OPS
@@ -148,7 +149,7 @@ def _planned(builder: OpBuilder, ctx: BuildContext) -> PlannedOp:
 def probe_host(env: Mapping[str, str]) -> Toolchain:
     """Probe this host once, every op's system libraries included."""
     libraries = tuple(spec for b in ALL_OPS.values() for spec in b.system_library_specs())
-    return probe(env, libraries)
+    return probe(env, libraries, resolve_cross(env))
 
 
 def plan_from_environment(env: Mapping[str, str] | None = None) -> Plan:

@@ -32,6 +32,8 @@ class OpVerification:
     error: str | None
     selftest: SelfTestResult | None = None
     binary: Audit | None = None
+    # The machine its module's code is for (``aarch64``), from the ELF header; None when not read.
+    machine: str | None = None
 
     @staticmethod
     def verdict(
@@ -59,6 +61,7 @@ class OpVerification:
             "error": self.error,
             "selftest": self.selftest.to_json() if self.selftest else None,
             "binary": self.binary.to_json() if self.binary else None,
+            "machine": self.machine,
         }
 
     @classmethod
@@ -85,6 +88,7 @@ class OpVerification:
             error=error,
             selftest=test,
             binary=audit,
+            machine=_optional_str(raw.get("machine")),
         )
 
     @classmethod
@@ -122,6 +126,8 @@ class VerifyReport:
     cuda: str | None
     hip: str | None
     ops: tuple[OpVerification, ...]
+    # The machine the check ran on (``uname -m``; under emulation, the emulated one); None in old reports.
+    machine: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -133,6 +139,7 @@ class VerifyReport:
             "torch": self.torch,
             "cuda": self.cuda,
             "hip": self.hip,
+            "machine": self.machine,
             "ops": [op.to_json() for op in self.ops],
         }
 
@@ -149,6 +156,7 @@ class VerifyReport:
             cuda=_optional_str(data.get("cuda")),
             hip=_optional_str(data.get("hip")),
             ops=ops,
+            machine=_optional_str(data.get("machine")),
         )
 
 

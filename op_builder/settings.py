@@ -97,8 +97,32 @@ OP_SOURCES = Setting(
     "op packages (folders separated by `:`) beside ours, for every process "
     "([docs/op-packages.md](docs/op-packages.md))",
 )
+TARGET_PLATFORM = Setting(
+    "DS_TARGET_PLATFORM",
+    "text",
+    "this machine's",
+    "`linux/arm64` or `linux/amd64`: the platform the ops are built for. Another than this machine's "
+    "cross-compiles ([docs/imagegen.md](docs/imagegen.md#arm64-grace-hopper-and-grace-blackwell)): the "
+    "host code by `<triplet>-g++` (`CXX` and `CC` override it), against the target's torch",
+)
+TARGET_SITE_PACKAGES = Setting(
+    "DS_TARGET_SITE_PACKAGES",
+    "path",
+    "unset",
+    "a cross build's target site-packages: its torch (headers, libraries) and, for CUDA, its "
+    "`nvidia-*` wheels, installed for the target platform and never run here",
+)
 DEBUG = Setting("OP_BUILDER_DEBUG", "flag", "unset", "`1`: show a traceback with errors")
-CXX = Setting("CXX", "command", "`c++`", "the host C++ compiler", "toolkit")
+CXX = Setting(
+    "CXX", "command", "`c++` (a cross build: `<triplet>-g++`)", "the host C++ compiler", "toolkit"
+)
+CC = Setting(
+    "CC",
+    "command",
+    "unset (a cross build: `<triplet>-gcc`)",
+    "the C compiler; torch's builder hands it to nvcc as `-ccbin`",
+    "toolkit",
+)
 CUDA_HOME = Setting(
     "CUDA_HOME",
     "path",
@@ -126,8 +150,11 @@ SETTINGS: tuple[Setting, ...] = (
     EXTENSIONS_DIR,
     JIT_VERBOSE,
     OP_SOURCES,
+    TARGET_PLATFORM,
+    TARGET_SITE_PACKAGES,
     DEBUG,
     CXX,
+    CC,
     CUDA_HOME,
     CUDA_PATH,
     ROCM_HOME,

@@ -18,6 +18,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from op_builder import manifest
+from op_builder.cross import native_platform
 from op_builder.errors import BadInputError
 from op_builder.parallel_build import (
     JobSplit,
@@ -58,10 +60,14 @@ def _plan_error(plan: Plan) -> BadInputError:
 
 
 def _print_plan(plan: Plan) -> None:
+    cross = plan.context.toolchain.cross if plan.context is not None else None
+    if cross is not None:
+        _say(cross.describe())
     for warning in plan.warnings:
         _say(f"warning: {warning}")
+    cpu = f"{cross.platform} CPU" if cross is not None else "host CPU"
     for op in plan.ops:
-        archs = ";".join(op.archs) if op.archs else "host CPU"
+        archs = ";".join(op.archs) if op.archs else cpu
         _say(f"will build {op.name} ({archs})")
     if plan.skipped:
         # Loud on purpose: DS_BUILD_OPS=1 skipping ops silently is how images ship without them.
@@ -110,6 +116,10 @@ def planned_extensions(env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any
         {op.name: op_cost(op.flags.sources, op.flags.include_dirs, len(op.archs)) for op in plan.ops},
     )
     ctx = plan.context
+    if ctx.toolchain.cross is not None:
+        # setuptools reads the compilers, the linker and the wheel's platform from the
+        # environment when the build starts; this process is the build.
+        os.environ.update(ctx.toolchain.cross.compiler_environment())
     by_name = {op.name: op for op in plan.ops}
     extensions = [ALL_OPS[name].extension(ctx) for name in split.order if name in by_name]
     return extensions, {"build_ext": _manifest_build_ext(plan, split)}
@@ -274,6 +284,14 @@ def _manifest_build_ext(plan: Plan, split: JobSplit) -> type:
                 # torch's message, which imagegen's build-log reader knows, with the op's name.
                 raise RuntimeError(f"{error_prefix} {job.name}: ninja exited {code}")
 
+        def get_ext_filename(self, fullname: str) -> str:
+            name: str = super().get_ext_filename(fullname)  # type: ignore[no-untyped-call]
+            cross = plan.context.toolchain.cross if plan.context is not None else None
+            if cross is None:
+                return name
+            native = str(sysconfig.get_config_var("EXT_SUFFIX"))
+            return name[: -len(native)] + cross.ext_suffix(native) if name.endswith(native) else name
+
         def run(self) -> None:
             super().run()
             missing = [e.name for e in self.extensions if not Path(self.get_ext_fullpath(e.name)).is_file()]
@@ -285,12 +303,15 @@ def _manifest_build_ext(plan: Plan, split: JobSplit) -> type:
             assert ctx is not None
             toolkit = ctx.toolchain.cuda.version if ctx.accelerator == "cuda" and ctx.toolchain.cuda else None
             hip = ctx.toolchain.rocm.version if ctx.accelerator == "rocm" and ctx.toolchain.rocm else None
+            cross = ctx.toolchain.cross
             built = manifest.Manifest(
-                torch=torch.__version__,
+                # A cross build's ops are for the target's torch, which this process cannot import.
+                torch=cross.torch.version if cross is not None else torch.__version__,
                 cuda=toolkit,
                 hip=hip,
                 accelerator=ctx.accelerator,
                 python=platform.python_version(),
+                platform=cross.platform if cross is not None else native_platform(),
                 ops={
                     op.name: manifest.InstalledOp(
                         op.name, op.flags.module, op.target, op.archs, op.flags.to_json()

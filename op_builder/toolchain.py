@@ -21,7 +21,9 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from op_builder import settings
+from op_builder.cross import CrossTarget
 from op_builder.errors import ToolchainError
+from op_builder.torch_build import TorchBuild as TorchBuild  # re-exported: the probes' value
 
 
 @dataclass(frozen=True)
@@ -36,13 +38,6 @@ class RocmToolkit:
     home: str
     hipcc: str
     version: str  # "6.2" (or "5.2" for Debian's packages)
-
-
-@dataclass(frozen=True)
-class TorchBuild:
-    version: str  # "2.13.0+cpu"
-    cuda: str | None  # torch.version.cuda
-    hip: str | None  # torch.version.hip
 
 
 @dataclass(frozen=True)
@@ -70,6 +65,8 @@ class Toolchain:
     cxx: Compiler | None
     ninja: str | None
     libraries: Mapping[str, LibraryProbe]
+    # A cross build's target (op_builder.cross); None builds for this machine.
+    cross: CrossTarget | None = None
 
 
 def _run(cmd: list[str], timeout: float = 30) -> str | None:
@@ -207,16 +204,25 @@ def probe_library(name: str, header: str, symbol: str, cxx: str = "c++") -> Libr
 LibrarySpec = tuple[str, str, str]
 
 
-def probe(env: Mapping[str, str] = os.environ, libraries: tuple[LibrarySpec, ...] = ()) -> Toolchain:
-    """Read the whole host once. ``libraries`` are (name, header, symbol) triples."""
-    cxx = env.get(settings.CXX.name, "c++")
+def probe(
+    env: Mapping[str, str] = os.environ,
+    libraries: tuple[LibrarySpec, ...] = (),
+    cross: CrossTarget | None = None,
+) -> Toolchain:
+    """Read the whole host once. ``libraries`` are (name, header, symbol) triples.
+
+    A cross build (``cross``) probes its cross compiler, links the libraries with it (so they
+    must be the target's), and takes the target's torch, read from its files, for this one.
+    """
+    cxx = cross.cxx if cross is not None else env.get(settings.CXX.name, "c++")
     return Toolchain(
-        torch=probe_torch(),
+        torch=cross.torch if cross is not None else probe_torch(),
         cuda=probe_cuda(env),
         rocm=probe_rocm(env),
-        cxx=probe_cxx(env),
+        cxx=_probe_cxx(cxx),
         ninja=probe_ninja(env),
         libraries={name: probe_library(name, header, symbol, cxx) for name, header, symbol in libraries},
+        cross=cross,
     )
 
 

@@ -14,6 +14,7 @@ in imagegen's sealed verify container. Per op, in order:
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -58,6 +59,15 @@ def verify_ops(
         for name, op in loaded.items()
         if op.source == "aot"
     }
+    here = platform.machine()
+    machines: dict[str, str] = {}
+    for name, op in loaded.items():
+        path = getattr(op.module, "__file__", None)
+        if op.source != "aot" or path is None:
+            continue
+        machines[name] = module_machine(path)
+        if machines[name] != here:  # never loads, but a module copied in by hand is said plainly
+            errors[name] = f"its module {path} is {machines[name]} code, and this machine is {here}"
     tests = _selftests([n for n in names if n in loaded], device, sealed) if selftest else {}
     results = []
     for name in names:
@@ -65,8 +75,18 @@ def verify_ops(
         error = errors.get(name)
         audit, test = audits.get(name), tests.get(name)
         ok = OpVerification.verdict(source, error, test, audit, require_gpu)
-        results.append(OpVerification(name, ok, source, seconds[name], error, test, audit))
-    return VerifyReport(torch.__version__, torch.version.cuda, torch.version.hip, tuple(results))
+        results.append(
+            OpVerification(name, ok, source, seconds[name], error, test, audit, machines.get(name))
+        )
+    return VerifyReport(torch.__version__, torch.version.cuda, torch.version.hip, tuple(results), here)
+
+
+def module_machine(path: str) -> str:
+    """The machine a module's code is for (``binary.elf_machine``), or why it could not be read."""
+    try:
+        return binary.elf_machine(path)
+    except UserFacingError as exc:
+        return f"unreadable ({exc.message})"
 
 
 def audit_module(name: str, path: str | None, manifest: Manifest | None) -> binary.Audit | None:

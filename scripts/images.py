@@ -14,12 +14,15 @@ that fails ends the run with its exit status. Images are built from the stand-in
 
 - ``cpu``: the CPU image of our CPU ops (op_builder's registry), for ``--platform``
   (linux/amd64 or linux/arm64). For linux/arm64 torch ``--arm64-torch`` is first fetched as an
-  aarch64 wheel into ``--arm64-wheelhouse`` from the index this machine's pip uses, and an
-  image built on another architecture (under qemu-user) leaves out the ops qemu cannot run.
-  Several platforms (``linux/amd64,linux/arm64``): one ``imagegen build`` of both, each platform
-  with its own torch and wheelhouse (``--platform-torch``, ``--platform-wheelhouse``) and the same
-  ops (those every platform can build and verify here). ``--push REGISTRY/NAME:TAG``: pushed there
-  after verification (several platforms: each platform's image and one image index).
+  aarch64 wheel into ``--arm64-wheelhouse`` from the index this machine's pip uses; the image is
+  cross-compiled on linux/amd64 (imagegen's default ``--build-platform``) and keeps every op
+  (``--arm64-ops`` picks others): under emulation async_io's self-test is reported not checkable
+  rather than failed. The build machine's own CPU torch comes from ``--wheelhouse`` (passed as
+  ``--build-wheelhouse``) when there is one. Several platforms (``linux/amd64,linux/arm64``): one
+  ``imagegen build`` of both, each platform with its own torch and wheelhouse
+  (``--platform-torch``, ``--platform-wheelhouse``) and the same ops. ``--push
+  REGISTRY/NAME:TAG``: pushed there after verification (several platforms: each platform's image
+  and one image index).
 - ``cuda``: the stand-ins of that CUDA, then an image of our GPU ops for the catalog's default
   arch list of that CUDA (or ``--arch``), with the torch build PyPI publishes for it, from the
   index this machine's pip installs from (``scripts/pip_index.py``) unless ``--torch-index``.
@@ -32,7 +35,6 @@ arguments (argparse's).
 from __future__ import annotations
 
 import argparse
-import platform
 import shlex
 import subprocess
 import sys
@@ -47,8 +49,6 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 from imagegen.imagespec import catalog  # noqa: E402  (found through the path above)
 
 AMD64, ARM64 = "linux/amd64", "linux/arm64"
-# Machines on which an arm64 image builds natively, without qemu (platform.machine()'s names).
-ARM64_MACHINES = ("aarch64", "arm64")
 
 # torch for the arm64 CPU image: the catalog's default for the CPU on arm64, the newest release
 # with an aarch64 CPU build (PyPI's aarch64 wheels are CUDA 13.0 builds from 2.11 on: several GB
@@ -60,10 +60,6 @@ ARM64_WHEELHOUSE = ".cache/wheelhouse-linux-arm64"
 # The stand-ins' Python and the wheel tags torch's aarch64 wheels carry.
 ARM64_WHEEL_PYTHON = "3.11"
 ARM64_WHEEL_PLATFORMS = ("manylinux_2_28_aarch64", "manylinux2014_aarch64")
-# qemu-user has no Linux AIO system calls (io_setup answers ENOSYS), so under emulation an op
-# linking libaio (async_io) compiles but cannot pass its self-test, which the build runs: an
-# arm64 image made on another architecture leaves such ops out; on an arm64 host they are in.
-NOT_UNDER_QEMU_LIBRARIES = catalog.EMULATION_MISSING_LIBRARIES
 
 # Local torch wheels (an air-gapped or proxied machine keeps them here) and the CA bundle that
 # HTTPS through an intercepting proxy needs; each used only when present.
@@ -86,11 +82,10 @@ def cuda_torch(cuda: str) -> str:
 
 @dataclass(frozen=True)
 class Ops:
-    """Our ops by target, and those of them qemu-user cannot run (from op_builder's registry)."""
+    """Our ops by target (from op_builder's registry)."""
 
     cpu: tuple[str, ...]
     gpu: tuple[str, ...]
-    not_under_qemu: frozenset[str]
 
 
 def our_ops() -> Ops:
@@ -102,11 +97,6 @@ def our_ops() -> Ops:
     return Ops(
         cpu=tuple(b.name for b in builders if b.target == "cpu"),
         gpu=tuple(b.name for b in builders if b.target == "gpu"),
-        not_under_qemu=frozenset(
-            b.name
-            for b in builders
-            if any(lib.name in NOT_UNDER_QEMU_LIBRARIES for lib in b.system_libraries)
-        ),
     )
 
 
@@ -120,26 +110,27 @@ def _present(path: Path) -> str | None:
     return str(path) if path.exists() else None
 
 
-def cpu_commands(
-    args: argparse.Namespace, ops: Ops, machine: str, imagegen: Sequence[str]
-) -> list[list[str]]:
-    """What `make images` runs for these options on a ``machine`` (platform.machine())."""
+def cpu_commands(args: argparse.Namespace, ops: Ops, imagegen: Sequence[str]) -> list[list[str]]:
+    """What `make images` runs for these options (the same on any host)."""
     platform_ = args.platform or AMD64  # imagegen judges any other
     if "," in platform_:
-        return several_platforms(args, ops, machine, imagegen)
+        return several_platforms(args, ops, imagegen)
     wanted = _names(args.ops) or ops.cpu
     ca_cert = args.ca_cert or _present(CA_CERT)
+    # The amd64 wheels: the amd64 image's, and the build machine's own CPU torch in an arm64 one.
+    amd64_wheelhouse = args.wheelhouse or _present(WHEELHOUSE)
     commands = []
     if platform_ == ARM64:
         torch = args.arm64_torch or ARM64_TORCH
         wheelhouse = args.arm64_wheelhouse or ARM64_WHEELHOUSE
-        native = machine in ARM64_MACHINES
-        wanted = _names(args.arm64_ops) or tuple(n for n in wanted if native or n not in ops.not_under_qemu)
+        wanted = _names(args.arm64_ops) or wanted
         commands.append(arm64_wheel_command(torch, wheelhouse))
         sources = ["--torch", torch, "--wheelhouse", wheelhouse]
+        # Cross-compiled on linux/amd64 (imagegen's default --build-platform), whose own CPU torch
+        # runs the extension builder: from the amd64 wheelhouse when there is one.
+        sources += ["--build-wheelhouse", amd64_wheelhouse] if amd64_wheelhouse else []
     else:
-        wheelhouse = args.wheelhouse or _present(WHEELHOUSE)
-        sources = ["--wheelhouse", wheelhouse] if wheelhouse else []
+        sources = ["--wheelhouse", amd64_wheelhouse] if amd64_wheelhouse else []
     build = [*imagegen, "build", "--cpu", "--platform", platform_, "--ops", ",".join(wanted), "--standins"]
     commands.append(build + sources + (["--ca-cert", ca_cert] if ca_cert else []) + _push(args))
     return commands
@@ -158,10 +149,9 @@ def arm64_wheel_command(torch: str, wheelhouse: str) -> list[str]:
     ]
 
 
-def several_platforms(
-    args: argparse.Namespace, ops: Ops, machine: str, imagegen: Sequence[str]
-) -> list[list[str]]:
-    """One ``imagegen build --platform A,B``: torch and wheelhouse per platform, the ops all can run."""
+def several_platforms(args: argparse.Namespace, ops: Ops, imagegen: Sequence[str]) -> list[list[str]]:
+    """One ``imagegen build --platform A,B``: torch and wheelhouse per platform, the same ops;
+    ``--wheelhouse`` (amd64's) is also the arm64 cross build's ``--build-wheelhouse``."""
     platforms = [p.strip() for p in args.platform.split(",")]
     wanted = _names(args.ops) or ops.cpu
     ca_cert = args.ca_cert or _present(CA_CERT)
@@ -177,11 +167,15 @@ def several_platforms(
             "--platform-wheelhouse",
             f"{ARM64}={wheelhouse}",
         ]
-        if machine not in ARM64_MACHINES:  # one op list for the index: what arm64 under qemu can verify
-            wanted = _names(args.arm64_ops) or tuple(n for n in wanted if n not in ops.not_under_qemu)
+        wanted = _names(args.arm64_ops) or wanted  # one op list for the index
     wheelhouse = args.wheelhouse or _present(WHEELHOUSE)
+    # Each platform's spec takes its own wheelhouse (arm64's from --platform-wheelhouse), which a
+    # cross build's build wheelhouse defaults to: the amd64 one is named for the arm64 build too.
+    wheels = ["--wheelhouse", wheelhouse] if wheelhouse else []
+    if wheelhouse and ARM64 in platforms:
+        wheels += ["--build-wheelhouse", wheelhouse]
     build = [*imagegen, "build", "--cpu", "--platform", ",".join(platforms), "--ops", ",".join(wanted)]
-    build += ["--standins", *per_platform, *(["--wheelhouse", wheelhouse] if wheelhouse else [])]
+    build += ["--standins", *per_platform, *wheels]
     commands.append(build + (["--ca-cert", ca_cert] if ca_cert else []) + _push(args))
     return commands
 
@@ -222,7 +216,7 @@ def parser() -> argparse.ArgumentParser:
     cpu.add_argument("--wheelhouse", help=f"wheels installed first (default: {WHEELHOUSE} when present)")
     cpu.add_argument("--arm64-torch", help=f"torch of the arm64 image (default {ARM64_TORCH})")
     cpu.add_argument("--arm64-wheelhouse", help=f"where its wheel is fetched (default {ARM64_WHEELHOUSE})")
-    cpu.add_argument("--arm64-ops", help="ops of the arm64 image (default: --ops, less what qemu cannot run)")
+    cpu.add_argument("--arm64-ops", help="ops of the arm64 image (default: --ops)")
     cpu.add_argument("--push", help="REGISTRY/NAME:TAG to push to after verification (default: no push)")
     cuda = kinds.add_parser("cuda", help="a CUDA image of our GPU ops (make image-cuda)")
     cuda.add_argument("--cuda", help=f"the CUDA version of the stand-ins (default {CUDA})")
@@ -240,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     imagegen = imagegen_command()
     if args.kind == "cpu":
-        return run_all(cpu_commands(args, our_ops(), platform.machine(), imagegen), args.dry_run)
+        return run_all(cpu_commands(args, our_ops(), imagegen), args.dry_run)
     sys.path.insert(0, str(SCRIPTS))
     from pip_index import pip_index_url
 

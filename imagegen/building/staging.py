@@ -129,10 +129,12 @@ def _stage(spec: ImageSpec, root: Path, slot: Path) -> Path:
         shutil.copyfile(spec.ca_cert, context / CA_PATH)
     for package in spec.op_packages:
         package.stage(context)
-    if spec.wheelhouse is not None:
+    if spec.wheelhouses:
         wheels = context / WHEELHOUSE_PATH
         wheels.mkdir(parents=True)
-        for item in sorted(spec.wheelhouse.iterdir()):
-            if item.is_file() and item.name.endswith(_WHEEL_SUFFIXES):
-                _link_or_copy(item, wheels / item.name)
+        for folder in spec.wheelhouses:
+            for item in sorted(folder.iterdir()):
+                staged = wheels / item.name
+                if item.is_file() and item.name.endswith(_WHEEL_SUFFIXES) and not staged.exists():
+                    _link_or_copy(item, staged)
     return context

@@ -13,14 +13,14 @@ from rich.table import Table
 
 from imagegen import options
 from imagegen.bake import BakeImage, BakeReport, bake
-from imagegen.bake_inputs import BakeRequest, check_platform_options, emulation_unfit_ops
+from imagegen.bake_inputs import BakeRequest, check_platform_options
 from imagegen.commands._options import JsonOption, by_platform, image_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.imagespec import catalog
 from imagegen.imagespec.checks import check_push_request
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.image_spec import SpecInput
 from imagegen.render.matrix import STANDARD_MATRIX
 from op_builder.suggest import did_you_mean
 
@@ -101,8 +101,7 @@ def bake_command(
             wheelhouse=wheels_for.get(platform, image.wheelhouse), push=push is not None,
             verify=not no_verify,
         )  # fmt: skip
-        spec = make_spec(inp)
-        requests.append(BakeRequest(name, spec, _emulated(inp, spec)))
+        requests.append(BakeRequest(name, make_spec(inp)))
     report = bake(
         requests, builder=builder, push=push, verify=not no_verify, source=source, bake_file_out=bake_file
     )
@@ -119,18 +118,6 @@ def bake_command(
             "nothing that failed was pushed",
             reported=json,
         )
-
-
-def _emulated(inp: SpecInput, spec: ImageSpec) -> ImageSpec | None:
-    """The spec to bake where the builder only emulates ``spec``'s platform: with ``--ops all``,
-    its ops less those qemu-user cannot run (their self-tests would fail the build there); None
-    when that changes nothing, or the ops were named (then they are built as asked)."""
-    unfit = emulation_unfit_ops(spec) if (inp.ops or "").strip() == "all" else ()
-    kept = [op for op in spec.ops if op not in unfit]
-    if not unfit or not kept:
-        return None
-    # Resolved up front with the rest, so its bad input too is judged before anything builds.
-    return build_spec(replace(inp, ops=",".join(kept)), os.environ)
 
 
 def _seconds(value: float | None) -> str:

@@ -59,6 +59,9 @@ def build(
                 platform=p,
                 torch=torch_for.get(p or "", image.torch),
                 wheelhouse=wheels_for.get(p or "", image.wheelhouse),
+                # A cross build's own torch is the build platform's: --wheelhouse holds it when
+                # --platform-wheelhouse gave the target another.
+                build_wheelhouse=image.build_wheelhouse or image.wheelhouse,
                 push=push and not several,
                 verify=not no_verify,
             )

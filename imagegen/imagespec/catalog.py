@@ -107,7 +107,9 @@ TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 UBUNTU_PYTHON: dict[str, str] = {"ubuntu22.04": "3.10", "ubuntu24.04": "3.12"}
 
 # Build tools installed into the devel stage's venv (lower bounds; pip picks the newest).
-BUILD_TOOLS: tuple[str, ...] = ("setuptools>=69", "wheel>=0.42", "ninja>=1.11", "packaging>=23")
+# packaging stays in the runtime venv: op_builder reads versions with it.
+PACKAGING_REQUIREMENT = "packaging>=23"
+BUILD_TOOLS: tuple[str, ...] = ("setuptools>=69", "wheel>=0.42", "ninja>=1.11", PACKAGING_REQUIREMENT)
 # Of those, what the runtime venv does without (packaging stays: op_builder reads versions with it).
 BUILD_ONLY_TOOLS: tuple[str, ...] = ("setuptools", "wheel", "ninja")
 
@@ -275,11 +277,6 @@ _CPU_TORCH = (TorchRange("2.0", "2.15", "cpu"),)
 CPU_TARGET = Target(
     "cpu", None, None, ("bookworm", "trixie"), _CPU_TORCH, "2.13.0", PLATFORMS, (ARM64_CPU_TORCH,)
 )
-
-# Libraries whose system calls qemu-user lacks (Linux AIO: io_setup answers ENOSYS): an op linking
-# one cannot pass its self-test, which the build runs, under emulation; an image made so leaves it
-# out unless named (`imagegen bake`, scripts/images.py). On a native host it is in.
-EMULATION_MISSING_LIBRARIES: frozenset[str] = frozenset({"aio"})
 
 # Local stand-ins for the bases, made by `imagegen standins` (imagegen/building/standins/; no registry
 # needed): (target, platform) -> (devel, runtime). CPU: Debian bookworm's Python 3.11, amd64 and

@@ -70,7 +70,7 @@ _PLATFORM_ALIASES = {
 }
 
 
-def platform_name(value: str) -> str:
+def platform_name(value: str, option: str = "--platform") -> str:
     """``value`` as one of ``catalog.PLATFORMS``, or bad input with the OCI name it may have meant."""
     chosen = value.strip().lower()
     if chosen in catalog.PLATFORMS:
@@ -78,7 +78,7 @@ def platform_name(value: str) -> str:
     meant = _PLATFORM_ALIASES.get(chosen)
     suggestion = f"did you mean {meant}? " if meant else ""
     raise BadInputError(
-        f"--platform {value!r} is not a platform imagegen builds for",
+        f"{option} {value!r} is not a platform imagegen builds for",
         hint=suggestion + "use " + " or ".join(catalog.PLATFORMS),
     )
 

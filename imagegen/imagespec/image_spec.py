@@ -68,6 +68,8 @@ class SpecInput:
     numpy: bool | None = None  # --numpy/--no-numpy
     op_sources: tuple[str, ...] = ()  # op package folders (--op-source, repeatable)
     platform: str | None = None  # "linux/amd64" / "linux/arm64"
+    build_platform: str | None = None  # the builder's platform; another than platform cross-compiles
+    build_wheelhouse: str | None = None  # a cross build's wheels for the build platform (its torch)
     compile_cache: str | None = None  # --compile-cache: local, redis://, s3://, gcs://
 
 
@@ -103,6 +105,10 @@ class ImageSpec:
     warnings: tuple[str, ...] = field(default=())
     op_packages: tuple[OpPackage, ...] = ()  # the op packages whose ops the image holds
     platform: str = catalog.DEFAULT_PLATFORM  # the OCI platform the image is built for
+    # The platform of the machine that builds: the devel and build stages run on it, natively.
+    build_platform: str = catalog.DEFAULT_PLATFORM
+    # A cross build's wheels for the build platform (its own CPU torch); None: none but the index's.
+    build_wheelhouse: Path | None = None
     numpy: bool = True  # NumPy in the runtime venv, from torch's sources
     # sccache's cache for the build stage's compilers; None: ccache in a BuildKit cache mount.
     compile_cache: CompileCache | None = None
@@ -118,6 +124,35 @@ class ImageSpec:
         if Version(self.torch).release[:2] < NUMPY2_SINCE_TORCH:
             return f"numpy>={NUMPY_LOWEST},<2"
         return f"numpy>={NUMPY_LOWEST}"
+
+    @property
+    def cross(self) -> bool:
+        """The ops are cross-compiled: BuildKit runs the devel and build stages on the build
+        platform and only the runtime stage on the image's (classic builds run every stage there)."""
+        return self.buildkit and self.platform != self.build_platform
+
+    @property
+    def wheelhouses(self) -> tuple[Path, ...]:
+        """The folders staged as the build's one wheelhouse: the image's, and a cross build's
+        wheels for the build platform (wheel names carry their platform, so they never clash)."""
+        found = [self.wheelhouse, self.build_wheelhouse if self.cross else None]
+        return tuple(dict.fromkeys(w for w in found if w is not None))
+
+    @property
+    def build_torch_requirement(self) -> str:
+        """A cross build's own torch: the build platform's CPU build of the catalog's CPU default,
+        which only runs torch's extension builder (the ops compile against the target's torch)."""
+        version = catalog.CPU_TARGET.default_torch_for(self.build_platform)
+        label = catalog.torch_local_label("cpu", self.build_platform)
+        return f"torch=={version}+{label}" if label else f"torch=={version}"
+
+    @property
+    def build_torch_index(self) -> str | None:
+        """Where the build platform's torch comes from: the catalog's CPU index, unless a wheelhouse
+        replaces it (as for the image's torch) or the build is offline."""
+        if self.offline or self.wheelhouses:
+            return None
+        return catalog.torch_index("cpu")
 
     @property
     def registry(self) -> Registry:
@@ -232,8 +267,18 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         names, cuda_archs, registry, explicit=not from_all, warnings=warnings
     )
     packages = _used_packages(packages, names, warnings)
+    build_platform = (
+        catalog.DEFAULT_PLATFORM
+        if inp.build_platform is None
+        else checks.platform_name(inp.build_platform, "--build-platform")
+    )
+    buildkit = True if inp.buildkit is None else inp.buildkit
     if standin_bases is not None:
         standin_devel, standin_runtime = standin_bases
+        if buildkit and build_platform != platform:
+            # A cross build's devel stage runs on the build platform: that platform's stand-in (the
+            # image store holds one platform per tag; a registry's base serves both under one tag).
+            standin_devel = checks.standins(target, build_platform)[0]
         base_devel = base_devel or standin_devel
         base_runtime = base_runtime or standin_runtime
     base_devel = base_devel or target.base_devel(distro, python)
@@ -242,6 +287,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         check_reference(what, ref)  # a digest pins a base: allowed
 
     wheelhouse = inputs.existing_dir(inp.wheelhouse)
+    build_wheelhouse = inputs.existing_dir(inp.build_wheelhouse) or wheelhouse
     offline = bool(inp.offline)
     if offline and wheelhouse is None:
         raise BadInputError(
@@ -260,7 +306,6 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     checks.check_push_request(inp.push, inp.verify)
     bytecode = checks.bytecode(inp.bytecode)
     numpy = True if inp.numpy is None else inp.numpy
-    buildkit = True if inp.buildkit is None else inp.buildkit
     compile_cache = _compile_cache(inp.compile_cache, buildkit)
     index_secret = inputs.index_secret(given_index if torch_index is not None else None, buildkit)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
@@ -297,6 +342,8 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         warnings=tuple(warnings),
         op_packages=packages,
         platform=platform,
+        build_platform=build_platform,
+        build_wheelhouse=build_wheelhouse if build_platform != platform else None,
         numpy=numpy,
         compile_cache=compile_cache,
         torch_index_secret=index_secret,

@@ -111,6 +111,45 @@ OPTIONS: tuple[ImageOption, ...] = (
         env_kind="text",
     ),
     ImageOption(
+        name="build_platform",
+        flags=("--build-platform",),
+        form="value",
+        commands=_IMAGE_CMDS,
+        help=(
+            "The platform of the machine that builds (default linux/amd64). Another --platform is "
+            "cross-compiled: only the runtime stage runs under emulation."
+        ),
+        docs_option="`--build-platform OS/ARCH`",
+        docs_default="`linux/amd64`",
+        docs_meaning=(
+            "the platform the devel and build stages run on (`FROM --platform=$BUILDPLATFORM`). When "
+            "`--platform` names another (arm64 images on an amd64 builder), the ops are "
+            "[cross-compiled](#arm64-grace-hopper-and-grace-blackwell) natively and only the runtime stage "
+            "runs the target's code (under emulation on this builder). The same platform as `--platform` "
+            "builds every stage for the target, under emulation where the builder differs. Needs BuildKit"
+        ),
+        panel=TARGET,
+        metavar="OS/ARCH",
+        env_kind="text",
+    ),
+    ImageOption(
+        name="build_wheelhouse",
+        flags=("--build-wheelhouse",),
+        form="value",
+        commands=_IMAGE_CMDS,
+        help="A cross build's wheelhouse for the build platform's own torch (default --wheelhouse).",
+        docs_option="`--build-wheelhouse DIR`",
+        docs_default="`--wheelhouse`",
+        docs_meaning=(
+            "a cross build installs two torches: the target's (from `--wheelhouse` or the index) and a CPU "
+            "build for the build platform, which runs torch's extension builder; this folder holds the "
+            "latter (`--platform-wheelhouse` of the build platform in a several-platform build)"
+        ),
+        panel=SOURCES,
+        metavar="DIR",
+        env_kind="path",
+    ),
+    ImageOption(
         name="python",
         flags=("--python",),
         form="value",

@@ -23,6 +23,7 @@ from imagegen.imagespec import compile_cache as cc
 from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.imagespec.inputs import TORCH_INDEX_SECRET_ID, index_needs_buildkit
 from imagegen.imagespec.op_packages import IMAGE_DIR, STAGED_DIR
+from imagegen.render import cross
 from op_builder import settings as op_settings
 from op_builder.registry import OUR_OP_PACKAGES
 
@@ -87,7 +88,8 @@ def devel_packages(spec: ImageSpec) -> tuple[str, ...]:
     packages = {"ca-certificates", "g++", "make", *spec.build_packages()}
     if spec.buildkit:
         packages.add("ccache")  # only useful with the BuildKit cache mount
-    return tuple(sorted(packages))
+    native = tuple(sorted(packages))
+    return cross.devel_packages(spec, native) if spec.cross else native
 
 
 def runtime_packages(spec: ImageSpec) -> tuple[str, ...]:
@@ -119,6 +121,8 @@ def build_environment(spec: ImageSpec) -> tuple[str, ...]:
         env.append(f'{op_settings.CUDA_ARCH_LIST.name}="{";".join(spec.cuda_archs)}"')
     elif spec.accelerator == "rocm":
         env.append(f'{op_settings.ROCM_ARCH.name}="{";".join(spec.rocm_archs)}"')
+    if spec.cross:
+        env += cross.build_environment(spec)
     return tuple(env)
 
 
@@ -146,11 +150,15 @@ def torch_build_check(spec: ImageSpec) -> str:
         f"use an index or wheelhouse with torch {spec.torch} built for {spec.target}"
         " (--torch-index, --wheelhouse), or the target that build is for"
     )
+    # A cross build's torch is another platform's: its version module is read, never imported.
+    if spec.cross:
+        prelude, version, installer = cross.torch_build_check_prelude(spec), "v.__version__", "uv"
+    else:
+        prelude, version, installer = "import sys, torch; v = torch.version; ", "torch.__version__", "pip"
     return (
-        "import sys, torch; v = torch.version; "
-        'build = ("CUDA " + v.cuda) if v.cuda else ("ROCm " + v.hip) if v.hip else "CPU"; '
+        prelude + 'build = ("CUDA " + v.cuda) if v.cuda else ("ROCm " + v.hip) if v.hip else "CPU"; '
         f'sys.exit(None if (build + ".").startswith("{want}") else '
-        f'"imagegen: pip installed torch " + torch.__version__ + ", a " + build + '
+        f'"imagegen: {installer} installed torch " + {version} + ", a " + build + '
         f'" build; the image targets {spec.target}: {hint}")'
     )
 
@@ -201,7 +209,7 @@ def labels(spec: ImageSpec) -> tuple[tuple[str, str], ...]:
 def context_extras(spec: ImageSpec) -> tuple[str, ...]:
     """What the build context must hold besides the project's sources (``imagegen build`` stages it)."""
     extras = [CA_PATH] if spec.ca_cert is not None else []
-    if spec.wheelhouse is not None:
+    if spec.wheelhouses:
         extras.append(WHEELHOUSE_PATH + "/")
     extras += [package.staged_path + "/" for package in spec.op_packages]
     return tuple(extras)
@@ -216,7 +224,7 @@ def _pip_sources(spec: ImageSpec, index: str | None) -> str:
     flags: list[str] = []
     if spec.offline:
         flags.append("--no-index")
-    if spec.wheelhouse is not None:
+    if spec.wheelhouses:
         flags.append("--find-links /wheelhouse")
     if index is not None:
         flags.append(f"--index-url {shlex.quote(index)}")
@@ -252,7 +260,7 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "op_sources_value": op_sources_value(spec),
         "op_sources_pth": OP_SOURCES_PTH,
         "keep_ca_cert": spec.keep_ca_cert,
-        "wheelhouse": spec.wheelhouse is not None,
+        "wheelhouse": bool(spec.wheelhouses),
         "devel_packages": shell_words(devel_packages(spec)),
         "runtime_packages": shell_words(runtime_packages(spec)),
         "runtime_python": not runtime_base_has_python(spec),
@@ -274,6 +282,9 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "per_job_gib": _GIB_PER_JOB[spec.accelerator],
         "labels": _stage_labels(spec),
         **_compile_cache_context(spec),
+        "cross": spec.cross,
+        **cross.context(spec),
+        "build_torch_source": cross.build_torch_source(spec, _pip_sources(spec, None)),
     }
 
 

@@ -52,13 +52,18 @@ def _table(result: VerifyResult, dropped: tuple[str, ...]) -> Table:
             "seconds": f"{op.seconds:.3f}",
         }
         table.add_row(*(cells[c] for c in columns), escape("; ".join(op.problems())))
+    captions = []
     skipped = result.gpu_selftests_skipped
     if skipped:
         # Said plainly: these ops loaded and their GPU code was audited, but no kernel of theirs ran.
         where = (
             "no GPU was passed to the container (--gpus all)" if result.gpus is None else "no GPU was visible"
         )
-        table.caption = f"GPU self-tests skipped ({', '.join(skipped)}): {where}"
+        captions.append(f"GPU self-tests skipped ({', '.join(skipped)}): {where}")
+    # A CPU op's self-test that could not run where the image was checked: loaded, not run.
+    captions += [f"{name} self-test skipped: {why}" for name, why in result.cpu_selftests_skipped]
+    if captions:
+        table.caption = escape("\n".join(captions))
     return table
 
 

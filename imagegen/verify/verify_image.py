@@ -63,7 +63,20 @@ class VerifyResult:
     @property
     def gpu_selftests_skipped(self) -> tuple[str, ...]:
         """GPU ops whose self-test did not run for want of a GPU (their load and audit did)."""
-        return tuple(op.name for op in self.ops if op.selftest is not None and op.selftest.skipped)
+        return tuple(
+            op.name
+            for op in self.ops
+            if op.selftest is not None and op.selftest.skipped and op.selftest.device == "cuda"
+        )
+
+    @property
+    def cpu_selftests_skipped(self) -> tuple[tuple[str, str], ...]:
+        """CPU ops whose self-test could not run here, and why (``async_io`` under emulation)."""
+        return tuple(
+            (op.name, op.selftest.skipped)
+            for op in self.ops
+            if op.selftest is not None and op.selftest.skipped and op.selftest.device == "cpu"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

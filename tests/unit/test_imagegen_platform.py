@@ -110,8 +110,11 @@ def test_labels_and_header_name_the_platform() -> None:
     assert label_map(spec())["io.imagegen.platform"] == "linux/amd64"
     text = render(s)
     assert text.startswith("# imagegen ops image: cpu for linux/arm64,")
-    # BuildKit picks each multi-platform base's variant from --platform: FROM names none.
-    assert "FROM --platform" not in text
+    # BuildKit picks each multi-platform base's variant from --platform; only a cross build's
+    # devel stage names one, the builder's own.
+    assert "FROM --platform=$BUILDPLATFORM ${BASE_DEVEL} AS devel" in text
+    assert text.count("FROM --platform") == 1
+    assert "FROM --platform" not in render(spec(platform="linux/arm64", build_platform="linux/arm64"))
 
 
 def test_cli_dockerfile_for_arm64() -> None:
@@ -178,11 +181,14 @@ def test_torch_pins_per_platform() -> None:
 
 
 def test_arm64_standins() -> None:
-    s = spec(platform="linux/arm64", standins=True)
+    s = spec(platform="linux/arm64", standins=True, build_platform="linux/arm64")
     assert (s.base_devel, s.base_runtime) == (
         "imagegen-standin/python:3.11-devel-arm64",
         "imagegen-standin/python:3.11-runtime-arm64",
     )
+    # Cross-compiled (the default on an amd64 builder): the devel stage is the builder's.
+    cross = spec(platform="linux/arm64", standins=True)
+    assert cross.base_devel == "imagegen-standin/python:3.11-devel"
     with pytest.raises(BadInputError, match=r"no stand-in bases for cuda13\.2 on linux/arm64"):
         spec(cuda="13.2", platform="linux/arm64", standins=True)
 

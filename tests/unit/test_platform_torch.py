@@ -169,7 +169,6 @@ def test_bake_with_a_torch_arm64_has_no_build_of_is_exit_2_before_the_bake(
 def test_make_images_reads_the_same_default() -> None:
     images = load_script(REPO / "scripts" / "images.py", "images")
     assert catalog.CPU_TARGET.default_torch_for(catalog.ARM64) == images.ARM64_TORCH
-    assert images.NOT_UNDER_QEMU_LIBRARIES == catalog.EMULATION_MISSING_LIBRARIES
 
 
 # ---------------------------------------------------------------- the bounded torch check
@@ -196,7 +195,8 @@ def _run_check(tmp_path: Path, script: str, python_body: str, limit: str) -> sub
 
 @pytest.mark.parametrize("buildkit", [True, False])
 def test_the_torch_check_is_bounded_by_a_build_argument(buildkit: bool) -> None:
-    text = render(spec(platform="linux/arm64", buildkit=buildkit))
+    # Bounded where torch is imported under emulation: arm64 built on arm64's platform (or classic).
+    text = render(spec(platform="linux/arm64", build_platform="linux/arm64", buildkit=buildkit))
     arg = f"ARG {render_lib.TORCH_CHECK_TIMEOUT_ARG}={render_lib.TORCH_CHECK_TIMEOUT_S}"
     devel = text[: text.index(" AS build")]
     assert arg in devel and devel.index(arg) < devel.index("timeout --kill-after=")
@@ -204,7 +204,7 @@ def test_the_torch_check_is_bounded_by_a_build_argument(buildkit: bool) -> None:
 
 
 def test_a_check_past_its_limit_stops_naming_the_step_and_the_platform(tmp_path: Path) -> None:
-    script = _check_script(render(spec(platform="linux/arm64")))
+    script = _check_script(render(spec(platform="linux/arm64", build_platform="linux/arm64")))
     hung = _run_check(tmp_path, script, "exec sleep 30", "0.3")
     assert hung.returncode == 124
     assert "the devel stage's torch check (import torch) gave no answer within 0.3 s on linux/arm64" in (
@@ -218,6 +218,13 @@ def test_a_check_past_its_limit_stops_naming_the_step_and_the_platform(tmp_path:
     assert wrong.returncode == 1 and "gave no answer" not in wrong.stderr
     fine = _run_check(tmp_path, script, "exit 0", "5")
     assert fine.returncode == 0 and fine.stderr == ""
+
+
+def test_a_cross_builds_check_reads_the_target_torch_natively_unbounded() -> None:
+    # The cross build never imports the target's torch: nothing can hang under emulation there.
+    text = render(spec(platform="linux/arm64"))
+    assert "TORCH_CHECK_TIMEOUT" not in text and "timeout --kill-after" not in text
+    assert 'runpy.run_path("/opt/venv/lib/python3.11/site-packages/torch/version.py")' in text
 
 
 def test_the_message_is_safe_in_its_double_quoted_shell_word() -> None:

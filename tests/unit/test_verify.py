@@ -94,6 +94,7 @@ def test_to_json_has_the_design_shape() -> None:
             "error": None,
             "selftest": None,
             "binary": None,
+            "machine": None,
         }
     ]
     json.dumps(data)  # serialisable as is
@@ -153,11 +154,13 @@ def test_verify_command_can_require_a_gpu() -> None:
     assert command == ["python", "-m", "op_builder", "verify", "--json", "--require-gpu", "fused_adam"]
 
 
-def selftest(name: str, ok: bool, skipped: str | None = None, err: float = 0.0) -> dict[str, Any]:
+def selftest(
+    name: str, ok: bool, skipped: str | None = None, err: float = 0.0, device: str = "cpu"
+) -> dict[str, Any]:
     measured = {"max_abs_err": err, "tolerance": 1e-5}
     if skipped:
         measured = {"max_abs_err": None, "tolerance": None}
-    return {"name": name, "ok": ok, "device": "cpu", **measured, "seconds": 0.1, "isa": None, "error": None,
+    return {"name": name, "ok": ok, "device": device, **measured, "seconds": 0.1, "isa": None, "error": None,
             "skipped": skipped}  # fmt: skip
 
 
@@ -170,10 +173,14 @@ def test_selftests_and_audits_decide_with_the_load() -> None:
     raw = report(
         {**op("cpu_adam"), "selftest": selftest("cpu_adam", True), "binary": None},
         {**op("cpu_lion"), "selftest": selftest("cpu_lion", True, err=0.5), "binary": None},
-        {**op("fused_adam"), "selftest": selftest("fused_adam", False, "needs a GPU"), "binary": audit()},
+        {
+            **op("fused_adam"),
+            "selftest": selftest("fused_adam", False, "needs a GPU", device="cuda"),
+            "binary": audit(),
+        },
         {
             **op("fused_lion"),
-            "selftest": selftest("fused_lion", False, "needs a GPU"),
+            "selftest": selftest("fused_lion", False, "needs a GPU", device="cuda"),
             "binary": audit(("sm_90",)),
         },
     )
@@ -212,3 +219,18 @@ def test_gpus_become_device_requests() -> None:
     assert every["Count"] == -1 and every["Capabilities"] == [["gpu"]]
     (some,) = ver.device_requests("0,1")
     assert some["DeviceIDs"] == ["0", "1"]
+
+
+def test_a_cpu_self_test_not_checkable_here_passes_and_says_why() -> None:
+    why = "not checkable under emulation: qemu-user has no Linux AIO (io_setup: Function not implemented)"
+    raw = report(
+        {**op("cpu_adam"), "selftest": selftest("cpu_adam", True), "binary": None},
+        {**op("async_io"), "selftest": selftest("async_io", False, why), "binary": None},
+    )
+    result = ver.parse_verify_output(raw, None, "img", 1.0)
+    assert result is not None and result.ok
+    assert result.gpu_selftests_skipped == () and result.cpu_selftests_skipped == (("async_io", why),)
+    console = Console(record=True, width=200, color_system=None)
+    console.print(render_table(result))
+    text = console.export_text()
+    assert f"async_io self-test skipped: {why}" in " ".join(text.split()) and "GPU self-tests" not in text
