@@ -113,9 +113,7 @@ TARGET_SITE_PACKAGES = Setting(
     "`nvidia-*` wheels, installed for the target platform and never run here",
 )
 DEBUG = Setting("OP_BUILDER_DEBUG", "flag", "unset", "`1`: show a traceback with errors")
-CXX = Setting(
-    "CXX", "command", "`c++` (a cross build: `<triplet>-g++`)", "the host C++ compiler", "toolkit"
-)
+CXX = Setting("CXX", "command", "`c++` (a cross build: `<triplet>-g++`)", "the host C++ compiler", "toolkit")
 CC = Setting(
     "CC",
     "command",

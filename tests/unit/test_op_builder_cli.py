@@ -130,7 +130,16 @@ def test_verify_without_installed_ops_fails_clearly() -> None:
     assert data["ok"] is False and data["ops"][0]["source"] is None
     assert "DS_DISABLE_JIT=1" in data["ops"][0]["error"]
     assert set(data) == {"ok", "torch", "cuda", "hip", "machine", "ops"}
-    assert set(data["ops"][0]) == {"name", "ok", "source", "seconds", "error", "selftest", "binary", "machine"}
+    assert set(data["ops"][0]) == {
+        "name",
+        "ok",
+        "source",
+        "seconds",
+        "error",
+        "selftest",
+        "binary",
+        "machine",
+    }
     assert data["ops"][0]["selftest"] is None  # an op that did not load is not self-tested
 
 

@@ -19,7 +19,16 @@ def test_round_trip_keeps_every_field() -> None:
     )
     data = report.to_json()
     assert set(data) == {"ok", "torch", "cuda", "hip", "machine", "ops"}
-    assert set(data["ops"][0]) == {"name", "ok", "source", "seconds", "error", "selftest", "binary", "machine"}
+    assert set(data["ops"][0]) == {
+        "name",
+        "ok",
+        "source",
+        "seconds",
+        "error",
+        "selftest",
+        "binary",
+        "machine",
+    }
     assert VerifyReport.from_json(data) == report
     assert data["ok"] is False
 
