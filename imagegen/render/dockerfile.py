@@ -247,6 +247,7 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "front_packages": json.dumps([*OUR_OP_PACKAGES, "kernels.compat.deepspeed"]),  # "": in a shell '...'
         "ops": spec.ops,
         "ops_csv": ",".join(spec.ops),
+        "ops_json": ", ".join(json.dumps(op) for op in spec.ops),  # inside a shell '...': op names only
         "torch_version": spec.torch_release,
         "python": spec.python,
         "archs": ";".join(spec.archs),

@@ -193,7 +193,7 @@ def test_an_arm64_image_is_cross_compiled_on_an_amd64_builder() -> None:
     # The ops are checked once, in the runtime stage (the build stage cannot run them).
     build_stage, runtime_stage = text.split("AS runtime")
     assert "op_builder verify" not in build_stage
-    assert "python -m op_builder verify cpu_adam async_io" in runtime_stage
+    assert 'main(["verify", "cpu_adam", "async_io"])' in runtime_stage
     assert "aarch64-linux-gnu-strip --strip-unneeded" in text
 
 
