@@ -73,7 +73,9 @@ def run(image: ImageSpec, engine: Engine) -> dict[str, Any]:
     return {
         "build_seconds": round(report.build_seconds, 1),
         "compile_step_seconds": step_seconds(report.log, "pip wheel"),
-        "check_step_seconds": step_seconds(report.log, "op_builder verify"),
+        # The build's check of the ops: the build stage's, or a cross build's runtime stage's.
+        "check_step_seconds": step_seconds(report.log, "op_builder verify")
+        or step_seconds(report.log, "checking the ops"),
         "verify_seconds": round(verify.seconds, 1) if verify is not None else None,
         "verified": verify is not None and verify.ok,
         "total_seconds": round(total, 1),
