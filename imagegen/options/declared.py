@@ -93,7 +93,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         commands=_IMAGE_CMDS,
         help=(
             "linux/amd64 (default) or linux/arm64 (Grace Hopper / Grace Blackwell nodes; CUDA 12.6+ or the "
-            "CPU). Built elsewhere under emulation."
+            "CPU). Cross-compiled on a builder of another platform (--build-platform)."
         ),
         docs_option="`--platform OS/ARCH`",
         docs_default="`linux/amd64`",
