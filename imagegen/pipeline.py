@@ -33,6 +33,7 @@ from imagegen.proof.seal import ProofReport, Signer, context_digests
 from imagegen.proof.seal import now as proof_now
 from imagegen.proof.size import SizeReport
 from imagegen.publish import Published
+from imagegen.render import cross
 from imagegen.render.dockerfile import render
 from imagegen.verify.verify_image import VerifyResult
 
@@ -138,6 +139,15 @@ class _Steps:
         self.timings.append(StepTiming(name, time.monotonic() - start))
 
 
+def _build_args(spec: ImageSpec, verify: bool) -> dict[str, str]:
+    args = {"MAX_JOBS": str(spec.max_jobs)} if spec.max_jobs else {}
+    if spec.cross and verify:
+        # The sealed verification right after proves what the runtime stage's check would, which
+        # would run the target's code under emulation a second time.
+        args[cross.CHECK_OPS_ARG] = "0"
+    return args
+
+
 def build(
     spec: ImageSpec,
     *,
@@ -185,7 +195,7 @@ def build(
                 text,
                 spec.tag,
                 target=stage,
-                build_args={"MAX_JOBS": str(spec.max_jobs)} if spec.max_jobs else {},
+                build_args=_build_args(spec, verify),
                 no_cache=no_cache,
                 platform=spec.platform,
                 secrets=found,

@@ -15,6 +15,10 @@ from imagegen.imagespec.image_spec import ImageSpec
 from op_builder import settings as op_settings
 from op_builder.cross import PLATFORMS
 
+# The build argument that turns the runtime stage's check of the ops off ("0"): `imagegen build`
+# verifies the image in a sealed container right after, so the check would run twice under emulation.
+CHECK_OPS_ARG = "CHECK_OPS"
+
 # The image's venv, made in the devel stage and copied whole into the runtime stage.
 VENV = "/opt/venv"
 VENV_PYTHON = f"{VENV}/bin/python"
@@ -73,6 +77,7 @@ def context(spec: ImageSpec) -> dict[str, object]:
     """The template's cross-build values (empty strings for a native build, which reads none)."""
     if not spec.cross:
         return {
+            "check_ops_arg": CHECK_OPS_ARG,
             "build_platform": spec.build_platform,
             "venv_python": "python",
             "venv_pip": "pip",
@@ -80,6 +85,7 @@ def context(spec: ImageSpec) -> dict[str, object]:
         }
     machine = PLATFORMS[spec.platform][0]
     return {
+        "check_ops_arg": CHECK_OPS_ARG,
         "build_platform": spec.build_platform,
         "deb_arch": debian_arch(spec.platform),
         "triplet": triplet(spec.platform),

@@ -252,3 +252,15 @@ def test_async_io_is_not_checkable_under_emulation_and_fails_elsewhere(
     monkeypatch.setattr(selftest, "emulator", lambda: None)
     with pytest.raises(RuntimeError, match="Function not implemented"):
         selftest._handle()
+
+
+def test_imagegen_build_checks_a_cross_image_once_in_its_sealed_verification() -> None:
+    from imagegen.pipeline import _build_args
+
+    arm64 = spec(platform="linux/arm64")
+    assert _build_args(arm64, verify=True) == {"CHECK_OPS": "0"}
+    # Unverified (--no-verify), the build's own check is the only one: it runs.
+    assert _build_args(arm64, verify=False) == {}
+    assert _build_args(spec(), verify=True) == {}
+    # A plain `docker build` of the Dockerfile checks the ops in its runtime stage.
+    assert "ARG CHECK_OPS=1" in render(arm64) and "CHECK_OPS" not in render(spec())
