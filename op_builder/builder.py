@@ -150,7 +150,10 @@ class OpBuilder:
                 extra_compile_args={"cxx": list(flags.cxx), "nvcc": list(flags.device)}, **common
             )
         cross = ctx.toolchain.cross
-        return extension if cross is None else retarget_extension(extension, cross)
+        if cross is None:
+            return extension
+        toolkit = ctx.toolchain.cuda if flags.device_compiler == "nvcc" else None
+        return retarget_extension(extension, cross, toolkit.home if toolkit is not None else None)
 
     def load(self, env: Mapping[str, str] | None = None) -> ModuleType:
         """The compiled module: installed if built for this torch, else JIT-built."""

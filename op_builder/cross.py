@@ -201,12 +201,50 @@ def resolve_cross(env: Mapping[str, str], native: str | None = None) -> CrossTar
     )
 
 
-def retarget_extension(extension: Any, cross: CrossTarget) -> Any:
+def target_cuda_library_dirs(site_packages: Path) -> list[str]:
+    """The target's CUDA runtime libraries: those of the ``nvidia-*`` wheels its torch depends on
+    (``nvidia/cu13/lib`` from CUDA 13, ``nvidia/cuda_runtime/lib`` before), holding ``libcudart``."""
+    found = sorted({str(path.parent) for path in (site_packages / "nvidia").glob("*/lib/libcudart.so*")})
+    return found
+
+
+def linkable(name: str, folders: list[str]) -> str:
+    """``-l`` form of library ``name`` in ``folders``: ``name`` where ``libNAME.so`` is there, else
+    ``:libNAME.so.N`` (the wheels ship only the versioned file, which ``-lNAME`` does not find)."""
+    for folder in folders:
+        if Path(folder, f"lib{name}.so").exists():
+            return name
+        versioned = sorted(Path(folder).glob(f"lib{name}.so.*"))
+        if versioned:
+            return ":" + versioned[0].name
+    return name
+
+
+def retarget_extension(extension: Any, cross: CrossTarget, cuda_home: str | None = None) -> Any:
     """A setuptools extension made by torch's builder here, pointed at the target's torch: every
-    include and library folder inside this machine's torch becomes the same folder in the target's."""
+    include and library folder inside this machine's torch becomes the same folder in the target's.
+
+    A CUDA extension (``cuda_home``: the toolkit that compiles it) links the target's CUDA runtime
+    instead of the toolkit's, which is this machine's; its headers stay (they are the same on every
+    platform), and nvcc reads them from this machine's target folder (``-target-dir``): given an
+    aarch64 host compiler it would look in ``targets/aarch64-linux``, which an x86-64 toolkit lacks.
+    """
     import torch  # deferred: only a build imports torch, and this machine's is the one that runs
 
     native = os.path.dirname(torch.__file__)
     extension.include_dirs = [cross.rebase(p, native) for p in extension.include_dirs]
-    extension.library_dirs = [cross.rebase(p, native) for p in extension.library_dirs]
+    library_dirs = [cross.rebase(p, native) for p in extension.library_dirs]
+    if cuda_home is not None:
+        home = os.path.normpath(cuda_home)
+        library_dirs = [p for p in library_dirs if not os.path.normpath(p).startswith(home + os.sep)]
+        library_dirs += target_cuda_library_dirs(cross.site_packages)
+        extension.libraries = [linkable(name, library_dirs) for name in extension.libraries]
+        build_dir = PLATFORMS[cross.build_platform][0] + "-linux"
+        if isinstance(extension.extra_compile_args, dict) and Path(home, "targets", build_dir).is_dir():
+            extension.extra_compile_args["nvcc"] = [
+                *extension.extra_compile_args["nvcc"],
+                "-target-dir",
+                build_dir,
+            ]
+    extension.library_dirs = library_dirs
     return extension

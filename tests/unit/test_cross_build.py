@@ -264,3 +264,19 @@ def test_imagegen_build_checks_a_cross_image_once_in_its_sealed_verification() -
     assert _build_args(spec(), verify=True) == {}
     # A plain `docker build` of the Dockerfile checks the ops in its runtime stage.
     assert "ARG CHECK_OPS=1" in render(arm64) and "CHECK_OPS" not in render(spec())
+
+
+def test_a_cross_cuda_build_links_the_targets_cuda_runtime(tmp_path: Path) -> None:
+    from op_builder.cross import linkable, target_cuda_library_dirs
+
+    lib = tmp_path / "nvidia" / "cu13" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudart.so.13").write_bytes(b"")
+    (tmp_path / "nvidia" / "cudnn" / "lib").mkdir(parents=True)  # no cudart: not a runtime folder
+    folders = target_cuda_library_dirs(tmp_path)
+    assert folders == [str(lib)]
+    # The wheels ship only the versioned file, which -lcudart would not find.
+    assert linkable("cudart", folders) == ":libcudart.so.13"
+    (lib / "libc10_cuda.so").write_bytes(b"")
+    assert linkable("c10_cuda", folders) == "c10_cuda"
+    assert linkable("torch_cuda", folders) == "torch_cuda"  # elsewhere: the linker's search decides
