@@ -322,6 +322,13 @@ STANDINS: dict[tuple[str, str], tuple[str, str]] = {
         ("cpu", AMD64),
         ("cpu", ARM64),
         *((t.name, AMD64) for t in CUDA_TARGETS.values() if _has_standins(t)),
+        # arm64: NVIDIA's aarch64 (sbsa) wheels of the 13.x compilers; a cross build's devel stage
+        # takes amd64's, its runtime stage this base.
+        *(
+            (t.name, ARM64)
+            for t in CUDA_TARGETS.values()
+            if ARM64 in t.platforms and Version(t.version or "0") >= Version(STANDIN_CUDA_SINCE)
+        ),
     )
 }
 STANDIN_DEVEL, STANDIN_RUNTIME = STANDINS[("cpu", AMD64)]

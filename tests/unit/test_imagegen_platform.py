@@ -189,8 +189,14 @@ def test_arm64_standins() -> None:
     # Cross-compiled (the default on an amd64 builder): the devel stage is the builder's.
     cross = spec(platform="linux/arm64", standins=True)
     assert cross.base_devel == "imagegen-standin/python:3.11-devel"
-    with pytest.raises(BadInputError, match=r"no stand-in bases for cuda13\.2 on linux/arm64"):
-        spec(cuda="13.2", platform="linux/arm64", standins=True)
+    # CUDA 13.x on arm64: the cross build's devel stage is amd64's CUDA stand-in, its runtime arm64's.
+    cuda = spec(cuda="13.2", platform="linux/arm64", standins=True, ops="fused_adam")
+    assert (cuda.base_devel, cuda.base_runtime) == (
+        "imagegen-standin/cuda:13.2-devel",
+        "imagegen-standin/cuda:13.2-base-arm64",
+    )
+    with pytest.raises(BadInputError, match=r"no stand-in bases for cuda12\.8 on linux/arm64"):
+        spec(cuda="12.8", platform="linux/arm64", standins=True)
 
 
 def test_standin_shim_passes_the_old_spellings_on(tmp_path: Path) -> None:
