@@ -99,6 +99,7 @@ images: setup standins
 # IMAGEGEN_TORCH_INDEX) names another index; CUDA_IMAGE_OPS picks some ops. Several GB to
 # download, and ~30 GB of disk with the build cache (`docker builder prune` gives it back). Not
 # in CI. Figures (cold build, compile seconds per op, sizes) in docs/benchmarks.md.
+# PLATFORM=linux/arm64: the arm64 image (GH200, GB200, GB300, DGX Spark), cross-compiled here.
 CUDA ?=
 CUDA_TORCH ?=
 CUDA_TORCH_INDEX ?= $(IMAGEGEN_TORCH_INDEX)
@@ -106,7 +107,8 @@ CUDA_ARCH ?=
 CUDA_IMAGE_OPS ?=
 image-cuda: setup docker
 	$(PY) scripts/images.py cuda --cuda '$(CUDA)' --arch '$(CUDA_ARCH)' --torch '$(CUDA_TORCH)' \
-	  --torch-index '$(CUDA_TORCH_INDEX)' --ops '$(CUDA_IMAGE_OPS)' --ca-cert '$(CA_CERT)'
+	  --torch-index '$(CUDA_TORCH_INDEX)' --ops '$(CUDA_IMAGE_OPS)' --ca-cert '$(CA_CERT)' \
+	  --platform '$(PLATFORM)' --wheelhouse '$(WHEELHOUSE)'
 
 # Image figures: runtime/devel size of the CPU and the CUDA image, and the rebuild ratio.
 bench-images: setup standins

@@ -181,13 +181,24 @@ def several_platforms(args: argparse.Namespace, ops: Ops, imagegen: Sequence[str
 
 
 def cuda_commands(args: argparse.Namespace, ops: Ops, index: str, imagegen: Sequence[str]) -> list[list[str]]:
-    """What `make image-cuda` runs for these options, with torch from ``index``."""
+    """What `make image-cuda` runs for these options, with torch from ``index``.
+
+    ``--platform linux/arm64``: the arm64 image, cross-compiled: its devel stage is amd64's CUDA
+    stand-in and its runtime stage arm64's, so both are made; the cross build's own (CPU) torch
+    comes from the amd64 wheelhouse when there is one.
+    """
     cuda = args.cuda or CUDA
+    platform_ = args.platform or AMD64
     ca_cert = args.ca_cert or _present(CA_CERT)
     build = [*imagegen, "build", "--cuda", cuda, "--standins", "--ops", ",".join(_names(args.ops) or ops.gpu)]
     build += ["--arch", args.arch] if args.arch else []
     build += ["--torch", args.torch or cuda_torch(cuda), "--torch-index", index]
-    return [[*imagegen, "standins", "--cuda", cuda], build + (["--ca-cert", ca_cert] if ca_cert else [])]
+    standins = [[*imagegen, "standins", "--cuda", cuda]]
+    if platform_ != AMD64:
+        standins.append([*imagegen, "standins", "--cuda", cuda, "--platform", platform_])
+        wheelhouse = args.wheelhouse or _present(WHEELHOUSE)
+        build += ["--platform", platform_, *(["--build-wheelhouse", wheelhouse] if wheelhouse else [])]
+    return [*standins, build + (["--ca-cert", ca_cert] if ca_cert else [])]
 
 
 def imagegen_command() -> list[str]:
@@ -224,6 +235,8 @@ def parser() -> argparse.ArgumentParser:
     cuda.add_argument("--torch", help="the torch release (default: PyPI's build for that CUDA)")
     cuda.add_argument("--torch-index", help="where torch comes from (default: this machine's pip index)")
     cuda.add_argument("--ops", help="default: our GPU ops")
+    cuda.add_argument("--platform", help=f"{AMD64} (default) or {ARM64} (cross-compiled on this machine)")
+    cuda.add_argument("--wheelhouse", help=f"an arm64 build's own torch (default: {WHEELHOUSE} when present)")
     for sub in (cpu, cuda):
         sub.add_argument("--ca-cert", help=f"CA bundle for the build (default: {CA_CERT} when present)")
         sub.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
