@@ -167,12 +167,25 @@ def torch_check_timeout_message(spec: ImageSpec) -> str:
     """The line the devel stage prints when its torch check runs past its limit: the step, the
     platform, the torch pinned, what to do. It sits in a double-quoted shell word, so it holds
     no quote, backslash or ``$`` but the one expanding the limit."""
+    if spec.cross:
+        # A cross build imports the target's torch only in its runtime stage, under emulation there.
+        step = "the runtime stage's check of the ops (import torch)"
+        why = (
+            "a torch build that cannot run under emulation hangs there (torch 2.15's aarch64 build "
+            "crashes under qemu-user, reading its CPU from sysfs): pin one that runs under emulation "
+            f"(--torch; this one is {spec.torch_requirement}), build on a {spec.platform} machine"
+        )
+    else:
+        step = "the devel stage's torch check (import torch)"
+        why = (
+            f"a torch build that cannot run on {spec.platform} hangs there under emulation: pin one "
+            f"built for {spec.target} on {spec.platform} (--torch, --platform-torch; this one is "
+            f"{spec.torch_requirement})"
+        )
     return (
-        f"imagegen: error: the devel stage's torch check (import torch) gave no answer within "
-        f"${{{TORCH_CHECK_TIMEOUT_ARG}}} s on {spec.platform} and was stopped; a torch build that cannot "
-        f"run on {spec.platform} hangs there under emulation: pin one built for {spec.target} on "
-        f"{spec.platform} (--torch, --platform-torch; this one is {spec.torch_requirement}), or give "
-        f"the check longer: --build-arg {TORCH_CHECK_TIMEOUT_ARG}=SECONDS"
+        f"imagegen: error: {step} gave no answer within ${{{TORCH_CHECK_TIMEOUT_ARG}}} s on "
+        f"{spec.platform} and was stopped; {why}, or give the check longer: --build-arg "
+        f"{TORCH_CHECK_TIMEOUT_ARG}=SECONDS"
     )
 
 

@@ -220,11 +220,32 @@ def test_a_check_past_its_limit_stops_naming_the_step_and_the_platform(tmp_path:
     assert fine.returncode == 0 and fine.stderr == ""
 
 
-def test_a_cross_builds_check_reads_the_target_torch_natively_unbounded() -> None:
-    # The cross build never imports the target's torch: nothing can hang under emulation there.
+def test_a_cross_build_bounds_its_runtime_check_not_its_devel_one() -> None:
+    # The devel stage reads the target's torch/version.py natively: nothing there runs under
+    # emulation. Its runtime stage imports torch under emulation, bounded the same way.
     text = render(spec(platform="linux/arm64"))
-    assert "TORCH_CHECK_TIMEOUT" not in text and "timeout --kill-after" not in text
-    assert 'runpy.run_path("/opt/venv/lib/python3.11/site-packages/torch/version.py")' in text
+    devel, runtime = text.split(" AS runtime")
+    assert "TORCH_CHECK_TIMEOUT" not in devel and "timeout --kill-after" not in devel
+    assert 'runpy.run_path("/opt/venv/lib/python3.11/site-packages/torch/version.py")' in devel
+    assert (
+        "ARG TORCH_CHECK_TIMEOUT=600" in runtime
+        and 'timeout --kill-after=30 "${TORCH_CHECK_TIMEOUT}"' in runtime
+    )
+    assert "the runtime stage's check of the ops (import torch) gave no answer" in runtime
+
+
+def test_a_cross_builds_check_past_its_limit_stops_naming_the_step(tmp_path: Path) -> None:
+    text = render(spec(platform="linux/arm64", bytecode="none"))
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(' && { [ "${CHECK_OPS}" = 0 ]'))
+    script = lines[start].removeprefix(" && ") + "\n" + lines[start + 1]
+    hung = _run_check(tmp_path, script, "exec sleep 30", "0.3")
+    assert hung.returncode == 124 and "the runtime stage's check of the ops" in hung.stderr
+    skipped = subprocess.run(
+        ["bash", "-c", script], env={**os.environ, "CHECK_OPS": "0", "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert skipped.returncode == 0  # imagegen build's sealed verification checks instead
 
 
 def test_the_message_is_safe_in_its_double_quoted_shell_word() -> None:
@@ -236,7 +257,7 @@ def test_the_message_is_safe_in_its_double_quoted_shell_word() -> None:
 
 
 def test_a_build_log_with_the_timeout_fails_with_that_line() -> None:
-    s = spec(platform="linux/arm64")
+    s = spec(platform="linux/arm64", build_platform="linux/arm64")
     said = render_lib.torch_check_timeout_message(s).replace("${TORCH_CHECK_TIMEOUT}", "600")
     log = [
         "#9 [devel 4/4] RUN --mount=type=cache,target=/root/.cache/pip     pip install setuptools",
