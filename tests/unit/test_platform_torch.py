@@ -241,10 +241,8 @@ def test_a_cross_builds_check_past_its_limit_stops_naming_the_step(tmp_path: Pat
     script = lines[start].removeprefix(" && ") + "\n" + lines[start + 1]
     hung = _run_check(tmp_path, script, "exec sleep 30", "0.3")
     assert hung.returncode == 124 and "the runtime stage's check of the ops" in hung.stderr
-    skipped = subprocess.run(
-        ["bash", "-c", script], env={**os.environ, "CHECK_OPS": "0", "PATH": f"{tmp_path}:{os.environ['PATH']}"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    env = {**os.environ, "CHECK_OPS": "0", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    skipped = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert skipped.returncode == 0  # imagegen build's sealed verification checks instead
 
 
