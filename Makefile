@@ -94,7 +94,7 @@ images: setup standins
 # Debian trixie's nvidia-cuda-toolkit; CUDA=13.0, the default: this machine's toolkit; another
 # 13.x: NVIDIA's compiler wheels of exactly that release), for the catalog's default arch list of
 # that CUDA unless CUDA_ARCH names one, with torch's matching build on PyPI (CUDA_TORCH; 12.4:
-# 2.6.0; 13.x: 2.15.0, a CUDA 13.2 build) from the index this machine's pip installs from
+# 2.6.0; 13.x: 2.15.0, a CUDA 13.2 build; arm64: 2.11.0) from the index this machine's pip installs from
 # (scripts/pip_index.py), so a corporate mirror works as it is. CUDA_TORCH_INDEX (or
 # IMAGEGEN_TORCH_INDEX) names another index; CUDA_IMAGE_OPS picks some ops. Several GB to
 # download, and ~30 GB of disk with the build cache (`docker builder prune` gives it back). Not

@@ -70,14 +70,18 @@ CA_CERT = Path("/etc/ssl/certs/ca-certificates.crt")
 CUDA = "13.0"
 
 
-def cuda_torch(cuda: str) -> str:
-    """The torch release whose PyPI wheels are a build for ``cuda``.
+def cuda_torch(cuda: str, platform: str = AMD64) -> str:
+    """The torch release whose PyPI wheels are a build for ``cuda`` on ``platform``.
 
     PyPI's torch 2.6.0 Linux wheels are its CUDA 12.4 build; torch 2.15.0's are a CUDA 13.2
     build (``cuda-toolkit==13.2.2``), which 13.0 (an older toolkit of the same major, whose
-    stand-ins the ops are compiled with) runs too.
+    stand-ins the ops are compiled with) runs too. On arm64, 2.11.0 (its aarch64 wheel is a CUDA
+    13.0 build): the image is checked under qemu here, where 2.15.0's aarch64 build crashes
+    (its oneDNN reads the CPU's MIDR_EL1 from sysfs, which qemu-user lacks).
     """
-    return "2.6.0" if cuda == "12.4" else "2.15.0"
+    if cuda == "12.4":
+        return "2.6.0"
+    return "2.11.0" if platform == ARM64 else "2.15.0"
 
 
 @dataclass(frozen=True)
@@ -192,7 +196,7 @@ def cuda_commands(args: argparse.Namespace, ops: Ops, index: str, imagegen: Sequ
     ca_cert = args.ca_cert or _present(CA_CERT)
     build = [*imagegen, "build", "--cuda", cuda, "--standins", "--ops", ",".join(_names(args.ops) or ops.gpu)]
     build += ["--arch", args.arch] if args.arch else []
-    build += ["--torch", args.torch or cuda_torch(cuda), "--torch-index", index]
+    build += ["--torch", args.torch or cuda_torch(cuda, platform_), "--torch-index", index]
     standins = [[*imagegen, "standins", "--cuda", cuda]]
     if platform_ != AMD64:
         standins.append([*imagegen, "standins", "--cuda", cuda, "--platform", platform_])
