@@ -60,6 +60,11 @@ def _span(items: list[str]) -> str:
     return f"{items[0]}–{items[-1]}" if items else "-"
 
 
+def _platforms_cell(platforms: list[str]) -> str:
+    """``amd64, arm64``: the platforms an image was built (verified) for here; ``no`` for none."""
+    return ", ".join(p.removeprefix("linux/") for p in platforms) or "no"
+
+
 def _compiled_cell(entry: dict[str, Any]) -> str:
     proof = entry["proof"]
     compiled, missing = proof["compiled"], proof["not_compiled"]
@@ -100,8 +105,8 @@ def _table(entries: list[dict[str, Any]], dropped: tuple[str, ...]) -> Table:
             "platforms": ", ".join(p.removeprefix("linux/") for p in e["platforms"]),
             "archs": ";".join(e["archs"]) or "-",
             "compiled": _compiled_cell(e),
-            "built": "yes" if e["proof"]["built"] else "no",
-            "verified": "yes" if e["proof"]["verified"] else "no",
+            "built": _platforms_cell(e["proof"]["built_platforms"]),
+            "verified": _platforms_cell(e["proof"]["verified_platforms"]),
         }
         table.add_row(*(cells[c] for c in columns))
     return table
@@ -124,6 +129,6 @@ def catalog(json: JsonOption = False) -> None:
     left_out = [c for c in DROPPABLE if c not in {col.header for col in table.columns}]
     out.print(
         "compiled: torch minors whose ops compiled here (make compat; docs/compat.md); "
-        "built / verified: an image of the target, here."
+        "built / verified: the platforms an image of the target was built and verified for, here."
         + (f" Left out to fit the terminal: {', '.join(left_out)} (see --json)." if left_out else "")
     )

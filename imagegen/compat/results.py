@@ -124,8 +124,17 @@ def proof(target: catalog.Target, data: Mapping[str, Any]) -> dict[str, Any]:
         else {"toolkit": device.toolkit, "exact": device.exact, "std": list(device.stds)},
         "built": any(i.get("built") for i in images),
         "verified": any(i.get("verified") for i in images),
+        # Which platforms' images: an arm64 image is proven apart from the amd64 one.
+        "built_platforms": _platforms(images, "built"),
+        "verified_platforms": _platforms(images, "verified"),
         "images": images,
     }
+
+
+def _platforms(images: Iterable[Mapping[str, Any]], what: str) -> list[str]:
+    """The platforms with an image that was ``what`` (built, verified), in the catalog's order."""
+    found = {str(i.get("platform") or catalog.DEFAULT_PLATFORM) for i in images if i.get(what)}
+    return [p for p in catalog.PLATFORMS if p in found]
 
 
 # ---------------------------------------------------------------- docs/compat.md

@@ -218,3 +218,18 @@ def test_a_run_keeps_the_images_section_edited_while_it_runs(tmp_path: Path) -> 
     run.save()
     saved = results.load(path)
     assert saved["images"] == edited and saved["host"] == run.data["host"]
+
+
+def test_the_proof_names_the_platforms_an_image_was_built_and_verified_for() -> None:
+    target = catalog.CUDA_TARGETS["13.0"]
+    data = {
+        "images": [
+            {"target": "cuda13.0", "platform": "linux/arm64", "built": True, "verified": False},
+            {"target": "cuda13.0", "platform": "linux/amd64", "built": True, "verified": True},
+            {"target": "cuda13.2", "platform": "linux/arm64", "built": True, "verified": True},
+        ]
+    }
+    proof = results.proof(target, data)
+    assert proof["built_platforms"] == ["linux/amd64", "linux/arm64"]
+    assert proof["verified_platforms"] == ["linux/amd64"]
+    assert results.proof(catalog.CUDA_TARGETS["12.8"], data)["built_platforms"] == []
