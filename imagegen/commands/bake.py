@@ -100,6 +100,8 @@ def bake_command(
             platform=platform, torch=torch_for.get(platform, image.torch),
             wheelhouse=wheels_for.get(platform, image.wheelhouse), push=push is not None,
             verify=not no_verify,
+            # A cross-compiled (arm64) target's own torch is the builder's: --wheelhouse holds it.
+            build_wheelhouse=image.wheelhouse,
         )  # fmt: skip
         requests.append(BakeRequest(name, make_spec(inp)))
     report = bake(

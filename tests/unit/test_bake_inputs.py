@@ -159,6 +159,34 @@ def test_every_target_is_baked_with_all_its_ops_async_io_too(monkeypatch: pytest
     assert seen["cpu-arm64"].spec.ops == ("cpu_adam", "async_io")
 
 
+def test_a_cross_targets_own_torch_comes_from_the_wheelhouse(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: dict[str, BakeRequest] = {}
+
+    def fake_bake(requests: Sequence[BakeRequest], **_: Any) -> Any:
+        seen.update({r.name: r for r in requests})
+        raise BadInputError("stop here")
+
+    monkeypatch.setattr("imagegen.commands.bake.bake", fake_bake)
+    amd64, arm64 = tmp_path / "amd64", tmp_path / "arm64"
+    amd64.mkdir()
+    arm64.mkdir()
+    args = [
+        "bake",
+        "cpu",
+        "cpu-arm64",
+        "--wheelhouse",
+        str(amd64),
+        "--platform-wheelhouse",
+        f"linux/arm64={arm64}",
+    ]
+    runner.invoke(app, args)
+    cross = seen["cpu-arm64"].spec
+    assert cross.cross and cross.wheelhouses == (arm64, amd64)
+    assert seen["cpu"].spec.wheelhouses == (amd64,)
+
+
 # ---------------------------------------------------------------- the stand-ins
 
 
