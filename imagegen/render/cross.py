@@ -58,6 +58,19 @@ def devel_packages(spec: ImageSpec, native: tuple[str, ...]) -> tuple[str, ...]:
     return (*tools, *target)
 
 
+def multiarch_error(spec: ImageSpec) -> str:
+    """What the devel stage says when its apt sources serve none of the target's packages (a line
+    in a double-quoted shell word: no quote, backslash or ``$``)."""
+    arch = debian_arch(spec.platform)
+    return (
+        f"imagegen: error: a cross build for {spec.platform} installs the target's Python headers and "
+        f"libraries through apt (multiarch: NAME:{arch}), and this base's apt sources serve no {arch} "
+        f"packages. Debian serves every architecture from one archive; Ubuntu serves {arch} from its "
+        f"ports archive, which the base must list for {arch} ([arch={arch}] in its sources). Or build "
+        f"every stage for {spec.platform}: --build-platform {spec.platform} (under emulation here)"
+    )
+
+
 def build_environment(spec: ImageSpec) -> tuple[str, ...]:
     """What the build stage exports on top of the native build's: the target and its torch."""
     return (
@@ -90,6 +103,7 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "deb_arch": debian_arch(spec.platform),
         "triplet": triplet(spec.platform),
         "cross_compiler_packages": _CROSS_COMPILER[spec.platform],
+        "multiarch_error": multiarch_error(spec),
         "uv_platform": f"{machine}-{MANYLINUX}",
         "uv_requirement": UV_REQUIREMENT,
         "packaging_requirement": catalog.PACKAGING_REQUIREMENT,

@@ -280,3 +280,30 @@ def test_a_cross_cuda_build_links_the_targets_cuda_runtime(tmp_path: Path) -> No
     (lib / "libc10_cuda.so").write_bytes(b"")
     assert linkable("c10_cuda", folders) == "c10_cuda"
     assert linkable("torch_cuda", folders) == "torch_cuda"  # elsewhere: the linker's search decides
+
+
+def test_a_base_whose_apt_serves_no_target_packages_fails_saying_so(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    text = render(spec(platform="linux/arm64", cuda="13.0", cpu=False, ops="fused_adam"))
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("RUN dpkg --add-architecture arm64"))
+    script = "\n".join(lines[start : start + 4]).removeprefix("RUN ").rstrip(" \\")
+    for tool, body in (
+        ("dpkg", "exit 0"),
+        ("apt-get", 'echo "E: Unable to locate package $5" >&2; exit 100'),
+    ):
+        fake = tmp_path / tool
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert (
+        "imagegen: error: a cross build for linux/arm64 installs the target's Python headers" in done.stderr
+    )
+    assert "--build-platform linux/arm64" in done.stderr
+    (tmp_path / "apt-get").write_text("#!/bin/sh\nexit 0\n")
+    fine = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert fine.returncode == 0 and fine.stderr == ""
