@@ -107,7 +107,6 @@ TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 UBUNTU_PYTHON: dict[str, str] = {"ubuntu22.04": "3.10", "ubuntu24.04": "3.12"}
 
 # Build tools installed into the devel stage's venv (lower bounds; pip picks the newest).
-# packaging stays in the runtime venv: op_builder reads versions with it.
 PACKAGING_REQUIREMENT = "packaging>=23"
 BUILD_TOOLS: tuple[str, ...] = ("setuptools>=69", "wheel>=0.42", "ninja>=1.11", PACKAGING_REQUIREMENT)
 # Of those, what the runtime venv does without (packaging stays: op_builder reads versions with it).
@@ -311,9 +310,12 @@ def platform_tag_suffix(platform: str) -> str:
     return "" if platform == DEFAULT_PLATFORM else "-" + platform.rsplit("/", 1)[-1]
 
 
+def _from_wheels(target: Target) -> bool:
+    return Version(target.version or "0") >= Version(STANDIN_CUDA_SINCE)
+
+
 def _has_standins(target: Target) -> bool:
-    version = target.version or "0"
-    return version in STANDIN_DEBIAN_CUDA or Version(version) >= Version(STANDIN_CUDA_SINCE)
+    return (target.version or "0") in STANDIN_DEBIAN_CUDA or _from_wheels(target)
 
 
 STANDINS: dict[tuple[str, str], tuple[str, str]] = {
@@ -322,13 +324,8 @@ STANDINS: dict[tuple[str, str], tuple[str, str]] = {
         ("cpu", AMD64),
         ("cpu", ARM64),
         *((t.name, AMD64) for t in CUDA_TARGETS.values() if _has_standins(t)),
-        # arm64: NVIDIA's aarch64 (sbsa) wheels of the 13.x compilers; a cross build's devel stage
-        # takes amd64's, its runtime stage this base.
-        *(
-            (t.name, ARM64)
-            for t in CUDA_TARGETS.values()
-            if ARM64 in t.platforms and Version(t.version or "0") >= Version(STANDIN_CUDA_SINCE)
-        ),
+        # arm64: from NVIDIA's aarch64 13.x wheels (a cross build's runtime stage; its devel is amd64's).
+        *((t.name, ARM64) for t in CUDA_TARGETS.values() if ARM64 in t.platforms and _from_wheels(t)),
     )
 }
 STANDIN_DEVEL, STANDIN_RUNTIME = STANDINS[("cpu", AMD64)]
