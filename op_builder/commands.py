@@ -87,10 +87,11 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             }
         )
     cross = toolchain.cross
+    here = native_platform()
     data = {
         # The platform the ops are built for; a cross build says on which it runs.
-        "platform": cross.platform if cross is not None else native_platform(),
-        "build_platform": cross.build_platform if cross is not None else native_platform(),
+        "platform": cross.platform if cross is not None else here,
+        "build_platform": cross.build_platform if cross is not None else here,
         "accelerator": ctx.accelerator,
         "torch": toolchain.torch.version if toolchain.torch else None,
         "torch_cuda": toolchain.torch.cuda if toolchain.torch else None,

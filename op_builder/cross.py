@@ -37,7 +37,8 @@ PLATFORMS: dict[str, tuple[str, str, str]] = {
     "linux/amd64": ("x86_64", "x86_64-linux-gnu", "amd64"),
     "linux/arm64": ("aarch64", "aarch64-linux-gnu", "arm64"),
 }
-_ALIASES = {
+# Spellings of a platform that are not its OCI name (a common slip; imagegen's hint names the right one).
+PLATFORM_ALIASES = {
     "amd64": "linux/amd64",
     "x86_64": "linux/amd64",
     "linux/x86_64": "linux/amd64",
@@ -62,7 +63,7 @@ def native_platform() -> str:
 def normalize_platform(text: str) -> str:
     """``arm64``, ``aarch64``, ``linux/arm64/v8`` -> ``linux/arm64``; BadInputError for others."""
     value = text.strip().lower()
-    value = _ALIASES.get(value, value)
+    value = PLATFORM_ALIASES.get(value, value)
     if value not in PLATFORMS:
         raise BadInputError(
             f"{settings.TARGET_PLATFORM.name}={text!r} is not a platform ops are built for",
@@ -204,8 +205,7 @@ def resolve_cross(env: Mapping[str, str], native: str | None = None) -> CrossTar
 def target_cuda_library_dirs(site_packages: Path) -> list[str]:
     """The target's CUDA runtime libraries: those of the ``nvidia-*`` wheels its torch depends on
     (``nvidia/cu13/lib`` from CUDA 13, ``nvidia/cuda_runtime/lib`` before), holding ``libcudart``."""
-    found = sorted({str(path.parent) for path in (site_packages / "nvidia").glob("*/lib/libcudart.so*")})
-    return found
+    return sorted({str(path.parent) for path in (site_packages / "nvidia").glob("*/lib/libcudart.so*")})
 
 
 def linkable(name: str, folders: list[str]) -> str:

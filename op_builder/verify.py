@@ -54,16 +54,15 @@ def verify_ops(
         except UserFacingError as exc:
             errors[name] = exc.message
         seconds[name] = round(time.perf_counter() - start, 6)
-    audits = {
-        name: audit_module(name, getattr(op.module, "__file__", None), manifest)
-        for name, op in loaded.items()
-        if op.source == "aot"
-    }
     here = platform.machine()
+    audits: dict[str, binary.Audit | None] = {}
     machines: dict[str, str] = {}
     for name, op in loaded.items():
+        if op.source != "aot":
+            continue
         path = getattr(op.module, "__file__", None)
-        if op.source != "aot" or path is None:
+        audits[name] = audit_module(name, path, manifest)
+        if path is None:
             continue
         machines[name] = module_machine(path)
         if machines[name] != here:  # never loads, but a module copied in by hand is said plainly

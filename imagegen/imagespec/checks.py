@@ -13,6 +13,7 @@ from imagegen.imagespec import catalog
 from imagegen.imagespec.catalog import Accelerator, Target
 from op_builder import CUDAOpBuilder
 from op_builder import archs as arch_lib
+from op_builder.cross import PLATFORM_ALIASES
 from op_builder.registry import Registry, check_op_names
 from op_builder.suggest import did_you_mean
 
@@ -58,24 +59,12 @@ def target(cuda: str | None, rocm: str | None, cpu: bool) -> Target:
     return found
 
 
-# Spellings of a platform that are not its OCI name, a common slip: the hint names the right one.
-_PLATFORM_ALIASES = {
-    "amd64": catalog.AMD64,
-    "x86_64": catalog.AMD64,
-    "linux/x86_64": catalog.AMD64,
-    "arm64": catalog.ARM64,
-    "aarch64": catalog.ARM64,
-    "linux/aarch64": catalog.ARM64,
-    "linux/arm64/v8": catalog.ARM64,
-}
-
-
 def platform_name(value: str, option: str = "--platform") -> str:
     """``value`` as one of ``catalog.PLATFORMS``, or bad input with the OCI name it may have meant."""
     chosen = value.strip().lower()
     if chosen in catalog.PLATFORMS:
         return chosen
-    meant = _PLATFORM_ALIASES.get(chosen)
+    meant = PLATFORM_ALIASES.get(chosen)
     suggestion = f"did you mean {meant}? " if meant else ""
     raise BadInputError(
         f"{option} {value!r} is not a platform imagegen builds for",

@@ -87,15 +87,10 @@ def torch_build_check_prelude(spec: ImageSpec) -> str:
 
 
 def context(spec: ImageSpec) -> dict[str, object]:
-    """The template's cross-build values (empty strings for a native build, which reads none)."""
+    """The template's cross-build values; a native build reads only how the venv's pruning step
+    names its Python, pip and strip (the build's own, there)."""
     if not spec.cross:
-        return {
-            "check_ops_arg": CHECK_OPS_ARG,
-            "build_platform": spec.build_platform,
-            "venv_python": "python",
-            "venv_pip": "pip",
-            "strip": "strip",
-        }
+        return {"venv_python": "python", "venv_pip": "pip", "strip": "strip"}
     machine = PLATFORMS[spec.platform][0]
     return {
         "check_ops_arg": CHECK_OPS_ARG,

@@ -195,20 +195,7 @@ def test_both_platforms_name_the_amd64_wheels_as_the_arm64_builds_too(
 
 
 def test_an_arm64_cuda_image_is_cross_compiled_from_both_platforms_standins() -> None:
-    args = images.parser().parse_args(
-        [
-            "cuda",
-            "--cuda",
-            "13.0",
-            "--platform",
-            "linux/arm64",
-            "--wheelhouse",
-            "/w",
-            "--torch-index",
-            "https://m/simple",
-        ]
-    )
-    amd64, arm64, build = images.cuda_commands(args, images.our_ops(), "https://m/simple", IMAGEGEN)
+    amd64, arm64, build = _cuda("--cuda", "13.0", "--platform", "linux/arm64", "--wheelhouse", "/w")
     assert amd64 == [*IMAGEGEN, "standins", "--cuda", "13.0"]  # the devel stage's
     assert arm64 == [*IMAGEGEN, "standins", "--cuda", "13.0", "--platform", "linux/arm64"]  # the runtime's
     assert _option(build, "--platform") == "linux/arm64" and _option(build, "--build-wheelhouse") == "/w"
