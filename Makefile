@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test test-fast lint format bench bench-images images \
-        image-cuda matrix cuda-check hip-check compat e2e-cuda gpu-proof clean
+        image-cuda matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean
 
 setup: $(STAMP)
 
@@ -137,9 +137,22 @@ hip-check: setup system-deps
 # torch wheel on pip's index, cached) and its device code with every nvcc / hipcc here or in a
 # CUDA stand-in image; results in imagegen/data/compat.json, tables in docs/compat.md. Long
 # (an hour or more cold on 2 cores); a re-run compiles only what changed. CI runs --sample.
+# TORCH=X.Y[.Z],...: only those torch versions' host code (the catalog's minors, or a release it
+# does not know yet, as catalog-check names it: X.Y is the newest X.Y.* on the index, X.Y.Z that
+# one; it gets the CPU ops and the GPU bindings, and its row in docs/compat.md admits no target).
+# INDEX_URL=URL reads the wheels from another index than pip's. Exit 3: the index cannot be read.
 COMPAT_JOBS ?= 1
+TORCH ?=
 compat: setup
-	nice -n 10 $(PY) scripts/compat.py --jobs $(COMPAT_JOBS)
+	nice -n 10 $(PY) scripts/compat.py --jobs $(COMPAT_JOBS) $(if $(TORCH),--torch '$(TORCH)') \
+	  $(if $(INDEX_URL),--index-url '$(INDEX_URL)')
+
+# The catalog against what the package index publishes now (pip's index; INDEX_URL=URL another):
+# new torch releases and minors, new CUDA releases, stale defaults. Exit 1 when the catalog lacks
+# something, 3 when the index cannot be read. Live, so not in CI (its tests use recorded answers).
+INDEX_URL ?=
+catalog-check: setup
+	$(VENV)/bin/imagegen catalog --check-upstream $(if $(INDEX_URL),--index-url '$(INDEX_URL)')
 
 e2e-cuda:
 	bash scripts/e2e_cuda.sh

@@ -60,7 +60,7 @@ target "cuda12-6" {
   context    = "."
   dockerfile = "dockerfiles/cuda12.6/Dockerfile"
   target     = "runtime"
-  tags       = ["imagegen:cuda12.6-torch2.9.1-py3.10-d84ff604"]
+  tags       = ["imagegen:cuda12.6-torch2.12.1-py3.10-d84ff604"]
   platforms  = ["linux/amd64"]
   args = {
     BASE_DEVEL = "nvidia/cuda:12.6.3-devel-ubuntu22.04"
@@ -74,7 +74,7 @@ target "cuda12-8" {
   context    = "."
   dockerfile = "dockerfiles/cuda12.8/Dockerfile"
   target     = "runtime"
-  tags       = ["imagegen:cuda12.8-torch2.9.1-py3.10-cb15cb2f"]
+  tags       = ["imagegen:cuda12.8-torch2.11.0-py3.10-cb15cb2f"]
   platforms  = ["linux/amd64"]
   args = {
     BASE_DEVEL = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
@@ -88,7 +88,7 @@ target "cuda13-0" {
   context    = "."
   dockerfile = "dockerfiles/cuda13.0/Dockerfile"
   target     = "runtime"
-  tags       = ["imagegen:cuda13.0-torch2.9.1-py3.10-301bbbca"]
+  tags       = ["imagegen:cuda13.0-torch2.15.0-py3.10-301bbbca"]
   platforms  = ["linux/amd64"]
   args = {
     BASE_DEVEL = "nvidia/cuda:13.0.0-devel-ubuntu22.04"
@@ -172,7 +172,7 @@ target "cuda12-8-arm64" {
   context    = "."
   dockerfile = "dockerfiles/cuda12.8-arm64/Dockerfile"
   target     = "runtime"
-  tags       = ["imagegen:cuda12.8-arm64-torch2.9.1-py3.10-952b64aa"]
+  tags       = ["imagegen:cuda12.8-arm64-torch2.11.0-py3.10-952b64aa"]
   platforms  = ["linux/arm64"]
   args = {
     BASE_DEVEL = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
@@ -186,7 +186,7 @@ target "cuda13-0-arm64" {
   context    = "."
   dockerfile = "dockerfiles/cuda13.0-arm64/Dockerfile"
   target     = "runtime"
-  tags       = ["imagegen:cuda13.0-arm64-torch2.9.1-py3.10-7342f416"]
+  tags       = ["imagegen:cuda13.0-arm64-torch2.15.0-py3.10-7342f416"]
   platforms  = ["linux/arm64"]
   args = {
     BASE_DEVEL = "nvidia/cuda:13.0.0-devel-ubuntu22.04"

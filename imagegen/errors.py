@@ -3,7 +3,8 @@
 They share op_builder's root (``UserFacingError``), and ``BadInputError`` is the same
 class in both packages, so an unknown op reported by op_builder and a bad flag reported
 by imagegen are one kind of error. Only the CLI entry point (``imagegen.cli``) turns them
-into process exits: 0 ok, 1 build or verification failed, 2 bad input, 3 no engine.
+into process exits: 0 ok, 1 build or verification failed (or the catalog is behind its
+upstream), 2 bad input, 3 no engine (or no package index to check the catalog against).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from op_builder.errors import BadInputError, UserFacingError
 __all__ = [
     "BadInputError",
     "BuildFailedError",
+    "CatalogBehindError",
     "EngineUnavailableError",
     "ImagegenError",
+    "IndexUnreachableError",
     "InterruptedByUser",
     "TerminatedBySignal",
     "UserFacingError",
@@ -53,6 +56,18 @@ class EngineUnavailableError(ImagegenError):
     """No container engine answers."""
 
     exit_code: ClassVar[int] = 3
+
+
+class IndexUnreachableError(ImagegenError):
+    """The package index the catalog is checked against cannot be read."""
+
+    exit_code: ClassVar[int] = 3
+
+
+class CatalogBehindError(ImagegenError):
+    """The upstream check found releases the catalog lacks (already reported)."""
+
+    exit_code: ClassVar[int] = 1
 
 
 class InterruptedByUser(ImagegenError):

@@ -32,7 +32,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 # Which nvcc releases can compile each compute capability: (first, last or None).
-# Sources: the CUDA toolkit release notes ("Deprecated/Dropped features").
+# Sources: the CUDA toolkit release notes ("Deprecated/Dropped features"); for 13.x, each
+# release's own `nvcc --list-gpu-code` (recorded in tests/fixtures/nvcc/, which a test holds
+# this table to).
 _CUDA_SUPPORT: dict[tuple[int, int], tuple[str, str | None]] = {
     (3, 5): ("7.0", "11.8"),
     (3, 7): ("7.0", "11.8"),
@@ -48,11 +50,13 @@ _CUDA_SUPPORT: dict[tuple[int, int], tuple[str, str | None]] = {
     (8, 0): ("11.0", None),
     (8, 6): ("11.1", None),
     (8, 7): ("11.4", None),
+    (8, 8): ("13.0", None),
     (8, 9): ("11.8", None),
     (9, 0): ("11.8", None),
     (10, 0): ("12.8", None),
     (10, 1): ("12.8", "12.9"),  # renamed 11.0 in CUDA 13
     (10, 3): ("12.9", None),
+    (10, 7): ("13.4", None),
     (11, 0): ("13.0", None),
     (12, 0): ("12.8", None),
     (12, 1): ("12.9", None),
@@ -82,7 +86,9 @@ _SUFFIX_SINCE: dict[str, str] = {"a": "12.0", "f": "12.9"}
 # newest arch keeps future GPUs working through the driver's JIT.
 _DEFAULTS: tuple[tuple[str, str], ...] = (
     # From 13.2 (the first release after 13.0 that torch builds with) every Blackwell: GB300's
-    # 10.3 and GB10's 12.1 too. 13.0 keeps its list, so its images keep their names.
+    # 10.3 and GB10's 12.1 too. 13.0 keeps its list, so its images keep their names. 13.3 to 13.5
+    # keep 13.2's: 13.4's new 10.7 runs sm_100 / sm_103 SASS (same major, higher minor), so a
+    # default that adds it would compile one more arch for no device it alone serves.
     ("13.2", "7.5;8.0;8.6;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX"),
     ("13.0", "7.5;8.0;8.6;8.9;9.0;10.0;11.0;12.0+PTX"),
     ("12.8", "7.0;7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX"),

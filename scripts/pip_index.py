@@ -15,23 +15,13 @@ use no index.
 from __future__ import annotations
 
 import sys
-from urllib.parse import urlsplit
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-def pip_index_url() -> str:
-    """The index URL pip resolves for ``pip install`` from the environment and its config files."""
-    # pip has no public API for its resolved options; its command's own option parser (the one
-    # `pip install` runs, pip._internal.commands.create_command since pip 19.3) is the only
-    # way to get the precedence of environment, config sections and default exactly right.
-    from pip._internal.commands import create_command
+from imagegen.compat.pip_config import pip_index_url
 
-    options, _ = create_command("install").parse_args([])
-    if options.no_index:
-        raise ValueError("pip is configured with no-index (only --find-links folders)")
-    url = str(options.index_url)
-    if urlsplit(url).scheme not in ("http", "https"):
-        raise ValueError(f"pip's index is {url}, which a container build cannot read")
-    return url
+__all__ = ["pip_index_url"]
 
 
 def main() -> int:

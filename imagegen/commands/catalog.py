@@ -1,5 +1,9 @@
 """``imagegen catalog``: every target, its torch range, bases and archs, and what was proven here.
 
+``--check-upstream`` compares the catalog with what the package index publishes
+(``imagegen.compat.upstream``) and exits 1 when it lacks something, 3 when the index cannot be
+read.
+
 The proof comes from the compatibility results that ship with the package
 (``imagegen/data/compat.json``, written by ``make compat``): the torch minors whose code
 compiled for the target, the toolkit that compiled its device code, and whether an image of it
@@ -8,15 +12,20 @@ was built and verified here. What has none of these is only rendered.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Optional
 
+import typer
 from rich.table import Table
 
+from imagegen import log
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
-from imagegen.compat import results
+from imagegen.compat import headers, results, upstream
+from imagegen.compat.pip_config import pip_index_url
+from imagegen.errors import BadInputError, CatalogBehindError
 from imagegen.imagespec import catalog as cat
 from imagegen.tables import fitted
+from imagegen.urls import redact
 
 
 def _archs(target: cat.Target, platform: str) -> list[str]:
@@ -117,8 +126,77 @@ def render_table(entries: list[dict[str, Any]], width: int | None = None) -> Tab
     return fitted(lambda dropped: _table(entries, dropped), DROPPABLE, width)
 
 
-def catalog(json: JsonOption = False) -> None:
+CheckUpstreamOption = Annotated[
+    bool,
+    typer.Option(
+        "--check-upstream",
+        help="Compare the catalog with the package index: new torch releases and minors, new CUDA "
+        "releases, stale defaults. Exit 1 when something is missing, 3 when the index cannot be read.",
+    ),
+]
+IndexUrlOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--index-url",
+        metavar="URL",
+        help="With --check-upstream: the index to read (a PEP 691 simple API). Default: the one pip "
+        "installs from here (PIP_INDEX_URL, pip's configuration, else pip's own default).",
+    ),
+]
+
+
+def _index(given: str | None) -> str:
+    if given:
+        return given
+    try:
+        return pip_index_url()
+    except (ImportError, ValueError) as exc:
+        raise BadInputError(
+            f"no package index to check against: {exc}", hint="name one with --index-url"
+        ) from None
+
+
+def _say_findings(report: dict[str, Any]) -> None:
+    out = console()
+    torch, cuda = report["upstream"]["torch"], report["upstream"]["cuda"]
+    newest_torch = torch[-1] if torch else None
+    seen = f"{report['index']}: torch up to {newest_torch['version'] if newest_torch else '-'}"
+    if newest_torch and newest_torch["cuda"]:
+        seen += f" (its Linux wheel a CUDA {newest_torch['cuda']} build)"
+    seen += f", CUDA up to {cuda[-1]['minor'] if cuda else '-'}"
+    if report["missing"]:
+        out.print(f"the catalog lacks {len(report['missing'])} thing(s) published on {seen}:")
+    else:
+        out.print(f"the catalog is current with {seen}")
+    for finding in report["missing"]:
+        out.print(f"  {finding['kind']}: {finding['message']}")
+        out.print(f"    hint: {finding['hint']}")
+    for finding in report["held"]:
+        out.print(f"  held ({finding['kind']}): {finding['message']}: {finding['held']}")
+
+
+def check_upstream(json: bool, index_url: str | None) -> None:
+    index = _index(index_url)
+    log.info(f"reading torch, {upstream.NVCC} and {upstream.TOOLKIT} from {redact(index)} ...")
+    found_upstream = upstream.read(index, headers.session())
+    report = upstream.report(found_upstream, upstream.findings(found_upstream))
+    if json:
+        emit_json(report)
+    else:
+        _say_findings(report)
+    if report["missing"]:
+        raise CatalogBehindError("the catalog is behind its upstream", reported=True)
+
+
+def catalog(
+    json: JsonOption = False, check_upstream_: CheckUpstreamOption = False, index_url: IndexUrlOption = None
+) -> None:
     """List every target: torch range, default torch, bases, platforms, default archs, and proof."""
+    if check_upstream_:
+        check_upstream(json, index_url)
+        return
+    if index_url:
+        raise BadInputError("--index-url is read only with --check-upstream", hint="add --check-upstream")
     entries = catalog_entries()
     if json:
         emit_json({"targets": entries})

@@ -2,8 +2,11 @@
 
 ``check`` is what ``scripts/compat.py`` (``make compat``) calls. The torch minors are every one
 a catalog target admits (the CPU ops for all of them, the GPU ops' bindings for those a GPU
-target admits), each at its newest patch release. Results are written after every minor, so
-a long run shows its progress in the file and an interrupted one keeps what it found.
+target admits), each at its newest patch release. ``torch_selection`` adds a torch the catalog
+does not know yet (``make compat TORCH=2.16``), resolved on the package index: both the CPU ops
+and the GPU bindings compile against it, since a new torch breaks either as readily. Results
+are written after every minor, so a long run shows its progress in the file and an interrupted
+one keeps what it found.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from imagegen.compat import device, headers, host, pch, results
+from imagegen.compat import device, headers, host, index_reader, pch, results
+from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
+from imagegen.urls import redact
 from op_builder.builder import OpBuilder
 from op_builder.context import cxx_standard
 from op_builder.plan import probe_host
@@ -31,7 +36,11 @@ from op_builder.toolchain import Toolchain
 WANTED_TOOLKITS: tuple[tuple[str, str, str], ...] = (
     ("cuda", "12.4", "its stand-in image: imagegen standins --cuda 12.4, from Debian trixie's toolkit"),
     ("cuda", "13.0", "this machine's CUDA toolkit"),
-    ("cuda", "13.2", "its stand-in image: imagegen standins --cuda 13.2, from NVIDIA's wheels"),
+    *(
+        ("cuda", v, f"its stand-in image: imagegen standins --cuda {v}, from NVIDIA's wheels")
+        for v in device.STANDIN_CUDA_VERSIONS
+        if v.startswith("13.")
+    ),
     ("rocm", "5.2", "Debian's hipcc: scripts/system-deps.sh --rocm"),
     ("rocm", "5.7", "Debian trixie's hipcc in an image: scripts/compat-hip-image.sh"),
 )
@@ -44,6 +53,12 @@ class Selection:
     cpu_minors: tuple[str, ...]
     gpu_minors: tuple[str, ...]
     device: bool = True
+    # minor -> release for the minors no catalog target admits, as the index publishes them;
+    # the catalog's own minors resolve through the catalog (``release_of``).
+    releases: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def release_of(self, minor: str) -> str:
+        return release_of(minor, self.releases)
 
     def order(self) -> list[str]:
         """Every minor once: the oldest and the newest first (the range's ends say most about
@@ -75,11 +90,88 @@ def sample_selection() -> Selection:
     return Selection((admitted[0], admitted[-1]), (), device=False)
 
 
-def release_of(minor: str) -> str:
+def release_of(minor: str, releases: Mapping[str, str] | None = None) -> str:
+    """``minor``'s release: the one resolved on the index for a minor outside the catalog
+    (``releases``), else the catalog's newest."""
+    if releases and minor in releases:
+        return releases[minor]
     release = catalog.resolve_torch_release(minor)
     if release is None:  # every admitted minor has a release: the catalog's own lists say so
         raise ValueError(f"torch {minor}: no release in the catalog")
     return release
+
+
+def _requested(text: str) -> Version:
+    """``--torch``'s ``X.Y`` or ``X.Y.Z``, a final release (headers of a pre-release prove nothing
+    about the release that follows it)."""
+    try:
+        version = Version(text)
+    except InvalidVersion:
+        version = None
+    if version is None or len(version.release) not in (2, 3) or version.epoch or not _is_final(version):
+        raise BadInputError(f"--torch {text}: not a final torch release (X.Y or X.Y.Z)")
+    return version
+
+
+def _is_final(version: Version) -> bool:
+    return not (version.is_prerelease or version.is_postrelease or version.local)
+
+
+def resolve_named(wanted: Version, published: Sequence[str]) -> str | None:
+    """``X.Y``: the newest ``X.Y.*`` in ``published`` (final releases); ``X.Y.Z``: itself when
+    published; None otherwise."""
+    versions = [Version(p) for p in published]
+    if len(wanted.release) == 2:
+        same = [v for v in versions if v.release[:2] == wanted.release]
+        return str(max(same)) if same else None
+    return str(wanted) if wanted in versions else None
+
+
+def torch_selection(
+    names: Sequence[str], index_url: str, device: bool = False, env: Mapping[str, str] = os.environ
+) -> Selection:
+    """``--torch``'s selection. A minor the catalog admits runs as the full run has it (GPU
+    bindings where a GPU target admits it), at the catalog's release; any other final release
+    is looked up on the index (read only then) and gets the CPU ops and the GPU bindings both.
+
+    Raises ``BadInputError`` (exit 2) for a malformed or unpublished version and
+    ``IndexUnreachableError`` (exit 3) when the index cannot be read.
+    """
+    full = full_selection()
+    admitted: list[str] = []
+    outside: dict[str, Version] = {}
+    for text in names:
+        wanted = _requested(text)
+        minor = f"{wanted.major}.{wanted.minor}"
+        if minor in full.cpu_minors:
+            # The catalog's proof of a minor is its newest release: another patch would stand
+            # in the results for a release no image uses.
+            if len(wanted.release) == 3 and str(wanted) != release_of(minor):
+                raise BadInputError(
+                    f"--torch {text}: the catalog admits torch {minor}, checked at {release_of(minor)}",
+                    hint=f"name {minor}",
+                )
+            admitted.append(minor)
+        elif outside.setdefault(minor, wanted).release != wanted.release:  # 2.16 == 2.16.0 as Versions
+            raise BadInputError(f"--torch names torch {minor} twice: {outside[minor]} and {wanted}")
+    releases: dict[str, str] = {}
+    if outside:
+        published = index_reader.read_project("torch", index_url, headers.session(env)).versions
+        missing = []
+        for minor, wanted in outside.items():
+            release = resolve_named(wanted, published)
+            if release is None:
+                missing.append(str(wanted))
+            else:
+                releases[minor] = release
+        if missing:
+            raise BadInputError(
+                f"torch {', '.join(missing)}: no such final release on the package index {redact(index_url)}",
+                hint=f"its newest torch is {published[-1]}" if published else "it lists no torch at all",
+            )
+    cpu = tuple(dict.fromkeys([*admitted, *releases]))
+    gpu = tuple(m for m in cpu if m in full.gpu_minors or m in releases)
+    return Selection(cpu, gpu, device=device, releases=releases)
 
 
 def compiler_version(compiler: str = "g++") -> str:
@@ -151,7 +243,7 @@ def check_host(
     targets = {name: b.target for name, b in ops.items()}
     host_data: dict[str, Any] = run.data.setdefault("host", {})
     for minor in selection.order():
-        release = release_of(minor)
+        release = selection.release_of(minor)
         start = time.perf_counter()
         include = headers.fetch_headers(release, index_url, env)
         wanted = {n: b for n, b in ops.items() if b.target == "cpu" or minor in selection.gpu_minors}
@@ -186,19 +278,25 @@ def device_cuda_include(toolchain: Toolchain) -> Path | None:
     return None
 
 
-def stds_for(minors: Sequence[str]) -> list[str]:
+def stds_for(minors: Sequence[str], releases: Mapping[str, str] | None = None) -> list[str]:
     """The C++ standards torch asks for across ``minors`` (C++17 when there are none)."""
-    stds = {cxx_standard(release_of(m)) for m in minors}
+    stds = {cxx_standard(release_of(m, releases)) for m in minors}
     return sorted(stds) or ["c++17"]
 
 
-def _targets_minors(accelerator: str, version: str, toolkits: Sequence[device.Toolkit]) -> list[str]:
-    """Minors of the targets this toolkit proves: those of its accelerator for which it is the nearest."""
-    minors: list[str] = []
+def _targets_minors(
+    accelerator: str, version: str, toolkits: Sequence[device.Toolkit], outside: Sequence[str] = ()
+) -> list[str]:
+    """Minors of the targets this toolkit proves: those of its accelerator for which it is the
+    nearest. The minors ``outside`` the catalog go to the accelerator's newest toolkit here: a
+    new torch is paired with the newest toolkits, and an old nvcc failing under the standard
+    it asks for would only take away the proof of the targets that toolkit stands for."""
+    same = [t for t in toolkits if t.accelerator == accelerator]
+    newest = max((Version(t.version) for t in same), default=None)
+    minors: list[str] = list(outside) if newest is not None and Version(version) == newest else []
     for target in all_targets():
         if target.accelerator != accelerator:
             continue
-        same = [t for t in toolkits if t.accelerator == accelerator]
         nearest = min(same, key=lambda t: results.toolkit_distance(t.version, target.version))
         if nearest.version == version:
             minors += results.admitted_minors(target)
@@ -212,13 +310,15 @@ def check_device(
     env: Mapping[str, str],
     use_cache: bool,
     workers: int = 1,
+    releases: Mapping[str, str] | None = None,
 ) -> None:
+    """Every toolkit's device code; ``releases``: the minors outside the catalog a run names."""
     toolkits = device.find_toolkits(toolchain)
     runs: list[dict[str, Any]] = []
     for toolkit in toolkits:
-        minors = _targets_minors(toolkit.accelerator, toolkit.version, toolkits)
+        minors = _targets_minors(toolkit.accelerator, toolkit.version, toolkits, tuple(releases or ()))
         # A toolkit nearest to no target still runs once, under C++17.
-        for std in stds_for(minors):
+        for std in stds_for(minors, releases):
             jobs = device.jobs_for(toolkit, std, ops, toolchain)
             run.say(f"{toolkit.label} ({toolkit.where}), {std}: {len(jobs)} sources")
             outcomes = host.run_jobs(jobs, env, use_cache, _progress(run.say), workers)
@@ -281,5 +381,5 @@ def check(
     run = Run(data, results_path, say)
     check_host(run, selection, ALL_OPS, toolchain, index_url, env, use_cache, workers)
     if selection.device:
-        check_device(run, ALL_OPS, toolchain, env, use_cache, workers)
+        check_device(run, ALL_OPS, toolchain, env, use_cache, workers, selection.releases)
     return run

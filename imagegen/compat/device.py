@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from imagegen.compat.host import Job, include_files, job_key
+from imagegen.imagespec import catalog
 from op_builder import settings as op_settings
 from op_builder.builder import OpBuilder
 from op_builder.context import resolve_context
@@ -35,8 +36,15 @@ STANDIN_DEVEL = "imagegen-standin/cuda:{version}-devel"
 # sources stay as they are: scripts/compat-hip-image.sh makes it.
 HIP_IMAGES: dict[str, str] = {"5.7": "imagegen-compat/hip:5.7"}
 # The container compilers tried: the CUDA 12.x one this machine cannot install natively, and
-# the newest 13.x, whose toolkit differs from the local one.
-STANDIN_CUDA_VERSIONS: tuple[str, ...] = ("12.4", "13.2")
+# every 13.x target's from NVIDIA's wheels but 13.0 (this machine's toolkit).
+STANDIN_CUDA_VERSIONS: tuple[str, ...] = (
+    "12.4",
+    *(
+        v
+        for v, t in catalog.CUDA_TARGETS.items()
+        if v.startswith("13.") and v != "13.0" and catalog.standin_bases(t.name)
+    ),
+)
 # torch releases whose C++ standard each is: the device flags are resolved for one of these.
 STD_TORCH: dict[str, str] = {"c++17": "2.13.0", "c++20": "2.14.0"}
 

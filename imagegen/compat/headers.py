@@ -128,9 +128,9 @@ class RangedFile(io.RawIOBase):
     members in file order, so one window serves many reads.
     """
 
-    def __init__(self, url: str, size: int, http: requests.Session) -> None:
+    def __init__(self, url: str, size: int, http: requests.Session, window: int = _CHUNK) -> None:
         super().__init__()
-        self.url, self.size, self.http = url, size, http
+        self.url, self.size, self.http, self.window_size = url, size, http, window
         self.pos = 0
         self.window_start = 0
         self.window = b""
@@ -157,7 +157,7 @@ class RangedFile(io.RawIOBase):
             return 0
         end = self.window_start + len(self.window)
         if not (self.window_start <= self.pos and self.pos + wanted <= end):
-            self._fetch(self.pos, max(wanted, _CHUNK))
+            self._fetch(self.pos, max(wanted, self.window_size))
         start = self.pos - self.window_start
         view[:wanted] = self.window[start : start + wanted]
         self.pos += wanted

@@ -44,6 +44,7 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
+from imagegen.imagespec.torch_releases import TORCH_PYTHONS, TORCH_RELEASES
 from op_builder import archs as arch_lib
 
 Accelerator = Literal["cpu", "cuda", "rocm"]
@@ -60,46 +61,6 @@ ARM64_CUDA_SINCE = "12.6"
 # (10.0), GB300 (10.3), DGX Spark's GB10 (12.1). An arm64 CUDA image runs on those nodes, so
 # its default arch list is these, each where the toolkit compiles it (op_builder.archs).
 GRACE_GPU_ARCHS: tuple[str, ...] = ("9.0", "10.0", "10.3", "12.1")
-
-# Every torch release (latest patch first within a minor is not needed: we list them all).
-TORCH_RELEASES: tuple[str, ...] = (
-    "2.0.0", "2.0.1",
-    "2.1.0", "2.1.1", "2.1.2",
-    "2.2.0", "2.2.1", "2.2.2",
-    "2.3.0", "2.3.1",
-    "2.4.0", "2.4.1",
-    "2.5.0", "2.5.1",
-    "2.6.0",
-    "2.7.0", "2.7.1",
-    "2.8.0",
-    "2.9.0", "2.9.1",
-    "2.10.0",
-    "2.11.0",
-    "2.12.0", "2.12.1",
-    "2.13.0",
-    "2.14.0", "2.14.1",
-    "2.15.0",
-)  # fmt: skip
-
-# Python versions each torch minor publishes wheels for: (oldest, newest).
-TORCH_PYTHONS: dict[str, tuple[str, str]] = {
-    "2.0": ("3.8", "3.11"),
-    "2.1": ("3.8", "3.11"),
-    "2.2": ("3.8", "3.12"),
-    "2.3": ("3.8", "3.12"),
-    "2.4": ("3.8", "3.12"),
-    "2.5": ("3.9", "3.13"),
-    "2.6": ("3.9", "3.13"),
-    "2.7": ("3.9", "3.13"),
-    "2.8": ("3.9", "3.13"),
-    "2.9": ("3.10", "3.14"),
-    "2.10": ("3.10", "3.14"),
-    "2.11": ("3.10", "3.14"),
-    "2.12": ("3.10", "3.14"),
-    "2.13": ("3.10", "3.14"),
-    "2.14": ("3.10", "3.14"),
-    "2.15": ("3.10", "3.14"),
-}
 
 TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 
@@ -207,15 +168,21 @@ def _minor(version: str) -> Version:
 
 
 def _cuda(version: str, full: str, distros: tuple[str, ...], ranges: str, default_torch: str) -> Target:
-    variant = "cu" + version.replace(".", "")
-    first, last = ranges.split("-")
+    """``ranges``: ``2.6-2.12`` (torch's own builds for this CUDA), or ``2.9-2.11:cu130,...`` for
+    a release torch builds nothing for, whose images take torch's builds for an older 13.x."""
+
+    def torch_range(text: str) -> TorchRange:
+        span, _, variant = text.partition(":")
+        first, last = span.split("-")
+        return TorchRange(first, last, variant or "cu" + version.replace(".", ""))
+
     arm64 = Version(version) >= Version(ARM64_CUDA_SINCE)
     return Target(
         "cuda",
         version,
         full,
         distros,
-        (TorchRange(first, last, variant),),
+        tuple(torch_range(r) for r in ranges.split(",")),
         default_torch,
         platforms=(AMD64, ARM64) if arm64 else (AMD64,),
     )
@@ -232,14 +199,25 @@ CUDA_TARGETS: dict[str, Target] = {
         _cuda("12.1", "12.1.1", _U22, "2.1-2.5", "2.5.1"),
         _cuda("12.4", "12.4.1", _U22, "2.4-2.6", "2.6.0"),
         # torch 2.11 and 2.12 still publish CUDA 12.6 builds (cu126), after 12.8's last (2.11).
-        _cuda("12.6", "12.6.3", _U22_24, "2.6-2.12", "2.9.1"),
-        _cuda("12.8", "12.8.1", _U22_24, "2.7-2.11", "2.9.1"),
-        _cuda("12.9", "12.9.1", _U22_24, "2.8-2.9", "2.8.0"),
-        _cuda("13.0", "13.0.0", _U22_24, "2.9-2.15", "2.9.1"),
+        _cuda("12.6", "12.6.3", _U22_24, "2.6-2.12", "2.12.1"),
+        _cuda("12.8", "12.8.1", _U22_24, "2.7-2.11", "2.11.0"),
+        _cuda("12.9", "12.9.1", _U22_24, "2.8-2.9", "2.9.1"),
+        _cuda("13.0", "13.0.0", _U22_24, "2.9-2.15", "2.15.0"),
         # cu132 from torch 2.12 on; torch 2.15.0's wheels on PyPI are CUDA 13.2 builds
         # (cuda-toolkit==13.2.2). New entries default to the newer Ubuntu LTS (ubuntu24.04,
         # Python 3.12, which these torch releases support).
         _cuda("13.2", "13.2.2", _U24_22, "2.12-2.15", "2.15.0"),
+        # CUDA 13.3 to 13.5: torch publishes no build of them. Their images take torch's CUDA 13.0
+        # builds (up to 2.11) and 13.2 builds (2.12 on): minor-version compatibility within CUDA
+        # 13 runs those wheels under a newer 13.x, torch's own CUDA libraries come in its
+        # nvidia-* wheels, and the ops built by this nvcc load beside them (the same
+        # libcudart.so.13; op_builder refuses only a major mismatch). Full versions: the newest
+        # `cuda-toolkit` release of each minor on PyPI, the version NVIDIA's wheels and
+        # nvidia/cuda tags carry.
+        *(
+            _cuda(minor, full, _U24_22, "2.9-2.11:cu130,2.12-2.15:cu132", "2.15.0")
+            for minor, full in (("13.3", "13.3.1"), ("13.4", "13.4.3"), ("13.5", "13.5.0"))
+        ),
     )
 }
 
@@ -255,7 +233,7 @@ ROCM_TARGETS: dict[str, Target] = {
         (TorchRange("2.5", "2.5", "rocm6.2"), TorchRange("2.6", "2.7", "rocm6.2.4")),
         "2.7.1",
     ),
-    "6.3": Target("rocm", "6.3", "6.3", _U22_24, (TorchRange("2.7", "2.9", "rocm6.3"),), "2.8.0"),
+    "6.3": Target("rocm", "6.3", "6.3", _U22_24, (TorchRange("2.7", "2.9", "rocm6.3"),), "2.9.1"),
     "6.4": Target("rocm", "6.4", "6.4", _U22_24, (TorchRange("2.8", "2.9", "rocm6.4"),), "2.9.1"),
     # ROCm 7: torch 2.10 publishes rocm7.0 and rocm7.1, torch 2.11 and 2.12 rocm7.1 and rocm7.2.
     # Ubuntu 24.04 first, as for the newest CUDA entries.
@@ -276,6 +254,13 @@ _CPU_TORCH = (TorchRange("2.0", "2.15", "cpu"),)
 CPU_TARGET = Target(
     "cpu", None, None, ("bookworm", "trixie"), _CPU_TORCH, "2.13.0", PLATFORMS, (ARM64_CPU_TORCH,)
 )
+
+# Defaults kept below the newest release their target admits, and why (target name -> reason).
+# `imagegen catalog --check-upstream` reports these as held, not missing; a person lifts a hold.
+DEFAULT_HOLDS: dict[str, str] = {
+    "cpu": "2.13.0 is the newest CPU build an image was verified with here: torch's x86-64 CPU "
+    "wheels come only from its own CPU index, which the machines that verify the catalog cannot reach",
+}
 
 # Local stand-ins for the bases, made by `imagegen standins` (imagegen/building/standins/; no registry
 # needed): (target, platform) -> (devel, runtime). CPU: Debian bookworm's Python 3.11, amd64 and

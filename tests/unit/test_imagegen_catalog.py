@@ -9,7 +9,9 @@ from op_builder import archs as arch_lib
 
 
 def test_every_listed_cuda_and_rocm_version_is_there() -> None:
-    assert list(catalog.CUDA_TARGETS) == ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0", "13.2"]
+    assert list(catalog.CUDA_TARGETS) == [
+        "11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0", "13.2", "13.3", "13.4", "13.5",
+    ]  # fmt: skip
     assert list(catalog.ROCM_TARGETS) == ["6.1", "6.2", "6.3", "6.4", "7.0", "7.1", "7.2"]
     assert catalog.lookup("cuda", "12.2") is None
     assert catalog.lookup("cpu", None) is catalog.CPU_TARGET
@@ -47,14 +49,14 @@ def test_rocm_and_cpu_base_images() -> None:
         ("cuda", "11.8", "2.0.0", "2.7.1", "2.7.1"),
         ("cuda", "12.1", "2.1.0", "2.5.1", "2.5.1"),
         ("cuda", "12.4", "2.4.0", "2.6.0", "2.6.0"),
-        ("cuda", "12.6", "2.6.0", "2.12.1", "2.9.1"),
-        ("cuda", "12.8", "2.7.0", "2.11.0", "2.9.1"),
-        ("cuda", "12.9", "2.8.0", "2.9.1", "2.8.0"),
-        ("cuda", "13.0", "2.9.0", "2.15.0", "2.9.1"),
+        ("cuda", "12.6", "2.6.0", "2.12.1", "2.12.1"),
+        ("cuda", "12.8", "2.7.0", "2.11.0", "2.11.0"),
+        ("cuda", "12.9", "2.8.0", "2.9.1", "2.9.1"),
+        ("cuda", "13.0", "2.9.0", "2.15.0", "2.15.0"),
         ("cuda", "13.2", "2.12.0", "2.15.0", "2.15.0"),
         ("rocm", "6.1", "2.4.0", "2.6.0", "2.6.0"),
         ("rocm", "6.2", "2.5.0", "2.7.1", "2.7.1"),
-        ("rocm", "6.3", "2.7.0", "2.9.1", "2.8.0"),
+        ("rocm", "6.3", "2.7.0", "2.9.1", "2.9.1"),
         ("rocm", "7.0", "2.10.0", "2.10.0", "2.10.0"),
         ("rocm", "7.1", "2.10.0", "2.12.1", "2.12.1"),
         ("rocm", "7.2", "2.11.0", "2.12.1", "2.12.1"),
@@ -91,7 +93,9 @@ def test_rocm_7_targets_compile_in_rocm_dev_images() -> None:
 
 
 def test_torch_2_11_is_still_built_for_cuda_12_6() -> None:
-    assert [v for v, t in catalog.CUDA_TARGETS.items() if t.torch_range("2.11.0")] == ["12.6", "12.8", "13.0"]
+    assert [v for v, t in catalog.CUDA_TARGETS.items() if t.torch_range("2.11.0")] == [
+        "12.6", "12.8", "13.0", "13.3", "13.4", "13.5",
+    ]  # fmt: skip
 
 
 def test_torch_release_resolution() -> None:
@@ -118,7 +122,7 @@ def test_default_archs_come_from_op_builder() -> None:
 
 def test_closest_version() -> None:
     assert catalog.closest_version("cuda", "12.3") == "12.4"
-    assert catalog.closest_version("cuda", "14.0") == "13.2"
+    assert catalog.closest_version("cuda", "14.0") == "13.5"
     assert catalog.closest_version("rocm", "5.7") == "6.1"
     assert catalog.closest_version("rocm", "x") is None
 
@@ -172,7 +176,8 @@ def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
     spec = build_spec(SpecInput(cuda=version, ops="all"), {})
     text = render(spec)
     assert f"ARG BASE_DEVEL={target.base_devel(target.distros[0], spec.python)}\n" in text
-    assert f'"torch=={target.default_torch}+cu{version.replace(".", "")}"' in text
+    variant = target.torch_range(target.default_torch).variant  # type: ignore[union-attr]
+    assert f'"torch=={target.default_torch}+{variant}"' in text
     assert f'io.imagegen.cuda="{version}"' in text
 
 
@@ -193,3 +198,19 @@ def test_cuda_12_standins_are_debians_only() -> None:
     assert [name for name, _ in catalog.STANDINS if name.startswith("cuda12")] == ["cuda12.4"]
     assert (catalog.standin_python("cuda12.4"), catalog.standin_distro("cuda12.4")) == ("3.13", "trixie")
     assert (catalog.standin_python("cpu"), catalog.standin_distro("cuda13.2")) == ("3.11", "bookworm")
+
+
+@pytest.mark.parametrize("version", ["13.3", "13.4", "13.5"])
+def test_cuda_13_releases_torch_does_not_build_take_its_13_0_and_13_2_builds(version: str) -> None:
+    # No torch wheel pins 13.3-13.5: minor-version compatibility runs cu130 / cu132 builds on them.
+    target = catalog.CUDA_TARGETS[version]
+    assert [(r.first, r.last, r.variant) for r in target.torch] == [
+        ("2.9", "2.11", "cu130"),
+        ("2.12", "2.15", "cu132"),
+    ]
+    assert target.torch_range("2.10.0").variant == "cu130"  # type: ignore[union-attr]
+    assert target.torch_range("2.15.0").variant == "cu132"  # type: ignore[union-attr]
+    assert target.default_torch == "2.15.0" and catalog.ARM64 in target.platforms
+    full = {"13.3": "13.3.1", "13.4": "13.4.3", "13.5": "13.5.0"}[version]
+    assert target.base_devel("ubuntu24.04", "3.12") == f"nvidia/cuda:{full}-devel-ubuntu24.04"
+    assert catalog.default_cuda_archs(version) == catalog.default_cuda_archs("13.2")

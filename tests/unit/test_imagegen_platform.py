@@ -86,7 +86,7 @@ def test_combinations_without_arm64_wheels_exit_2(args: list[str], message: str,
 def test_the_rule_for_arm64_cuda_is_the_catalog_s() -> None:
     # Documented rule: CUDA 12.6 and newer (torch's aarch64 sbsa wheels), the CPU, no ROCm.
     arm64 = [v for v, t in catalog.CUDA_TARGETS.items() if "linux/arm64" in t.platforms]
-    assert arm64 == ["12.6", "12.8", "12.9", "13.0", "13.2"]
+    assert arm64 == ["12.6", "12.8", "12.9", "13.0", "13.2", "13.3", "13.4", "13.5"]
     assert "linux/arm64" in catalog.CPU_TARGET.platforms
     assert all(t.platforms == ("linux/amd64",) for t in catalog.ROCM_TARGETS.values())
 
@@ -101,7 +101,7 @@ def test_arm64_tags_say_so_and_amd64_tags_keep_their_names() -> None:
     # arm64 takes its own default torch (the newest aarch64 CPU build): the tag names it.
     assert arm64.tag == amd64.tag.replace("imagegen:cpu-", "imagegen:cpu-arm64-").replace("2.13.0", "2.10.0")
     cuda = spec(cuda="13.0", platform="linux/arm64")
-    assert cuda.tag.startswith("imagegen:cuda13.0-arm64-torch2.9.1-py3.10-")
+    assert cuda.tag.startswith("imagegen:cuda13.0-arm64-torch2.15.0-py3.10-")
 
 
 def test_labels_and_header_name_the_platform() -> None:
@@ -138,6 +138,9 @@ GRACE_EXPECTED = {
     "12.9": ("9.0", "10.0", "10.3", "12.1+PTX"),
     "13.0": ("9.0", "10.0", "10.3", "12.1+PTX"),
     "13.2": ("9.0", "10.0", "10.3", "12.1+PTX"),
+    "13.3": ("9.0", "10.0", "10.3", "12.1+PTX"),
+    "13.4": ("9.0", "10.0", "10.3", "12.1+PTX"),
+    "13.5": ("9.0", "10.0", "10.3", "12.1+PTX"),
 }
 
 
@@ -172,7 +175,7 @@ def test_torch_pins_per_platform() -> None:
     # download.pytorch.org/whl/cpu has no +cpu label on its aarch64 wheels.
     assert spec().torch_requirement == "torch==2.13.0+cpu"
     assert spec(platform="linux/arm64").torch_requirement == "torch==2.10.0"
-    assert spec(cuda="13.0", platform="linux/arm64").torch_requirement == "torch==2.9.1+cu130"
+    assert spec(cuda="13.0", platform="linux/arm64").torch_requirement == "torch==2.15.0+cu130"
     # The build check still insists on a CPU build of torch.
     assert '.startswith("CPU")' in render(spec(platform="linux/arm64"))
 

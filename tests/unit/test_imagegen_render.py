@@ -178,7 +178,7 @@ def test_wheelhouse_is_bind_mounted_with_buildkit_and_copied_without(tmp_path: P
 
 def test_torch_comes_from_the_targets_index_by_default() -> None:
     devel = stages(render(spec(cuda="12.6", ops="all")))["devel"]
-    assert 'pip install --index-url https://download.pytorch.org/whl/cu126 "torch==2.9.1+cu126"' in devel
+    assert 'pip install --index-url https://download.pytorch.org/whl/cu126 "torch==2.12.1+cu126"' in devel
 
 
 def test_torch_from_another_index_is_pinned_by_version_and_its_build_checked() -> None:
