@@ -29,7 +29,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from imagegen import settings
-from imagegen.errors import BuildFailedError
+from imagegen.errors import BuildFailedError, IndexUnreachableError
+from imagegen.urls import redact
 
 if TYPE_CHECKING:
     import requests
@@ -211,11 +212,27 @@ def _download(wheel: Wheel, http: requests.Session, folder: Path) -> Path:
 def fetch_headers(
     version: str, index_url: str, env: Mapping[str, str] = os.environ, http: requests.Session | None = None
 ) -> Path:
-    """torch ``version``'s include folder, from the cache or read out of its wheel."""
+    """torch ``version``'s include folder, from the cache or read out of its wheel.
+
+    ``IndexUnreachableError`` (exit 3) when the index or its file host stops answering: its
+    message names the index without a credential and quotes no library's text (which may).
+    """
+    import requests
+
     cached = cached_include(version, env)
     if cached is not None:
         return cached
-    http = http or session(env)
+    try:
+        return _read_headers(version, index_url, env, http or session(env))
+    except requests.RequestException as exc:
+        raise IndexUnreachableError(
+            f"torch {version}'s headers: the package index {redact(index_url)} or its file host stopped "
+            f"answering ({type(exc).__name__})",
+            hint="check the network and proxy settings, or name another index with --index-url",
+        ) from None
+
+
+def _read_headers(version: str, index_url: str, env: Mapping[str, str], http: requests.Session) -> Path:
     wheel = find_wheel(version, index_url, http)
     root = cache_root(env)
     root.mkdir(parents=True, exist_ok=True)

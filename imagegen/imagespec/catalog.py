@@ -30,6 +30,10 @@ Sources (checked by hand; every value here can be overridden on the command line
 - torch release numbers: the versions published on PyPI.
 - CUDA 13.x builds of torch: the ``cuda-toolkit`` pin in each release's wheel metadata on PyPI
   (torch 2.11 to 2.14.1: ``cuda-toolkit==13.0.x``; torch 2.15.0: ``cuda-toolkit==13.2.2``).
+- CUDA 13.3 to 13.5: NVIDIA's ``cuda-toolkit`` / ``nvidia-cuda-nvcc`` releases on PyPI (13.3.1 /
+  13.3.73, 13.4.3 / 13.4.92, 13.5.0 / 13.5.37); no torch wheel pins them.
+- ``imagegen catalog --check-upstream`` (imagegen.compat.upstream) reads the same index for what
+  this table lacks; it never edits it.
 - arm64: torch publishes aarch64 CUDA wheels (``sbsa``) from CUDA 12.6 (torch 2.6) on, in the
   same ``cuXYZ`` indexes, and aarch64 CPU wheels up to 2.10 (from 2.11 on its aarch64 wheels
   are CUDA builds: ``ARM64_CPU_TORCH``); ROCm wheels are x86-64 only. The ``nvidia/cuda``
