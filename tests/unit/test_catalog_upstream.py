@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 from imagegen.compat import headers, index_reader, upstream
 from imagegen.errors import IndexUnreachableError
 from imagegen.imagespec import catalog
+from tests._http import QuietHandler, serve
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 REPO = Path(__file__).resolve().parents[2]
@@ -48,10 +48,7 @@ class Index:
         self.requests: list[str] = []
         index = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 index.requests.append(self.path)
                 parts = self.path.strip("/").split("/")
@@ -60,37 +57,18 @@ class Index:
                     for entry in answer["files"]:
                         if index.pep658 and entry["filename"] in index.metadata:
                             entry["core-metadata"] = True
-                    self._send(200, json.dumps(answer).encode(), headers.SIMPLE_JSON)
+                    self.send_body(200, json.dumps(answer).encode(), headers.SIMPLE_JSON)
                 elif parts[0] == "files" and parts[1].endswith(".metadata") and index.pep658:
-                    self._send(200, index.metadata[parts[1].removesuffix(".metadata")].encode(), "text/plain")
+                    self.send_body(
+                        200, index.metadata[parts[1].removesuffix(".metadata")].encode(), "text/plain"
+                    )
                 elif parts[0] == "files" and parts[1] in index.metadata:
-                    self._ranged(index.wheel(parts[1]))
+                    self.send_ranged(index.wheel(parts[1]))
                 else:
-                    self._send(404, b"not found", "text/plain")
+                    self.send_body(404, b"not found", "text/plain")
 
-            def _ranged(self, data: bytes) -> None:
-                wanted = self.headers.get("Range")
-                if not wanted:
-                    self._send(200, data, "application/octet-stream")
-                    return
-                start, end = (int(x) for x in wanted.removeprefix("bytes=").split("-"))
-                part = data[start : end + 1]
-                self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/{len(data)}")
-                self.send_header("Content-Length", str(len(part)))
-                self.end_headers()
-                self.wfile.write(part)
-
-            def _send(self, code: int, body: bytes, kind: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/simple"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.served = serve(Handler)
+        self.url = self.served.root + "/simple"
 
     def wheel(self, filename: str) -> bytes:
         version = filename.split("-")[1]
@@ -130,7 +108,7 @@ def index() -> Iterator[Index]:
     server = Index()
     server.fix_sizes()
     yield server
-    server.httpd.shutdown()
+    server.served.close()
 
 
 def _check(index: Index) -> dict[str, Any]:
@@ -204,7 +182,7 @@ def test_pins_read_from_pep_658_metadata_match_the_ranged_reads() -> None:
     try:
         report = _check(server)
     finally:
-        server.httpd.shutdown()
+        server.served.close()
     assert report["upstream"]["torch"][-1]["cuda"] == "13.2"
     assert any(r.endswith(".whl.metadata") for r in server.requests)
 
@@ -251,37 +229,26 @@ def test_cli_exit_codes_current_and_missing(index: Index) -> None:
 
 
 def test_cli_an_unreachable_index_exits_3_with_one_message() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    port = server.server_address[1]
-    server.server_close()  # nothing listens there now
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # let go at once: nothing listens there
     done = _cli("--index-url", f"http://ci:{SECRET}@127.0.0.1:{port}/simple")
     assert done.returncode == 3
     assert done.stderr.count("error:") == 1 and "cannot be reached" in done.stderr
     assert SECRET not in done.stdout + done.stderr and "Traceback" not in done.stderr
 
 
-def test_an_index_without_the_json_api_is_unreachable_not_a_crash(index: Index) -> None:
-    class Html(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
+def test_an_index_without_the_json_api_is_unreachable_not_a_crash() -> None:
+    class Html(QuietHandler):
         def do_GET(self) -> None:
-            body = b"<html>simple</html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(200, b"<html>simple</html>", "text/html")
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Html)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    served = serve(Html)
     try:
         with pytest.raises(IndexUnreachableError, match="JSON simple API"):
-            index_reader.read_project(
-                "torch", f"http://127.0.0.1:{server.server_address[1]}/simple", headers.session()
-            )
+            index_reader.read_project("torch", served.root + "/simple", headers.session())
     finally:
-        server.shutdown()
+        served.close()
 
 
 def test_index_url_without_check_upstream_is_bad_input() -> None:

@@ -7,16 +7,16 @@ without Range support; the extracted files are compared with the bytes put in th
 from __future__ import annotations
 
 import json
-import threading
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from imagegen.compat import headers
 from imagegen.errors import BuildFailedError
+from tests._http import QuietHandler
+from tests._http import serve as serve_http
 
 WHEEL = "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl"
 HEADERS = {
@@ -41,10 +41,7 @@ class _Server:
         self.requests: list[str] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 server.requests.append(self.headers.get("Range") or self.path)
                 if self.path == "/simple/torch/":
@@ -64,31 +61,12 @@ class _Server:
                             ]
                         }
                     ).encode()
-                    self._send(200, body, headers.SIMPLE_JSON)
+                    self.send_body(200, body, headers.SIMPLE_JSON)
                     return
-                data = server.wheel.read_bytes()
-                wanted = self.headers.get("Range")
-                if wanted and server.ranges:
-                    start, end = (int(x) for x in wanted.removeprefix("bytes=").split("-"))
-                    part = data[start : end + 1]
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/{len(data)}")
-                    self.send_header("Content-Length", str(len(part)))
-                    self.end_headers()
-                    self.wfile.write(part)
-                    return
-                self._send(200, data, "application/octet-stream")
+                self.send_ranged(server.wheel.read_bytes(), honour_ranges=server.ranges)
 
-            def _send(self, code: int, body: bytes, kind: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.served = serve_http(Handler)
+        self.url = self.served.root
 
 
 @pytest.fixture
@@ -102,7 +80,7 @@ def serve(tmp_path: Path) -> Iterator[type[_Server]]:
 
     yield make  # type: ignore[misc]
     for server in started:
-        server.httpd.shutdown()
+        server.served.close()
 
 
 def _check_cached(include: Path) -> None:

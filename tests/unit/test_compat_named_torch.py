@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -23,6 +21,7 @@ from imagegen.compat import check, device, headers, host, pch, results
 from imagegen.errors import BadInputError
 from op_builder.plan import probe_host
 from op_builder.registry import ALL_OPS
+from tests._http import QuietHandler, serve
 from tests._script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,34 +54,23 @@ class _Index:
         self.requests: list[str] = []
         index = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 index.requests.append(self.path)
                 if self.path != "/simple/torch/":
-                    self.send_response(404)
-                    self.end_headers()
+                    self.send_body(404, b"", "text/plain")
                     return
-                body = json.dumps(_answer()).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", headers.SIMPLE_JSON)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_body(200, json.dumps(_answer()).encode(), headers.SIMPLE_JSON)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/simple"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.served = serve(Handler)
+        self.url = self.served.root + "/simple"
 
 
 @pytest.fixture
 def index() -> Iterator[_Index]:
     served = _Index()
     yield served
-    served.httpd.shutdown()
-    served.httpd.server_close()
+    served.served.close()
 
 
 @pytest.fixture
