@@ -225,6 +225,25 @@ def supported_archs(cuda_version: str | Version) -> tuple[CudaArch, ...]:
     )
 
 
+def listed_capabilities(gpu_code_listing: str) -> set[tuple[int, int]]:
+    """The plain compute capabilities in ``nvcc --list-gpu-code``'s output (``sm_121`` -> (12, 1))."""
+    codes = re.findall(r"^sm_(\d+)$", gpu_code_listing, flags=re.MULTILINE)
+    return {(int(code[:-1]), int(code[-1])) for code in codes}
+
+
+def table_disagreement(cuda_version: str | Version, gpu_code_listing: str) -> str | None:
+    """Where this table and that toolkit's own ``nvcc --list-gpu-code`` differ, in words; None
+    when they agree (a new release may add or drop an arch the table does not know of yet)."""
+    table = {a.capability for a in supported_archs(cuda_version)}
+    listed = listed_capabilities(gpu_code_listing)
+    parts = []
+    if listed - table:
+        parts.append("nvcc compiles " + ", ".join(f"{a}.{b}" for a, b in sorted(listed - table)) + " too")
+    if table - listed:
+        parts.append("nvcc no longer compiles " + ", ".join(f"{a}.{b}" for a, b in sorted(table - listed)))
+    return "; ".join(parts) or None
+
+
 def validate_for_toolkit(archs: Sequence[CudaArch], cuda_version: str | Version) -> None:
     """Raise ArchError naming every arch the toolkit cannot compile."""
     problems = [reason for a in archs if (reason := unsupported_reason(a, cuda_version))]

@@ -21,11 +21,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvcc"
 
 
 def _capabilities(listing: str) -> set[tuple[int, int]]:
-    """``sm_121`` -> (12, 1); architecture- and family-specific names are not plain capabilities."""
-    found = set()
-    for code in re.findall(r"^sm_(\d+)$", listing, flags=re.MULTILINE):
-        found.add((int(code[:-1]), int(code[-1])))
-    return found
+    return archs.listed_capabilities(listing)
 
 
 def _differences(version: str, listing: str) -> dict[str, set[tuple[int, int]]]:
@@ -55,6 +51,28 @@ def test_a_listing_that_disagrees_is_caught() -> None:
     listing = _fixture("13.5")
     assert _differences("13.5", listing.replace("sm_107\n", ""))["only in the table"] == {(10, 7)}
     assert _differences("13.3", _fixture("13.4"))["only in nvcc"] == {(10, 7)}
+    # What `imagegen standins` warns with when a new release's nvcc differs from the table.
+    assert archs.table_disagreement("13.5", listing) is None
+    assert archs.table_disagreement("13.3", _fixture("13.4")) == "nvcc compiles 10.7 too"
+    assert archs.table_disagreement("13.5", listing.replace("sm_75\n", "")) == "nvcc no longer compiles 7.5"
+    assert _capabilities("sm_90a\nsm_100f\ncompute_90\nsm_121\n") == {(12, 1)}  # plain sm_ only
+
+
+def test_the_standin_maker_compares_a_real_nvcc_with_the_table(tmp_path: Path) -> None:
+    from imagegen.building.standins import cuda_home
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on PATH")
+    home = Path(nvcc).resolve().parent.parent
+    version = re.search(
+        r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    )
+    assert version is not None
+    assert cuda_home.arch_table_disagreement(home, version.group(1)) is None
+    # The same nvcc read as a release whose table lacks 11.0 (12.9's): the gap is named.
+    assert cuda_home.arch_table_disagreement(home, "12.9") is not None
+    assert cuda_home.arch_table_disagreement(tmp_path, "13.0") is None  # no nvcc there: nothing to compare
 
 
 def test_this_machines_nvcc_agrees_with_the_table() -> None:

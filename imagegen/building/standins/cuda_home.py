@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from imagegen import settings
 from imagegen.building.standins.docker_cli import log_tail, run_logged
 from imagegen.errors import BuildFailedError
+from op_builder import archs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -142,3 +144,22 @@ def layout_wheels(version: str, machine: str, ctx: Path, log: Path, env: Mapping
         shutil.copy2(real, ctx / "cudart" / real.name, follow_symlinks=False)
     shutil.rmtree(wheels)
     return full
+
+
+def arch_table_disagreement(home: Path, version: str) -> str | None:
+    """Whether op_builder's arch table says what this toolkit's nvcc itself compiles (``nvcc
+    --list-gpu-code``), in words where not; None when they agree, or when this machine cannot
+    run that nvcc (another machine's wheels)."""
+    try:
+        done = subprocess.run(
+            [str(home / "bin" / "nvcc"), "--list-gpu-code"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except OSError:  # an aarch64 nvcc on an x86-64 machine without binfmt: nothing to compare
+        return None
+    if done.returncode != 0:
+        return None
+    return archs.table_disagreement(version, done.stdout)

@@ -220,6 +220,14 @@ class _Maker:
             full = cuda_home.layout_wheels(
                 version, self.req.machine, ctx, self.log(f"pip-{version}"), self.env
             )
+            # A release that adds or drops an arch: imagegen would plan without it, or plan one
+            # this nvcc refuses, until op_builder.archs learns it.
+            disagreement = cuda_home.arch_table_disagreement(ctx / "cuda", version)
+            if disagreement:
+                ui.warn(
+                    f"CUDA {full}: op_builder.archs does not say what this nvcc compiles: {disagreement} "
+                    "(update _CUDA_SUPPORT and record its listing in tests/fixtures/nvcc/)"
+                )
         (ctx / "Dockerfile.devel").write_text(
             render("cuda-devel.Dockerfile.j2", parent=devel.parent or "", full_version=full)
         )
