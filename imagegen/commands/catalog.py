@@ -191,7 +191,8 @@ def check_upstream(json: bool, index_url: str | None) -> None:
 def catalog(
     json: JsonOption = False, check_upstream_: CheckUpstreamOption = False, index_url: IndexUrlOption = None
 ) -> None:
-    """List every target: torch range, default torch, bases, platforms, default archs, and proof."""
+    """List every target: torch range, default torch, bases, platforms, default archs, and proof;
+    with --check-upstream, what the package index publishes that the catalog lacks."""
     if check_upstream_:
         check_upstream(json, index_url)
         return
