@@ -12,7 +12,8 @@ its stand-ins' pin). ``findings`` compares them with the catalog and names what 
   one a torch release's wheel is built with (CUDA releases between targets that no torch is
   built with, such as 13.1, are not expected to have one);
 - ``stale-default``: a target whose default torch is older than the newest release it admits
-  (reported as held, not missing, where the catalog's ``DEFAULT_HOLDS`` gives a reason).
+  (reported as held, not missing, where ``imagegen.imagespec.default_holds`` holds that default
+  against that newest release, with its reason).
 
 The check only reads: the catalog is data kept by a person, and where the two disagree the
 table wins until that person updates it.
@@ -29,6 +30,7 @@ from packaging.version import Version
 
 from imagegen.compat import index_reader
 from imagegen.imagespec import catalog
+from imagegen.imagespec.default_holds import DEFAULT_HOLDS
 from imagegen.imagespec.torch_releases import TORCH_RELEASES
 from imagegen.urls import redact
 
@@ -209,14 +211,21 @@ def _stale_defaults(upstream: Upstream) -> list[Finding]:
                 continue  # current, or what another platform's finding already says
             said.add((default, admitted[-1]))
             where = "" if platform == catalog.DEFAULT_PLATFORM else f" on {platform}"
+            hold = DEFAULT_HOLDS.get(target.name)
+            holds = hold is not None and (hold.default, hold.newest) == (default, admitted[-1])
             found.append(
                 Finding(
                     "stale-default",
                     target.name + where.replace(" on linux/", "-"),
                     f"{target.name}'s default torch{where} is {default}; "
                     f"the newest it admits is {admitted[-1]}",
-                    "raise the default in imagegen/imagespec/catalog.py once an image of it is verified",
-                    catalog.DEFAULT_HOLDS.get(target.name),
+                    "raise the default in imagegen/imagespec/catalog.py once an image of it is verified"
+                    + (
+                        ""
+                        if hold is None or holds
+                        else f" (its hold was decided at {hold.newest}: decide again)"
+                    ),
+                    hold.why if hold is not None and holds else None,
                 )
             )
     return found

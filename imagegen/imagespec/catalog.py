@@ -259,12 +259,6 @@ CPU_TARGET = Target(
     "cpu", None, None, ("bookworm", "trixie"), _CPU_TORCH, "2.13.0", PLATFORMS, (ARM64_CPU_TORCH,)
 )
 
-# Defaults kept below the newest release their target admits, and why (target name -> reason).
-# `imagegen catalog --check-upstream` reports these as held, not missing; a person lifts a hold.
-DEFAULT_HOLDS: dict[str, str] = {
-    "cpu": "2.13.0 is the newest CPU build an image was verified with here: torch's x86-64 CPU "
-    "wheels come only from its own CPU index, which the machines that verify the catalog cannot reach",
-}
 
 # Local stand-ins for the bases, made by `imagegen standins` (imagegen/building/standins/; no registry
 # needed): (target, platform) -> (devel, runtime). CPU: Debian bookworm's Python 3.11, amd64 and

@@ -166,11 +166,19 @@ def test_a_new_patch_release_is_missing_and_makes_the_defaults_it_passes_stale(i
     assert kinds["torch-release"] == ["2.15.1"]
     stale = {t.name for t in catalog.CUDA_TARGETS.values() if t.default_torch == "2.15.0"}
     assert stale == {"cuda13.0", "cuda13.2", "cuda13.3", "cuda13.4", "cuda13.5"}
-    assert set(kinds["stale-default"]) == stale
+    assert set(kinds["stale-default"]) == stale | {"cpu"}  # the CPU's hold lapses too (below)
+
+
+def test_a_hold_lapses_when_a_newer_release_appears(index: Index) -> None:
+    # The CPU's hold was decided against 2.15.0: a 2.15.1 makes it a person's choice again.
+    index.publish_torch("2.15.1", "13.2.2")
+    report = _check(index)
+    cpu = [f for f in report["missing"] if f["kind"] == "stale-default" and f["subject"] == "cpu"]
+    assert len(cpu) == 1 and "decide again" in cpu[0]["hint"] and report["held"] == []
 
 
 def test_a_default_without_a_hold_is_stale(index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(catalog, "DEFAULT_HOLDS", {})
+    monkeypatch.setattr(upstream, "DEFAULT_HOLDS", {})
     report = _check(index)
     assert _kinds(report) == {"stale-default": ["cpu"]}
     assert report["missing"][0]["message"] == "cpu's default torch is 2.13.0; the newest it admits is 2.15.0"
