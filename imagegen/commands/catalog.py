@@ -61,8 +61,7 @@ def target_entry(target: cat.Target, data: dict[str, Any]) -> dict[str, Any]:
 
 def catalog_entries(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     data = results.load() if data is None else data
-    every = (*cat.CUDA_TARGETS.values(), *cat.ROCM_TARGETS.values(), cat.CPU_TARGET)
-    return [target_entry(t, data) for t in every]
+    return [target_entry(t, data) for t in cat.all_targets()]
 
 
 def _span(items: list[str]) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from imagegen.compat import device, headers, host, index_reader, pch, results
 from imagegen.errors import BadInputError
@@ -69,10 +69,6 @@ class Selection:
         return [minors[0], minors[-1], *reversed(minors[1:-1])]
 
 
-def all_targets() -> tuple[catalog.Target, ...]:
-    return (*catalog.CUDA_TARGETS.values(), *catalog.ROCM_TARGETS.values(), catalog.CPU_TARGET)
-
-
 def full_selection() -> Selection:
     """Every torch minor any target admits; the GPU bindings for those a GPU target admits."""
 
@@ -80,8 +76,8 @@ def full_selection() -> Selection:
         found = {m for t in targets for m in results.admitted_minors(t)}
         return tuple(sorted(found, key=Version))
 
-    gpu = [t for t in all_targets() if t.accelerator != "cpu"]
-    return Selection(minors(all_targets()), minors(gpu))
+    gpu = [t for t in catalog.all_targets() if t.accelerator != "cpu"]
+    return Selection(minors(catalog.all_targets()), minors(gpu))
 
 
 def sample_selection() -> Selection:
@@ -104,17 +100,10 @@ def release_of(minor: str, releases: Mapping[str, str] | None = None) -> str:
 def _requested(text: str) -> Version:
     """``--torch``'s ``X.Y`` or ``X.Y.Z``, a final release (headers of a pre-release prove nothing
     about the release that follows it)."""
-    try:
-        version = Version(text)
-    except InvalidVersion:
-        version = None
-    if version is None or len(version.release) not in (2, 3) or version.epoch or not _is_final(version):
+    version = index_reader.final_release(text)
+    if version is None or len(version.release) not in (2, 3) or version.epoch:
         raise BadInputError(f"--torch {text}: not a final torch release (X.Y or X.Y.Z)")
     return version
-
-
-def _is_final(version: Version) -> bool:
-    return not (version.is_prerelease or version.is_postrelease or version.local)
 
 
 def resolve_named(wanted: Version, published: Sequence[str]) -> str | None:
@@ -294,7 +283,7 @@ def _targets_minors(
     same = [t for t in toolkits if t.accelerator == accelerator]
     newest = max((Version(t.version) for t in same), default=None)
     minors: list[str] = list(outside) if newest is not None and Version(version) == newest else []
-    for target in all_targets():
+    for target in catalog.all_targets():
         if target.accelerator != accelerator:
             continue
         nearest = min(same, key=lambda t: results.toolkit_distance(t.version, target.version))

@@ -29,6 +29,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from imagegen import settings
+from imagegen.compat.pip_config import pip_install_options
 from imagegen.errors import BuildFailedError, IndexUnreachableError
 from imagegen.urls import redact
 
@@ -69,14 +70,10 @@ def ca_bundle(env: Mapping[str, str] = os.environ) -> str | bool:
         if env.get(name):
             return env[name]
     try:
-        from pip._internal.commands import create_command
-
-        options, _ = create_command("install").parse_args([])
-        if options.cert:
-            return str(options.cert)
+        cert = pip_install_options().cert
     except ImportError:  # pip absent: requests' own bundle
-        pass
-    return True
+        return True
+    return str(cert) if cert else True
 
 
 def session(env: Mapping[str, str] = os.environ) -> requests.Session:

@@ -49,7 +49,8 @@ class Project:
     files: tuple[dict[str, Any], ...]  # each "url" absolute (PEP 691 allows them relative to the page)
 
 
-def _final(text: str) -> Version | None:
+def final_release(text: str) -> Version | None:
+    """``text`` as a final release (no pre-, post-, development release or local label), else None."""
     try:
         version = Version(text)
     except InvalidVersion:
@@ -116,22 +117,17 @@ def read_project(name: str, index_url: str, http: requests.Session) -> Project:
             "that is not its JSON",
             hint="name another index with --index-url",
         ) from None
-    finals = {v for text in listed if text and (v := _final(str(text))) is not None}
+    finals = {v for text in listed if text and (v := final_release(str(text))) is not None}
     return Project(name, tuple(str(v) for v in sorted(finals)), files)
 
 
 def linux_wheel(project: Project, version: str) -> dict[str, Any] | None:
-    """The file whose metadata stands for ``version``'s Linux build: CPython 3.11's x86-64
-    manylinux wheel (the one pip installs in our images), else any wheel of that version."""
-    wanted = Version(version)
+    """The file whose metadata stands for ``version``'s Linux build: the wheel the headers come
+    from (``headers.pick_wheel``: CPython 3.11's x86-64 manylinux one), else any wheel of it."""
+    picked = headers.pick_wheel(version, list(project.files))
     wheels = [f for f in project.files if str(f.get("filename", "")).endswith(".whl")]
-    of_version = [f for f in wheels if _file_version(str(f["filename"])) == str(wanted)]
-    preferred = [
-        f
-        for f in of_version
-        if headers.WHEEL_TAG in f["filename"] and f["filename"].endswith(headers.WHEEL_ARCH)
-    ]
-    chosen = preferred or of_version
+    of_version = [f for f in wheels if _file_version(str(f["filename"])) == str(Version(version))]
+    chosen = [f for f in of_version if picked is not None and f["filename"] == picked.filename] or of_version
     return chosen[0] if chosen else None
 
 

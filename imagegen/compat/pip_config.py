@@ -7,7 +7,22 @@ mirror without being told, and the repository names no index host of its own.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
+
+
+def pip_install_options() -> Any:
+    """pip's options for ``pip install`` as the environment and its config files set them.
+
+    ImportError without pip.
+    """
+    # pip has no public API for its resolved options; its command's own option parser (the one
+    # `pip install` runs, pip._internal.commands.create_command since pip 19.3) is the only
+    # way to get the precedence of environment, config sections and default exactly right.
+    from pip._internal.commands import create_command
+
+    options, _ = create_command("install").parse_args([])
+    return options
 
 
 def pip_index_url() -> str:
@@ -16,12 +31,7 @@ def pip_index_url() -> str:
     ValueError when pip is set to use no index, or one a container build could not read (a
     local path or file:// URL); ImportError without pip.
     """
-    # pip has no public API for its resolved options; its command's own option parser (the one
-    # `pip install` runs, pip._internal.commands.create_command since pip 19.3) is the only
-    # way to get the precedence of environment, config sections and default exactly right.
-    from pip._internal.commands import create_command
-
-    options, _ = create_command("install").parse_args([])
+    options = pip_install_options()
     if options.no_index:
         raise ValueError("pip is configured with no-index (only --find-links folders)")
     url = str(options.index_url)

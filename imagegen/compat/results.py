@@ -154,7 +154,7 @@ def _cell(sources: Iterable[Mapping[str, Any]]) -> str:
 def markdown(data: Mapping[str, Any]) -> str:
     """docs/compat.md: the tables of the results (a test keeps the file equal to this)."""
     host = data.get("host", {})
-    all_targets = (*catalog.CUDA_TARGETS.values(), *catalog.ROCM_TARGETS.values(), catalog.CPU_TARGET)
+    all_targets = catalog.all_targets()
     lines = [
         "# Compatibility: what was compiled, built and verified here",
         "",

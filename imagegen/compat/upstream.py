@@ -29,6 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from imagegen.compat import index_reader
+from imagegen.compat.results import minor_of
 from imagegen.imagespec import catalog
 from imagegen.imagespec.default_holds import DEFAULT_HOLDS
 from imagegen.imagespec.torch_releases import TORCH_RELEASES
@@ -74,11 +75,6 @@ class Finding:
     held: str | None = None  # a stale default the catalog holds on purpose: its reason
 
 
-def _minor(version: str) -> str:
-    v = Version(version)
-    return f"{v.major}.{v.minor}"
-
-
 def pinned_cuda(requirements: Sequence[str]) -> str | None:
     """The CUDA major.minor a wheel's requirements pin (``cuda-toolkit[cublas]==13.2.2``: 13.2)."""
     for line in requirements:
@@ -90,14 +86,14 @@ def pinned_cuda(requirements: Sequence[str]) -> str | None:
             continue
         pins = [s.version for s in requirement.specifier if s.operator in ("==", "===")]
         if pins:
-            return _minor(pins[0].rstrip(".*"))
+            return minor_of(pins[0].rstrip(".*"))
     return None
 
 
-def _newest_by_minor(versions: Sequence[str]) -> dict[str, str]:
+def _newest_byminor_of(versions: Sequence[str]) -> dict[str, str]:
     newest: dict[str, str] = {}
     for version in sorted(versions, key=Version):
-        newest[_minor(version)] = version
+        newest[minor_of(version)] = version
     return newest
 
 
@@ -115,19 +111,15 @@ def read(index_url: str, http: requests.Session) -> Upstream:
         )
         for v in versions
     )
-    nvcc = _newest_by_minor(index_reader.read_project(NVCC, index_url, http).versions)
-    toolkit = _newest_by_minor(index_reader.read_project(TOOLKIT, index_url, http).versions)
+    nvcc = _newest_byminor_of(index_reader.read_project(NVCC, index_url, http).versions)
+    toolkit = _newest_byminor_of(index_reader.read_project(TOOLKIT, index_url, http).versions)
     minors = sorted(set(nvcc) | set(toolkit), key=Version)
     cuda = tuple(CudaRelease(m, nvcc.get(m), toolkit.get(m)) for m in minors)
     return Upstream(redact(index_url), releases, cuda)
 
 
-def _targets() -> tuple[catalog.Target, ...]:
-    return (*catalog.CUDA_TARGETS.values(), *catalog.ROCM_TARGETS.values(), catalog.CPU_TARGET)
-
-
 def _admitted_by_any(minor: str) -> bool:
-    return any(r.admits(minor) for t in _targets() for r in t.torch)
+    return any(r.admits(minor) for t in catalog.all_targets() for r in t.torch)
 
 
 def _torch_findings(upstream: Upstream) -> list[Finding]:
@@ -135,7 +127,7 @@ def _torch_findings(upstream: Upstream) -> list[Finding]:
     known = set(TORCH_RELEASES)
     by_minor: dict[str, list[TorchRelease]] = {}
     for release in upstream.torch:
-        by_minor.setdefault(_minor(release.version), []).append(release)
+        by_minor.setdefault(minor_of(release.version), []).append(release)
     for minor, releases in by_minor.items():
         newest = releases[-1]
         if not _admitted_by_any(minor):
@@ -202,7 +194,7 @@ def _cuda_findings(upstream: Upstream) -> list[Finding]:
 def _stale_defaults(upstream: Upstream) -> list[Finding]:
     published = [r.version for r in upstream.torch]
     found: list[Finding] = []
-    for target in _targets():
+    for target in catalog.all_targets():
         said: set[tuple[str, str]] = set()
         for platform in target.platforms:
             admitted = [v for v in published if target.torch_range(v, platform) is not None]

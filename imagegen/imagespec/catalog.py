@@ -343,6 +343,11 @@ def targets(accelerator: Accelerator) -> dict[str, Target]:
     return {"": CPU_TARGET}
 
 
+def all_targets() -> tuple[Target, ...]:
+    """Every target: the CUDA ones, the ROCm ones, then the CPU (the order tables list them in)."""
+    return (*CUDA_TARGETS.values(), *ROCM_TARGETS.values(), CPU_TARGET)
+
+
 def lookup(accelerator: Accelerator, version: str | None) -> Target | None:
     """The target for ``--cuda X.Y`` / ``--rocm X.Y`` / ``--cpu``, or None if unsupported."""
     if accelerator == "cpu":

@@ -143,11 +143,11 @@ def test_what_the_index_does_not_publish_is_bad_input(index: _Index, named: str,
         check.torch_selection(named.split(","), index.url)
 
 
-def test_another_patch_of_a_catalog_minor_is_refused() -> None:
+def test_another_patch_of_a_catalog_minor_is_refused(closed_port: str) -> None:
     # The catalog proves a minor at its newest release; another patch would stand in for it.
     minor = next(m for m in _admitted() if Version(check.release_of(m)).micro > 0)
     with pytest.raises(BadInputError, match=f"admits torch {minor}, checked at {check.release_of(minor)}"):
-        check.torch_selection([f"{minor}.0"], "http://127.0.0.1:9/simple")
+        check.torch_selection([f"{minor}.0"], closed_port)
 
 
 def test_the_script_exits_2_with_one_line_for_a_release_not_on_the_index(
@@ -195,7 +195,7 @@ def test_the_script_hands_the_resolved_release_to_the_check(
 
 
 def test_check_host_compiles_the_gpu_bindings_against_a_release_outside_the_catalog(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closed_port: str
 ) -> None:
     include = tmp_path / "include"
     include.mkdir()
@@ -212,7 +212,7 @@ def test_check_host_compiles_the_gpu_bindings_against_a_release_outside_the_cata
     run = check.Run({}, None, say=lambda line: None)
     selection = check.Selection(("2.98",), ("2.98",), device=False, releases={"2.98": "2.98.1"})
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    check.check_host(run, selection, ALL_OPS, probe_host({}), "http://unused/simple", env, use_cache=False)
+    check.check_host(run, selection, ALL_OPS, probe_host({}), closed_port, env, use_cache=False)
     entry = run.data["host"]["2.98"]
     assert entry["torch"] == "2.98.1" and entry["std"] == "c++20"
     targets = {s["target"] for s in entry["sources"]}
