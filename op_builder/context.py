@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from op_builder import archs as arch_lib
 from op_builder import settings
 from op_builder.archs import CudaArch
+from op_builder.devices import cuda_gpus, import_cpp_extension
 from op_builder.env import env_flag, env_positive_int
 from op_builder.errors import BadInputError
 from op_builder.parallel_build import default_nvcc_threads, job_budget
@@ -164,21 +165,17 @@ def align_torch_cuda_home(ctx: BuildContext) -> None:
     if ctx.accelerator != "cuda" or ctx.toolchain.cuda is None:
         return
     # Deferred: only a CUDA build needs torch's extension module (it pulls in setuptools).
-    import torch.utils.cpp_extension as cpp_extension
-
+    cpp_extension = import_cpp_extension()
     current = cpp_extension.CUDA_HOME
     if current is None or not Path(current, "include", "cuda_runtime.h").exists():
         cpp_extension.CUDA_HOME = ctx.toolchain.cuda.home
 
 
 def visible_gpu_capabilities() -> list[str]:
-    """Compute capabilities of visible CUDA GPUs, for the 'native' arch list."""
+    """Compute capabilities of visible CUDA GPUs, for the 'native' arch list (read without
+    initialising CUDA where it can be: ``devices.cuda_gpus``)."""
     try:
-        import torch  # deferred: only 'native' arch lists need it, and it costs seconds to import
+        import torch  # noqa: F401  deferred: only 'native' arch lists need it; seconds to import
     except ImportError:
         return []
-    if not torch.cuda.is_available():
-        return []
-    return sorted(
-        {"{}.{}".format(*torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())}
-    )
+    return sorted({"{}.{}".format(*capability) for _, capability in cuda_gpus()})

@@ -44,6 +44,7 @@ from op_builder.context import (
     resolve_context,
     visible_gpu_capabilities,
 )
+from op_builder.devices import import_cpp_extension
 from op_builder.env import env_flag
 from op_builder.errors import OpLoadError, UserFacingError
 from op_builder.manifest import read_installed
@@ -310,8 +311,7 @@ def _compile(builder: LoadableOp, env: Mapping[str, str], module_name: str, buil
     )
     start = time.perf_counter()
     # Only a compile needs torch's extension module, which pulls in setuptools (~0.2 s).
-    from torch.utils.cpp_extension import load
-
+    load = import_cpp_extension().load
     try:
         load(
             name=module_name,

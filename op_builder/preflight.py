@@ -41,7 +41,7 @@ from types import ModuleType
 from typing import Any, Union
 
 from op_builder.binary import DeviceCode, read_device_code
-from op_builder.devices import no_gpu_reason
+from op_builder.devices import cuda_gpus, no_gpu_reason
 from op_builder.errors import OpLoadError
 from op_builder.manifest import Manifest
 
@@ -228,17 +228,23 @@ def visible_devices() -> tuple[tuple[Device, ...], str]:
         import torch
     except ImportError:
         return (), "torch is not installed"
-    if not torch.cuda.is_available():
-        return (), no_gpu_reason()
     found: dict[str, Device] = {}
-    for index in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(index)
-        device: Device
-        if torch.version.hip:
+    if torch.version.hip:
+        if not torch.cuda.is_available():
+            return (), no_gpu_reason()
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
             device = RocmDevice(props.name, str(getattr(props, "gcnArchName", "")))
-        else:
-            device = CudaDevice(props.name, (props.major, props.minor), driver_cuda_version())
-        found.setdefault(repr(device), device)
+            found.setdefault(repr(device), device)
+        return tuple(found.values()), ""
+    # Read without initialising CUDA where it can be, so that an op's load leaves this process
+    # free to fork children that use the GPU (op_builder.nvml).
+    gpus = cuda_gpus()
+    if not gpus:
+        return (), no_gpu_reason()
+    driver = driver_cuda_version()
+    for name, capability in gpus:
+        found.setdefault(f"{name} {capability}", CudaDevice(name, capability, driver))
     return tuple(found.values()), ""
 
 

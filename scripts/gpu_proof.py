@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,8 @@ def judge(op: str, expect_ok: bool, returncode: int, report: Mapping[str, Any], 
     return None
 
 
-def _build_and_check(op: str, archs: str, expect_ok: bool, work: Path, gpu: str) -> bool:
+def _build_and_check(op: str, archs: str, expect_ok: bool, work: Path, gpu: str) -> tuple[bool, str]:
+    """Whether preflight judged the build as it must, and what to print (the builds run at once)."""
     repo = Path(__file__).resolve().parent.parent
     dest = work / archs.replace(".", "")
     shutil.rmtree(dest, ignore_errors=True)  # a rerun starts afresh
@@ -116,11 +118,7 @@ def _build_and_check(op: str, archs: str, expect_ok: bool, work: Path, gpu: str)
         )
     if installed.returncode != 0:
         what = "building the wheel" if installed is built else "installing the wheel"
-        print(
-            f"{op} for {archs}: {what} failed:\n{(installed.stdout + installed.stderr)[-2000:]}",
-            file=sys.stderr,
-        )
-        return False
+        return False, f"{op} for {archs}: {what} failed:\n{(installed.stdout + installed.stderr)[-2000:]}"
     # Run from the work folder with only the install on the path: the checkout must not answer.
     done = subprocess.run(
         [sys.executable, "-m", "op_builder", "preflight", "--json"],
@@ -132,20 +130,16 @@ def _build_and_check(op: str, archs: str, expect_ok: bool, work: Path, gpu: str)
     try:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
-        print(
-            f"{op} for {archs}: preflight wrote no JSON (exit {done.returncode}): {done.stderr[-1000:]}",
-            file=sys.stderr,
-        )
-        return False
+        tail = done.stderr[-1000:]
+        return False, f"{op} for {archs}: no JSON from preflight (exit {done.returncode}): {tail}"
     (dest / "preflight.json").write_text(done.stdout)
     problem = judge(op, expect_ok, done.returncode, report, gpu)
     verdict = "as it must" if problem is None else f"WRONG: {problem}"
-    print(
-        f"{op} built for {archs} in {time.time() - start:.0f}s; preflight exit {done.returncode}, {verdict}"
-    )
+    took = time.time() - start
+    lines = [f"{op} built for {archs} in {took:.0f}s; preflight exit {done.returncode}, {verdict}"]
     for entry in report.get("ops", []):
-        print(f"  {entry['name']}: {'ok' if entry['ok'] else 'refused'}: {entry['reason']}")
-    return problem is None
+        lines.append(f"  {entry['name']}: {'ok' if entry['ok'] else 'refused'}: {entry['reason']}")
+    return problem is None, "\n".join(lines)
 
 
 def preflight(op: str, work: Path) -> int:
@@ -157,9 +151,14 @@ def preflight(op: str, work: Path) -> int:
     capability = torch.cuda.get_device_capability()
     gpu = torch.cuda.get_device_name()
     work.mkdir(parents=True, exist_ok=True)
-    own = _build_and_check(op, "{}.{}".format(*capability), True, work, gpu)
-    other = _build_and_check(op, other_major(capability), False, work, gpu)
-    return 0 if own and other else 1
+    # Both builds at once: each is mostly one long nvcc compile, and the GPU machine has the cores.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        own = pool.submit(_build_and_check, op, "{}.{}".format(*capability), True, work, gpu)
+        other = pool.submit(_build_and_check, op, other_major(capability), False, work, gpu)
+        results = [own.result(), other.result()]
+    for _, text in results:
+        print(text, flush=True)
+    return 0 if all(ok for ok, _ in results) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

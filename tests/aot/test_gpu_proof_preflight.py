@@ -23,16 +23,18 @@ def gpu_proof() -> ModuleType:
 
 
 def test_a_build_installed_alone_is_judged_by_its_own_preflight(
-    gpu_proof: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    gpu_proof: ModuleType, tmp_path: Path
 ) -> None:
-    assert gpu_proof._build_and_check("cpu_adam", "9.0", True, tmp_path, "NVIDIA H100 80GB HBM3")
+    ok, text = gpu_proof._build_and_check("cpu_adam", "9.0", True, tmp_path, "NVIDIA H100 80GB HBM3")
+    assert ok, text
     dest = tmp_path / "90"
     report = json.loads((dest / "preflight.json").read_text())
     # The install holds exactly the op built, so preflight (run from it) lists that op only.
     assert [op["name"] for op in report["ops"]] == ["cpu_adam"]
     modules = [p.name for p in (dest / "site" / "kernels" / "_ops").glob("*.so")]
     assert len(modules) == 1 and modules[0].startswith("cpu_adam."), modules
-    assert "as it must" in capsys.readouterr().out
+    assert "as it must" in text
     # Where preflight had to refuse, its pass is reported wrong and the step fails.
-    assert not gpu_proof._build_and_check("cpu_adam", "8.0", False, tmp_path, "NVIDIA H100 80GB HBM3")
-    assert "WRONG: passed a build with no code for this GPU" in capsys.readouterr().out
+    ok, text = gpu_proof._build_and_check("cpu_adam", "8.0", False, tmp_path, "NVIDIA H100 80GB HBM3")
+    assert not ok
+    assert "WRONG: passed a build with no code for this GPU" in text
