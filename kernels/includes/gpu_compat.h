@@ -63,6 +63,15 @@ __device__ __forceinline__ float gpu_shfl_xor(float v, int mask, int width) {
 #endif
 }
 
+// LayerNorm's long-row statistics reduce in double (CUDA and ROCm shuffle 64-bit values).
+__device__ __forceinline__ double gpu_shfl_xor(double v, int mask, int width) {
+#ifdef GPU_ROCM
+  return __shfl_xor(v, mask, width);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask, width);
+#endif
+}
+
 __device__ __forceinline__ float2 gpu_shfl_xor(float2 v, int mask, int width) {
   return make_float2(gpu_shfl_xor(v.x, mask, width), gpu_shfl_xor(v.y, mask, width));
 }

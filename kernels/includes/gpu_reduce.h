@@ -10,6 +10,7 @@
 
 struct GpuSumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+  __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
   __device__ __forceinline__ float2 operator()(float2 a, float2 b) const {
     return make_float2(a.x + b.x, a.y + b.y);
   }

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from op_builder.registry import ALL_OPS
 
 GPU_OPS = tuple(name for name, builder in ALL_OPS.items() if builder.target == "gpu")
@@ -86,6 +88,9 @@ def _run(mode: str) -> tuple[dict[str, Any], str]:
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+# Loading JIT-builds any op not built yet (about 30 s each on 16 cores): more than the tier's
+# per-test limit when none is.
+@pytest.mark.timeout(900)
 def test_loading_every_gpu_op_leaves_cuda_uninitialised_and_fork_usable() -> None:
     report, stderr = _run("load")
     assert report["initialized_after_load"] is False, "loading the ops initialised CUDA"
@@ -95,6 +100,7 @@ def test_loading_every_gpu_op_leaves_cuda_uninitialised_and_fork_usable() -> Non
     assert report["nvml"] == report["torch"]
 
 
+@pytest.mark.timeout(900)
 def test_the_child_check_catches_a_driver_initialised_before_fork() -> None:
     # torch's own flag stays False after cudaGetDeviceCount: only the child's launch shows the
     # harm, which is why the test above forks rather than trusting is_initialized() alone.

@@ -28,12 +28,9 @@
 //   and each thread loads the next row it will handle before working on the current
 //   one, which keeps loads in flight through the row reductions.
 // * Rows too long for the register slices take the generic loop kernels at the end,
-//   which re-read the row: rare sizes, correct, slower. Their forward statistics come from
-//   one read (Welford / Chan: each thread's count, mean and sum of squared deviations,
-//   merged across the row): the variance as accurate as the two passes (the merge adds
-//   non-negative terms only), without a third read of the row. y is not: it is formed from
-//   x - mean with the mean rounded to fp32, so where |mean| >> std y carries that rounding
-//   (about |mean| * 2^-24 * rstd), which the register kernels' residue s removes.
+//   which re-read the row: rare sizes, correct, slower. Their forward statistics are taken in
+//   double over three reads (the sum, the squared deviations from its mean, the output), and
+//   y is formed from x minus the mean as two floats (hi + lo): see ln_forward_loop_kernel.
 //   The register kernels hold up
 //   to 16384 (fp16/bf16) or 12288 (fp32) columns forward, 12288 or 8192 backward, and
 //   6144 forward / 5120 backward when not vectorizable (odd hidden size, misaligned).
@@ -445,113 +442,82 @@ __global__ void ln_params_finalize_kernel(const float* __restrict__ partial, int
 
 // ---------------------------------------------------------------- generic loop kernels
 
-// Count, mean and sum of squared deviations from that mean (m2) of some of a row's values.
-struct RowMoments {
-  float n;
-  float mean;
-  float m2;
-};
-
-// The moments of the union of two disjoint sets (Chan, Golub and LeVeque): m2 grows by
-// non-negative terms only, so nothing cancels however far the values sit from their mean (a
-// one-pass E[d^2] - E[d]^2 loses the variance there). An empty side returns the other as it is.
-__device__ __forceinline__ RowMoments merge_moments(const RowMoments& a, const RowMoments& b) {
-  if (b.n == 0.0f) return a;
-  if (a.n == 0.0f) return b;
-  const float n = a.n + b.n;
-  const float delta = b.mean - a.mean;
-  const float wb = gpu_div_rn(b.n, n);
-  return RowMoments{n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * (a.n * wb)};
-}
-
-// The moments of the row (the blockDim.x threads with this threadIdx.y), in every one of its
-// threads; all threads of the block must call it. The merge is not symmetric in its rounding,
-// so each pair of lanes merges (lower lane, upper lane) and both get the same bits, and the
-// warps are merged in warp order: every thread holds the same result, the same on every run.
-__device__ __forceinline__ RowMoments row_moments(RowMoments v, RowMoments* scratch) {
-  const int tx = static_cast<int>(blockDim.x);
-  const int width = tx < GPU_WARP_SIZE ? tx : GPU_WARP_SIZE;
-  for (int offset = width / 2; offset > 0; offset >>= 1) {
-    RowMoments other;
-    other.n = gpu_shfl_xor(v.n, offset, width);
-    other.mean = gpu_shfl_xor(v.mean, offset, width);
-    other.m2 = gpu_shfl_xor(v.m2, offset, width);
-    v = (threadIdx.x & offset) != 0 ? merge_moments(other, v) : merge_moments(v, other);
-  }
-  if (tx <= GPU_WARP_SIZE) return v;
-  const int warps = tx / GPU_WARP_SIZE;
-  RowMoments* slots = scratch + threadIdx.y * warps;
-  // A barrier before the slots are written, so that a second call in the same kernel cannot
-  // overwrite them while a slower warp still reads the first call's (one call per kernel
-  // today; the barrier costs one sync on the rare rows too long for the register kernels).
-  __syncthreads();
-  if (threadIdx.x % GPU_WARP_SIZE == 0) slots[threadIdx.x / GPU_WARP_SIZE] = v;
-  __syncthreads();
-  RowMoments total = slots[0];
-  for (int w = 1; w < warps; ++w) total = merge_moments(total, slots[w]);
-  return total;
-}
-
 // For rows longer than the register slices hold. One block per row group as in
-// gpu_row_launch; the row is read twice: statistics, then output. Each thread keeps the
-// moments of its elements, merging in those of each VEC-element vector (its mean, then the
-// squared deviations from it: two passes over registers), and the row merges the threads'.
-// kResidual as in ln_forward_reg_kernel: the first pass forms and writes the sum, the second
-// reads it back (each thread the elements it wrote).
+// gpu_row_launch. Three reads of the row, the statistics in double: the mean from the row's
+// sum, then the variance as the mean of (x - mean)^2 (two passes: nothing cancels however far
+// the values sit from their mean), then the output. Double, because these rows are long: an
+// fp32 sum or moment merge of 16K-20K values rounds a few units in its last place, and y
+// carries the mean's error times rstd, which put the fp32 kernels at 2-3x torch's error on
+// rows with a large mean or a far outlier (H200, 2026-11-27). In double both statistics are
+// exact to well below fp32's rounding, and no fp32 value can overflow a double sum or square
+// (|x| <= FLT_MAX: x^2 < 1.2e77), so a row of 1e35 gets mean 1e35 exactly and y = beta. The
+// mean reaches y as two floats (hi + lo), so y does not carry the rounding of the mean to
+// fp32 either. The variance is rounded to fp32 before rstd, so one past FLT_MAX is inf and
+// rstd 0 (y = beta), as torch gives. The second and third reads mostly hit L2 (a row is at
+// most a few hundred KB), and these sizes are rare.
+// kResidual as in ln_forward_reg_kernel: the first pass forms and writes the sum, the later
+// ones read it back (each thread the elements it wrote).
 template <typename T, int VEC, bool kResidual>
 __global__ void ln_forward_loop_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
                                        const T* __restrict__ beta, T* __restrict__ y, float* __restrict__ mean_out,
                                        float* __restrict__ rstd_out, int64_t rows, int64_t cols, float eps,
                                        const T* __restrict__ residual, const T* __restrict__ hidden_bias,
                                        T* __restrict__ sum_out) {
-  __shared__ RowMoments scratch[kGpuMaxWarps];
+  // One buffer per reduction (see group_sum).
+  __shared__ double sum_scratch[kGpuMaxWarps];
+  __shared__ double square_scratch[kGpuMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;
   const int64_t offset = (active ? row : 0) * cols;
   const T* xr = x + offset;
-  RowMoments acc{0.0f, 0.0f, 0.0f};
+  // What the later passes read: the input, or the sum the first pass wrote.
+  const T* normalized = xr;
+  if constexpr (kResidual) normalized = sum_out + offset;
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * VEC;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * VEC;
+  double sum = 0.0;
   if (active) {
-    for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < cols; i += static_cast<int64_t>(blockDim.x) * VEC) {
+    for (int64_t i = first; i < cols; i += stride) {
       float v[VEC];
       if constexpr (kResidual) {
         residual_sum<VEC>(v, x, residual, hidden_bias, sum_out, offset + i, i);
       } else {
         load_as_float<VEC>(v, xr + i);
       }
-      // Each value scaled by 1 / VEC first (VEC is 1 or 4: exact), so four values near FLT_MAX
-      // do not overflow their sum; the same bits as scaling the sum wherever that does not.
-      float vec_mean = 0.0f;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) vec_mean += v[k] * (1.0f / VEC);
-      float m2 = 0.0f;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float d = v[k] - vec_mean;
-        m2 += d * d;
-      }
-      acc = merge_moments(acc, RowMoments{static_cast<float>(VEC), vec_mean, m2});
+      for (int k = 0; k < VEC; ++k) sum += static_cast<double>(v[k]);
     }
   }
-  acc = row_moments(acc, scratch);
-  if (!active) return;  // after the block-wide reduction
-  const float mean = acc.mean;
-  const float rstd = rsqrtf(gpu_div_rn(acc.m2, static_cast<float>(cols)) + eps);
+  const double mean = group_sum(sum, sum_scratch) / static_cast<double>(cols);
+  double squares = 0.0;
+  if (active) {
+    for (int64_t i = first; i < cols; i += stride) {
+      float v[VEC];
+      load_as_float<VEC>(v, normalized + i);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const double d = static_cast<double>(v[k]) - mean;
+        squares += d * d;
+      }
+    }
+  }
+  const double var = static_cast<double>(static_cast<float>(group_sum(squares, square_scratch) / cols));
+  if (!active) return;  // after both block-wide reductions
+  const float rstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+  const float mean_hi = static_cast<float>(mean);
+  const float mean_lo = static_cast<float>(mean - static_cast<double>(mean_hi));
   if (threadIdx.x == 0) {
-    mean_out[row] = mean;
+    mean_out[row] = mean_hi;
     rstd_out[row] = rstd;
   }
   T* yr = y + row * cols;
-  for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < cols; i += static_cast<int64_t>(blockDim.x) * VEC) {
+  for (int64_t i = first; i < cols; i += stride) {
     float v[VEC], g[VEC], b[VEC];
-    if constexpr (kResidual) {
-      load_as_float<VEC>(v, sum_out + offset + i);
-    } else {
-      load_as_float<VEC>(v, xr + i);
-    }
+    load_as_float<VEC>(v, normalized + i);
     load_params<VEC>(g, gamma, i, 1.0f);
     load_params<VEC>(b, beta, i, 0.0f);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * rstd * g[k] + b[k];
+    for (int k = 0; k < VEC; ++k) v[k] = ((v[k] - mean_hi) - mean_lo) * rstd * g[k] + b[k];
     store_from_float<VEC>(yr + i, v);
   }
 }
