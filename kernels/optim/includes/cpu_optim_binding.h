@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cpu_simd.h"
+#include "shape_text.h"
 
 namespace cpu_optim {
 
@@ -72,8 +73,8 @@ inline void check_like(const at::Tensor& params, const at::Tensor& t, Dtype dtyp
   TORCH_CHECK(t.scalar_type() == scalar_type(dtype), op, ": ", what, " must be ", dtype_name(scalar_type(dtype)),
               ", got ", dtype_name(t.scalar_type()));
   check_dense(t, op, what);
-  TORCH_CHECK(t.sizes() == params.sizes(), op, ": ", what, " has shape ", t.sizes(),
-              " but params have shape ", params.sizes());
+  TORCH_CHECK(t.sizes() == params.sizes(), op, ": ", what, " has shape ", shape_text(t.sizes()),
+              " but params have shape ", shape_text(params.sizes()));
 }
 
 // The optional bf16/fp16 tensor that receives params.to(dtype) in the same pass, for fp32

@@ -3,6 +3,7 @@
 // Every function works on the last dimension; leading dimensions are rows.
 #include "gpu_bindings.h"
 #include "gpu_transformer.h"
+#include "shape_text.h"
 
 #include <string>
 #include <tuple>
@@ -29,7 +30,7 @@ void check_like(const at::Tensor& t, const at::Tensor& ref, const char* what) {
 
 void check_vector(const at::Tensor& t, const at::Tensor& ref, int64_t cols, const char* what) {
   check_like(t, ref, what);
-  TORCH_CHECK(t.dim() == 1 && t.size(0) == cols, what, " must have shape [", cols, "], got ", t.sizes());
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == cols, what, " must have shape [", cols, "], got ", shape_text(t.sizes()));
 }
 
 const void* optional_ptr(const c10::optional<at::Tensor>& t) { return t.has_value() ? t->data_ptr() : nullptr; }
@@ -78,7 +79,8 @@ LnBackward check_ln_backward(const at::Tensor& dy, const at::Tensor& x, const c1
   gpu_bind::check_gpu_tensor(x, x_name);
   const gpu_ops::DType dtype = gpu_bind::float_dtype(x, x_name);
   check_like(dy, x, "grad_output");
-  TORCH_CHECK(dy.sizes() == x.sizes(), "grad_output has shape ", dy.sizes(), " but ", x_name, " has ", x.sizes());
+  TORCH_CHECK(dy.sizes() == x.sizes(), "grad_output has shape ", shape_text(dy.sizes()), " but ", x_name, " has ",
+              shape_text(x.sizes()));
   const Rows shape = rows_of(x, x_name);
   if (weight.has_value()) check_vector(*weight, x, shape.cols, "weight");
   for (const at::Tensor* stat : {&mean, &rstd}) {
@@ -134,7 +136,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_f
   gpu_bind::check_gpu_tensor(x, "x");
   const gpu_ops::DType dtype = gpu_bind::float_dtype(x, "x");
   check_like(residual, x, "residual");
-  TORCH_CHECK(residual.sizes() == x.sizes(), "residual has shape ", residual.sizes(), " but x has ", x.sizes());
+  TORCH_CHECK(residual.sizes() == x.sizes(), "residual has shape ", shape_text(residual.sizes()), " but x has ",
+              shape_text(x.sizes()));
   const Rows shape = rows_of(x, "x");
   if (hidden_bias.has_value()) check_vector(*hidden_bias, x, shape.cols, "hidden_bias");
   if (weight.has_value()) check_vector(*weight, x, shape.cols, "weight");
@@ -165,8 +168,8 @@ residual_layer_norm_backward(const at::Tensor& dy, const at::Tensor& sum, const 
   LnBackward b = check_ln_backward(dy, sum, weight, mean, rstd, "sum");
   if (grad_sum.has_value()) {
     check_like(*grad_sum, sum, "grad_sum");
-    TORCH_CHECK(grad_sum->sizes() == sum.sizes(), "grad_sum has shape ", grad_sum->sizes(), " but sum has ",
-                sum.sizes());
+    TORCH_CHECK(grad_sum->sizes() == sum.sizes(), "grad_sum has shape ", shape_text(grad_sum->sizes()), " but sum has ",
+                shape_text(sum.sizes()));
   }
   const c10::cuda::CUDAGuard guard(sum.device());
   c10::optional<at::Tensor> dresidual;
@@ -201,7 +204,8 @@ std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& dy, cons
   gpu_bind::check_gpu_tensor(x, "x");
   const gpu_ops::DType dtype = gpu_bind::float_dtype(x, "x");
   check_like(dy, x, "grad_output");
-  TORCH_CHECK(dy.sizes() == x.sizes(), "grad_output has shape ", dy.sizes(), " but x has ", x.sizes());
+  TORCH_CHECK(dy.sizes() == x.sizes(), "grad_output has shape ", shape_text(dy.sizes()), " but x has ",
+              shape_text(x.sizes()));
   const Rows shape = rows_of(x, "x");
   check_vector(bias, x, shape.cols, "bias");
   const gpu_ops::GeluApprox approx = gelu_approx(approximate);
@@ -222,7 +226,7 @@ std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& dy, cons
 at::Tensor softmax_forward(const at::Tensor& x, const c10::optional<at::Tensor>& mask, double scale, bool causal) {
   gpu_bind::check_gpu_tensor(x, "x");
   const gpu_ops::DType dtype = gpu_bind::float_dtype(x, "x");
-  TORCH_CHECK(x.dim() == 4, "x must be [batch, heads, q_len, k_len], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 4, "x must be [batch, heads, q_len, k_len], got ", shape_text(x.sizes()));
   gpu_ops::SoftmaxShape shape{x.size(0), x.size(1), x.size(2), x.size(3), 1, 1};
   const uint8_t* mask_ptr = nullptr;
   if (mask.has_value()) {
@@ -234,8 +238,8 @@ at::Tensor softmax_forward(const at::Tensor& x, const c10::optional<at::Tensor>&
     TORCH_CHECK(m.dim() == 4 && (m.size(0) == 1 || m.size(0) == shape.batch) &&
                     (m.size(1) == 1 || m.size(1) == shape.heads) && m.size(2) == shape.q_len &&
                     m.size(3) == shape.k_len,
-                "mask must be [1 or batch, 1 or heads, q_len, k_len] for x of shape ", x.sizes(), ", got ",
-                m.sizes());
+                "mask must be [1 or batch, 1 or heads, q_len, k_len] for x of shape ", shape_text(x.sizes()), ", got ",
+                shape_text(m.sizes()));
     shape.mask_batch = m.size(0);
     shape.mask_heads = m.size(1);
     mask_ptr = static_cast<const uint8_t*>(m.data_ptr());
@@ -253,7 +257,8 @@ at::Tensor softmax_backward(const at::Tensor& dy, const at::Tensor& y, double sc
   gpu_bind::check_gpu_tensor(y, "y");
   const gpu_ops::DType dtype = gpu_bind::float_dtype(y, "y");
   check_like(dy, y, "grad_output");
-  TORCH_CHECK(dy.sizes() == y.sizes(), "grad_output has shape ", dy.sizes(), " but y has ", y.sizes());
+  TORCH_CHECK(dy.sizes() == y.sizes(), "grad_output has shape ", shape_text(dy.sizes()), " but y has ",
+              shape_text(y.sizes()));
   const Rows shape = rows_of(y, "y");
   const c10::cuda::CUDAGuard guard(y.device());
   at::Tensor dx = at::empty_like(y);
