@@ -1,6 +1,6 @@
-"""The device questions every part of op_builder asks, in one leaf module (imports nothing of
-op_builder but ``nvml``): which CUDA GPUs are here, is there a GPU for torch, and if not, why,
-in words.
+"""The device questions every part of op_builder asks, in one module that imports nothing of
+op_builder but the leaves ``nvml`` and ``settings``: which CUDA GPUs are here, is there a GPU for
+torch, and if not, why, in words.
 
 Kept apart so that the self-test harness and the preflight check both ask it here, rather than
 one reaching into the other (which closed an import circle through the registry).
@@ -65,7 +65,9 @@ def import_cpp_extension() -> Any:  # a module whose attributes mypy cannot see
     name = "torch.utils.cpp_extension"
     if name in sys.modules:
         return sys.modules[name]
-    switch = "PYTORCH_NVML_BASED_CUDA_CHECK"
+    from op_builder.settings import NVML_CUDA_CHECK
+
+    switch = NVML_CUDA_CHECK.name
     if switch in os.environ:  # the user's own choice stands
         return importlib.import_module(name)
     os.environ[switch] = "1"

@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from op_builder import settings
+
 _NVML_SUCCESS = 0
 _TEXT_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE
 _LEADING_INDEX = re.compile(r"\s*(\d+)")
@@ -126,4 +128,4 @@ def visible_gpus(env: Mapping[str, str]) -> list[NvmlGpu] | None:
     gpus = all_gpus()
     if gpus is None:
         return None
-    return select_visible(gpus, env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_DEVICE_ORDER"))
+    return select_visible(gpus, env.get(settings.VISIBLE_DEVICES.name), env.get(settings.DEVICE_ORDER.name))

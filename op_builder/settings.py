@@ -133,6 +133,29 @@ ROCM_HOME = Setting(
     "ROCM_HOME", "path", "`ROCM_PATH`, else `/opt/rocm`, else hipcc's folder", "the ROCm toolkit", "toolkit"
 )
 ROCM_PATH = Setting("ROCM_PATH", "path", "unset", "the ROCm toolkit when `ROCM_HOME` is unset", "toolkit")
+VISIBLE_DEVICES = Setting(
+    "CUDA_VISIBLE_DEVICES",
+    "list",
+    "every GPU",
+    "the GPUs CUDA shows (indices or `GPU-` UUIDs); the preflight at load reads them through NVML "
+    "by CUDA's rules, and asks CUDA itself where the mapping is uncertain (MIG, a repeat)",
+    "toolkit",
+)
+DEVICE_ORDER = Setting(
+    "CUDA_DEVICE_ORDER",
+    "text",
+    "`FASTEST_FIRST`",
+    "`PCI_BUS_ID` numbers GPUs as NVML does; otherwise an index maps to NVML's only where every GPU is alike",
+    "toolkit",
+)
+NVML_CUDA_CHECK = Setting(
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "flag",
+    "unset",
+    "torch's NVML-based `is_available()`; set to `1` while a JIT build imports torch's extension module "
+    "(which asks it), unless you set it yourself, so the build leaves CUDA uninitialised",
+    "torch",
+)
 
 SETTINGS: tuple[Setting, ...] = (
     BUILD_OPS,
@@ -157,6 +180,9 @@ SETTINGS: tuple[Setting, ...] = (
     CUDA_PATH,
     ROCM_HOME,
     ROCM_PATH,
+    VISIBLE_DEVICES,
+    DEVICE_ORDER,
+    NVML_CUDA_CHECK,
 )
 
 # DS_BUILD_* names that are settings, not ops: never "unknown build variable".
