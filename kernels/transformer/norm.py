@@ -2,8 +2,8 @@
 package's conventions in ``kernels.transformer``).
 
 LayerNorm's statistics never cancel: the variance comes from two passes (the mean, then the
-centred values) or, in the kernels for rows too long for registers, from Welford / Chan moments,
-so rows whose values sit far from their mean stay within twice ``F.layer_norm``'s fp32 error.
+centred values; in double in the kernels for rows too long for registers), so rows whose values
+sit far from their mean stay within twice ``F.layer_norm``'s fp32 error.
 """
 
 from __future__ import annotations
