@@ -5,11 +5,14 @@
 #
 #   bash scripts/gpu_proof.sh [STEP...]
 #
-# Steps: env build test selftest preflight cpu sanitize bench profile. preflight builds one op
+# Steps: env build test selftest preflight cpu sanitize bench profile candidates. preflight builds one op
 # ahead of time for this GPU and for another major and checks `python -m op_builder preflight`
 # passes the one and refuses the other; profile runs each case of bench/gpu_profile.py under
 # ncu (PROFILE_K: only cases whose name contains one of its words), one report per case in
-# LOG_DIR/ncu.
+# LOG_DIR/ncu. candidates measures kernel variants beside the current code in one run: each
+# of CANDIDATES ("op:DEFINE:bench_script ...") is the op built with -DDEFINE (nvcc's
+# NVCC_APPEND_FLAGS, in an extensions folder of its own), its GPU tests run on it, and its
+# benchmark run for the current build and the candidate one after the other.
 #
 # Knobs (environment), times in seconds: TEST_TIMEOUT, CPU_TIMEOUT, BENCH_TIMEOUT, PROFILE_TIMEOUT
 # (each case), PREFLIGHT_TIMEOUT, SANITIZE_TIMEOUT (each tool over each group of
@@ -28,7 +31,7 @@ cd "$(dirname "$0")/.."
 
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(env build test selftest preflight cpu sanitize bench profile)
-known=" env build test selftest preflight cpu sanitize bench profile "
+known=" env build test selftest preflight cpu sanitize bench profile candidates "
 for s in "${steps[@]}"; do  # every name checked before any step runs
     [[ $known == *" $s "* ]] || { echo "unknown step: $s (${known:1:-1})" >&2; exit 2; }
 done
@@ -226,6 +229,36 @@ run_bench() {
             | tee "$LOG_DIR/$script.txt"
         rc=${PIPESTATUS[0]}
         [[ $rc == 0 ]] || note_failure "bench $script" "$rc"
+    done
+}
+
+# The candidates of issue 37, each a define its kernel reads (see the kernel's comment).
+DEFAULT_CANDIDATES="quantizer:QUANTIZER_REDO_UNSURE_ONLY:gpu_quantizer"
+
+run_candidates() {
+    step "candidates: ${CANDIDATES:-$DEFAULT_CANDIDATES}"
+    local item op define script dir rc
+    for item in ${CANDIDATES:-$DEFAULT_CANDIDATES}; do
+        IFS=: read -r op define script <<<"$item"
+        dir=$TORCH_EXTENSIONS_DIR-candidate-$define
+        mkdir -p "$dir"
+        # The candidate's own folder: op_builder's build key does not see NVCC_APPEND_FLAGS.
+        TORCH_EXTENSIONS_DIR=$dir NVCC_APPEND_FLAGS="-D$define" MAX_JOBS=$(nproc) \
+            "$PY" scripts/gpu_proof.py load "$op" >"$LOG_DIR/candidate-build-$define.log" 2>&1 \
+            || { note_failure "candidate $define build" $?; tail -5 "$LOG_DIR/candidate-build-$define.log"; continue; }
+        TORCH_EXTENSIONS_DIR=$dir NVCC_APPEND_FLAGS="-D$define" timeout "${TEST_TIMEOUT:-300}" \
+            "$PY" -m pytest tests/gpu -q -p no:cacheprovider --timeout 120 -k "$op" \
+            >"$LOG_DIR/candidate-tests-$define.txt" 2>&1
+        rc=$?
+        tail -1 "$LOG_DIR/candidate-tests-$define.txt"
+        [[ $rc == 0 ]] || note_failure "candidate $define tests" $rc
+        timeout "${BENCH_TIMEOUT:-150}" "$PY" "bench/$script.py" --out "$LOG_DIR/$script-current.json" \
+            >"$LOG_DIR/$script-current.txt" 2>&1 || note_failure "bench $script (current)" $?
+        TORCH_EXTENSIONS_DIR=$dir NVCC_APPEND_FLAGS="-D$define" timeout "${BENCH_TIMEOUT:-150}" \
+            "$PY" "bench/$script.py" --out "$LOG_DIR/$script-$define.json" >"$LOG_DIR/$script-$define.txt" 2>&1 \
+            || note_failure "bench $script ($define)" $?
+        echo "--- $script, current"; cat "$LOG_DIR/$script-current.txt"
+        echo "--- $script, $define"; cat "$LOG_DIR/$script-$define.txt"
     done
 }
 

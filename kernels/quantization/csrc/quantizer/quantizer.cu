@@ -149,17 +149,35 @@ __device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const Gro
   constexpr uint64_t kMask = BITS == 8 ? 0xFFu : 0xFu;
   if (g.quick) {
     uint64_t packed = 0;
-    bool unsure = false;
+    uint32_t unsure = 0;  // bit k: element k's quick code is not certain
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float d = SYM ? v[k] : v[k] - g.offset;  // the reference's dividend, bit for bit
       const float c = gpu_mul_rn(d, g.recip);        // q
       const float t = add_rn(c, kRoundMagic);        // rounds q to the nearest integer n, ties to even
       // q - n is exact (n is a multiple of q's ulp and |q - n| <= 0.5), so is t - kRoundMagic.
-      unsure |= !(fabsf(add_rn(c, -add_rn(t, -kRoundMagic))) <= kTieMargin);
+      unsure |= static_cast<uint32_t>(!(fabsf(add_rn(c, -add_rn(t, -kRoundMagic))) <= kTieMargin)) << k;
       packed |= (static_cast<uint64_t>(__float_as_uint(t)) & kMask) << (BITS * k);
     }
-    if (!unsure) return packed;
+    if (unsure == 0) return packed;
+#ifdef QUANTIZER_REDO_UNSURE_ONLY
+    // Candidate (issue 37, to be measured against the whole-slot redo below): redo only the
+    // unsure elements, one IEEE division each, so a warp waits for as many divisions as its
+    // most unsure slot has (about one) instead of 8 (bench/quantizer_exact_path.py: 4-6x fewer
+    // for bf16). The element is picked by a select chain: a run-time index into v would move
+    // the slot to local memory. The codes are the same: the sure ones are the reference's
+    // (see kTieMargin), the others come from the reference's own division.
+    while (unsure != 0) {
+      const int k = __ffs(static_cast<int>(unsure)) - 1;
+      unsure &= unsure - 1;
+      float element = v[0];
+#pragma unroll
+      for (int j = 1; j < VEC; ++j) element = j == k ? v[j] : element;
+      const uint64_t code = Code::encode(element, g.scale, g.offset) & kMask;
+      packed = (packed & ~(kMask << (BITS * k))) | (code << (BITS * k));
+    }
+    return packed;
+#endif
   }
   if (!g.live) return 0;
   uint64_t packed = 0;
