@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from imagegen.building.staging import staged_context
 from imagegen.engine import Engine, detect_engine
 from imagegen.engine.build_log import compile_seconds, describe_failure, op_sources
 from imagegen.engine.images import inspect_image_id, local_images
-from imagegen.engine.process import CANCEL_GRACE_S
+from imagegen.engine.process import cancel_sessions
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
 from imagegen.files import write_atomic
 from imagegen.finish import Built, finish
@@ -255,22 +254,9 @@ def run_bakes(argvs: Mapping[str, Sequence[str]], env: Mapping[str, str]) -> dic
             while thread.is_alive():
                 thread.join(timeout=0.5)  # short waits: a signal is handled between them
     except BaseException:
-        _cancel_all([run.proc for run in runs.values()])
+        cancel_sessions([run.proc for run in runs.values()])
         raise
     return runs
-
-
-def _cancel_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + CANCEL_GRACE_S
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 # --------------------------------------------------------------------------- the whole run

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
@@ -50,12 +52,42 @@ def _lines(stream: IO[bytes]) -> Iterator[str]:
 
 
 def _cancel(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=CANCEL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    cancel_sessions([proc])
+
+
+def cancel_sessions(procs: Sequence[subprocess.Popen[bytes]], grace_s: float = CANCEL_GRACE_S) -> None:
+    """Cancel commands started in sessions of their own (``start_new_session``): SIGINT to each
+    whole process group, SIGKILL to what is left after ``grace_s``; return once none of those
+    processes is left. The group, not the process: ``docker buildx build`` runs its plugin
+    (docker-buildx) as a child, which can outlive the CLI by a moment, and a caller that reports
+    the build stopped must leave nothing still building."""
+    for proc in procs:  # the session leader's pid is its group's id
+        _signal_group(proc.pid, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    for proc in procs:
+        if not _group_gone(proc.pid, deadline):
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            _group_gone(proc.pid, time.monotonic() + 2.0)
+
+
+def _signal_group(group: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
+
+
+def _group_gone(group: int, deadline: float) -> bool:
+    """Whether the group is empty by ``deadline`` (a zombie nobody reaps counts as still there)."""
+    while True:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # another user's process took the id: ours are gone
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
