@@ -160,7 +160,7 @@ e2e-cuda:
 # On a machine with an NVIDIA GPU, torch with CUDA and nvcc (no Docker): JIT-build the GPU ops
 # from this checkout, run tests/gpu, the self-tests, compute-sanitizer and the GPU benchmarks.
 # Logs in build/gpu-proof; STEPS picks some of: env build test selftest preflight cpu sanitize bench
-# profile.
+# profile candidates (kernel variants beside the current code: CANDIDATES="op:DEFINE:bench_script").
 STEPS ?=
 gpu-proof:
 	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_proof.sh $(STEPS)
