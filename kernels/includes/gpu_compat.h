@@ -54,18 +54,11 @@ using gpu_bf16 = __nv_bfloat16;
 // Most warps a block of up to 1024 threads can hold (wave32 is the smaller size).
 constexpr int kGpuMaxWarps = 1024 / 32;
 
-__device__ __forceinline__ float gpu_shfl_xor(float v, int mask, int width) {
+// float, or double (LayerNorm's long-row statistics); no other type converts in silently.
+template <typename V, std::enable_if_t<std::is_same_v<V, float> || std::is_same_v<V, double>, int> = 0>
+__device__ __forceinline__ V gpu_shfl_xor(V v, int mask, int width) {
 #ifdef GPU_ROCM
   // ROCm 5.x has no *_sync shuffles; its wavefronts execute in lockstep.
-  return __shfl_xor(v, mask, width);
-#else
-  return __shfl_xor_sync(0xffffffffu, v, mask, width);
-#endif
-}
-
-// LayerNorm's long-row statistics reduce in double (CUDA and ROCm shuffle 64-bit values).
-__device__ __forceinline__ double gpu_shfl_xor(double v, int mask, int width) {
-#ifdef GPU_ROCM
   return __shfl_xor(v, mask, width);
 #else
   return __shfl_xor_sync(0xffffffffu, v, mask, width);

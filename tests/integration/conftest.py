@@ -189,18 +189,6 @@ def local_registry(docker_ready: None, tmp_path_factory: pytest.TempPathFactory)
         log.close()
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """The pids whose command line holds ``text`` (a build left running would)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:  # the process ended meanwhile
-            continue
-    return found
-
-
 def bridge_gateway(docker_client: Any) -> str:
     """The docker bridge's address on this host: what a build's RUN steps reach the host by. The
     daemon names it as the subnet's gateway, or (dockerd 20.10 here) only the subnet, whose first

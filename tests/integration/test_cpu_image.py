@@ -16,6 +16,7 @@ import pytest
 
 from imagegen.building.build_inputs import copy_build_inputs
 from imagegen.verify.verify_image import sealed_container_options
+from tests._processes import processes_mentioning
 from tests.integration.conftest import (
     CA_CERT,
     CPU_OPS,
@@ -24,7 +25,6 @@ from tests.integration.conftest import (
     STANDIN_DEVEL,
     build_args,
     imagegen,
-    processes_mentioning,
     run_in,
 )
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from imagegen.verify.verify_image import VERIFY_LABEL
-from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args, processes_mentioning
+from tests._processes import processes_mentioning
+from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args
 from tests.integration.derived import derive
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]

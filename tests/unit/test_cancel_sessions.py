@@ -5,14 +5,13 @@ leader that exits at SIGINT and a child in its group that takes a moment to, or 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 from imagegen.engine.process import cancel_sessions
+from tests._processes import processes_mentioning
 
 # The leader starts the child (same process group, same stdout), says so, and exits at SIGINT;
 # the child, at SIGINT, takes LINGER seconds to exit, or ignores it when LINGER is "never".
@@ -36,17 +35,6 @@ while True:
 """
 
 
-def _mentioning(marker: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return [pid for pid in found if pid != os.getpid()]
-
-
 def _start(linger: str) -> tuple[subprocess.Popen[bytes], str]:
     marker = f"cancel-test-{uuid.uuid4().hex}"
     leader = subprocess.Popen(
@@ -66,7 +54,7 @@ def test_a_child_that_outlives_its_leader_is_waited_for() -> None:
     cancel_sessions([leader], grace_s=10)
     assert time.monotonic() - started >= 0.9  # it waited for the child's second
     assert leader.returncode is not None
-    assert _mentioning(marker) == []
+    assert processes_mentioning(marker) == []
 
 
 def test_a_child_that_ignores_the_cancel_is_killed_after_the_grace() -> None:
@@ -74,4 +62,4 @@ def test_a_child_that_ignores_the_cancel_is_killed_after_the_grace() -> None:
     started = time.monotonic()
     cancel_sessions([leader], grace_s=1.0)
     assert time.monotonic() - started < 8
-    assert _mentioning(marker) == []
+    assert processes_mentioning(marker) == []
