@@ -174,8 +174,4 @@ def align_torch_cuda_home(ctx: BuildContext) -> None:
 def visible_gpu_capabilities() -> list[str]:
     """Compute capabilities of visible CUDA GPUs, for the 'native' arch list (read without
     initialising CUDA where it can be: ``devices.cuda_gpus``)."""
-    try:
-        import torch  # noqa: F401  deferred: only 'native' arch lists need it; seconds to import
-    except ImportError:
-        return []
     return sorted({"{}.{}".format(*capability) for _, capability in cuda_gpus()})

@@ -22,8 +22,8 @@ def no_gpu_reason() -> str:
 
 
 def cuda_gpus() -> list[tuple[str, tuple[int, int]]]:
-    """Name and compute capability of each CUDA GPU visible to this process; none for a CPU or
-    ROCm build of torch.
+    """Name and compute capability of each CUDA GPU visible to this process; none without torch
+    or for a CPU or ROCm build of it.
 
     Read through NVML while torch has not initialised CUDA, so that loading an op leaves CUDA
     uninitialised and the process can still ``fork()`` children that use the GPU
@@ -31,10 +31,12 @@ def cuda_gpus() -> list[tuple[str, tuple[int, int]]]:
     """
     import os
 
-    import torch
-
     from op_builder import nvml  # deferred like torch: only a GPU question needs it
 
+    try:
+        import torch  # deferred: seconds to import, and only a GPU question needs it
+    except ImportError:
+        return []
     if torch.version.cuda is None:
         return []
     if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]

@@ -244,7 +244,8 @@ def visible_devices() -> tuple[tuple[Device, ...], str]:
         return (), no_gpu_reason()
     driver = driver_cuda_version()
     for name, capability in gpus:
-        found.setdefault(f"{name} {capability}", CudaDevice(name, capability, driver))
+        cuda = CudaDevice(name, capability, driver)
+        found.setdefault(repr(cuda), cuda)
     return tuple(found.values()), ""
 
 

@@ -238,25 +238,24 @@ DEFAULT_CANDIDATES="quantizer:QUANTIZER_REDO_UNSURE_ONLY:gpu_quantizer"
 run_candidates() {
     step "candidates: ${CANDIDATES:-$DEFAULT_CANDIDATES}"
     local item op define script dir rc
+    # A command run as the candidate: its define, and its own folder (op_builder's build key does
+    # not see NVCC_APPEND_FLAGS, so the current build's folder would answer for it).
+    as_candidate() { env TORCH_EXTENSIONS_DIR="$dir" NVCC_APPEND_FLAGS="-D$define" "$@"; }
     for item in ${CANDIDATES:-$DEFAULT_CANDIDATES}; do
         IFS=: read -r op define script <<<"$item"
         dir=$TORCH_EXTENSIONS_DIR-candidate-$define
         mkdir -p "$dir"
-        # The candidate's own folder: op_builder's build key does not see NVCC_APPEND_FLAGS.
-        TORCH_EXTENSIONS_DIR=$dir NVCC_APPEND_FLAGS="-D$define" MAX_JOBS=$(nproc) \
-            "$PY" scripts/gpu_proof.py load "$op" >"$LOG_DIR/candidate-build-$define.log" 2>&1 \
+        as_candidate MAX_JOBS="$(nproc)" "$PY" scripts/gpu_proof.py load "$op" >"$LOG_DIR/candidate-build-$define.log" 2>&1 \
             || { note_failure "candidate $define build" $?; tail -5 "$LOG_DIR/candidate-build-$define.log"; continue; }
-        TORCH_EXTENSIONS_DIR=$dir NVCC_APPEND_FLAGS="-D$define" timeout "${TEST_TIMEOUT:-300}" \
-            "$PY" -m pytest tests/gpu -q -p no:cacheprovider --timeout 120 -k "$op" \
-            >"$LOG_DIR/candidate-tests-$define.txt" 2>&1
+        as_candidate timeout "${TEST_TIMEOUT:-300}" "$PY" -m pytest tests/gpu -q -p no:cacheprovider --timeout 120 \
+            -k "$op" >"$LOG_DIR/candidate-tests-$define.txt" 2>&1
         rc=$?
         tail -1 "$LOG_DIR/candidate-tests-$define.txt"
         [[ $rc == 0 ]] || note_failure "candidate $define tests" $rc
         timeout "${BENCH_TIMEOUT:-150}" "$PY" "bench/$script.py" --out "$LOG_DIR/$script-current.json" \
             >"$LOG_DIR/$script-current.txt" 2>&1 || note_failure "bench $script (current)" $?
-        TORCH_EXTENSIONS_DIR=$dir NVCC_APPEND_FLAGS="-D$define" timeout "${BENCH_TIMEOUT:-150}" \
-            "$PY" "bench/$script.py" --out "$LOG_DIR/$script-$define.json" >"$LOG_DIR/$script-$define.txt" 2>&1 \
-            || note_failure "bench $script ($define)" $?
+        as_candidate timeout "${BENCH_TIMEOUT:-150}" "$PY" "bench/$script.py" --out "$LOG_DIR/$script-$define.json" \
+            >"$LOG_DIR/$script-$define.txt" 2>&1 || note_failure "bench $script ($define)" $?
         echo "--- $script, current"; cat "$LOG_DIR/$script-current.txt"
         echo "--- $script, $define"; cat "$LOG_DIR/$script-$define.txt"
     done

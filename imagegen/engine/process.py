@@ -42,17 +42,13 @@ def stream_process(argv: Sequence[str], env: Mapping[str, str], view: LogView) -
             view.feed(raw)
         return proc.wait()
     except BaseException:
-        _cancel(proc)
+        cancel_sessions([proc])
         raise
 
 
 def _lines(stream: IO[bytes]) -> Iterator[str]:
     for raw in iter(stream.readline, b""):
         yield raw.decode("utf-8", "replace").rstrip("\n")
-
-
-def _cancel(proc: subprocess.Popen[bytes]) -> None:
-    cancel_sessions([proc])
 
 
 def cancel_sessions(procs: Sequence[subprocess.Popen[bytes]], grace_s: float = CANCEL_GRACE_S) -> None:
