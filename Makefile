@@ -10,7 +10,7 @@ TORCH_SPEC ?=
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system-deps docker standins test test-fast lint format bench bench-images images \
+.PHONY: setup system-deps docker standins test parity test-fast lint format bench bench-images images \
         image-cuda matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean
 
 setup: $(STAMP)
@@ -42,6 +42,12 @@ standins: setup docker
 # (tests/conftest.py): what is left skipped is hardware (a GPU, AVX-512) or the slow tier.
 test: setup docker
 	IMAGEGEN_STRICT_SKIPS=1 $(PY) -m pytest -ra $(PYTEST_ARGS)
+
+# The parity tests against DeepSpeed itself (DeepSpeed JIT-builds its CPU ops and async_io first,
+# about 7 minutes on 2 cores): the slow tier's share that `make test` leaves out; docs/deepspeed.md.
+parity: setup
+	IMAGEGEN_STRICT_SKIPS=1 SLOW=1 $(PY) -m pytest -ra tests/kernels/test_deepspeed_parity_optim.py \
+	  tests/kernels/test_deepspeed_parity_aio.py $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)

@@ -51,6 +51,10 @@ DEEPSPEED_TEST_SETTINGS = (1024, 2, True, True, 2)
 
 DeepSpeedAsyncIOBuilder = import_deepspeed("ops.op_builder", "our AIO handle").AsyncIOBuilder
 
+# Slow tier (`make parity`): DeepSpeed's async_io op JIT-builds on first use, three to four
+# minutes on 2 cores, and every test here compares with it.
+pytestmark = pytest.mark.slow
+
 
 # ---------------------------------------------------------------- fixtures and helpers
 

@@ -148,6 +148,9 @@ def assert_same_run(
             )
 
 
+# Slow tier (`make parity`): DeepSpeed JIT-builds each of its CPU ops on first use, about a minute
+# apiece on 2 cores; the constructor signatures below need no build and run in every `make test`.
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize(("name", "settings"), CASES, ids=[f"{n}-{s}" for n, s in CASES])
 def test_cpu_optimizer_steps_as_deepspeeds(name: str, settings: dict[str, Any], dtype: torch.dtype) -> None:
@@ -157,6 +160,7 @@ def test_cpu_optimizer_steps_as_deepspeeds(name: str, settings: dict[str, Any], 
     assert_same_run(name, mine[:2], theirs[:2], lr, theirs[2])
 
 
+@pytest.mark.slow
 def test_bf16_state_as_deepspeeds() -> None:
     # fp32_optimizer_states=False: both keep Adam's moments in the bf16 params' dtype.
     settings = {"fp32_optimizer_states": False}
@@ -167,6 +171,7 @@ def test_bf16_state_as_deepspeeds() -> None:
     assert_same_run("DeepSpeedCPUAdam", mine[:2], theirs[:2], 1e-3, theirs[2])
 
 
+@pytest.mark.slow
 def test_fused_adam_steps_as_deepspeeds() -> None:
     # DeepSpeed's CPU FusedAdam (its cpu fused_adam op) against ours (the PyTorch fallback on a CPU).
     settings = {"lr": 1e-2, "weight_decay": 0.1}
@@ -176,6 +181,7 @@ def test_fused_adam_steps_as_deepspeeds() -> None:
     assert_same_run("FusedAdam", mine[:2], theirs[:2], 1e-2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["DeepSpeedCPUAdam", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion"])
 def test_loads_deepspeeds_state_dict_mid_run(name: str) -> None:
     """DeepSpeed steps 10 times and saves; ours loads that and goes on, as DeepSpeed goes on."""
@@ -196,6 +202,7 @@ def test_loads_deepspeeds_state_dict_mid_run(name: str) -> None:
     assert_same_run(name, (mine, my_opt), (theirs, their_opt), 1e-3)
 
 
+@pytest.mark.slow
 def test_subgroup_step_and_rollback_as_deepspeeds() -> None:
     """ZeRO-Offload's pattern: one flat param per sub-group, only the current one with a grad."""
     start, grads = make_model(torch.float32, seed=2)

@@ -20,6 +20,9 @@ from op_builder.toolchain import probe_library
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
+    # Emulation, about a minute: `make portability` runs it (with the AVX2 model too) and
+    # docs/benchmarks.md records the result; SLOW=1 runs this scalar case with the tests.
+    pytest.mark.slow,
     pytest.mark.skipif(
         not (shutil.which("qemu-x86_64") or shutil.which("qemu-x86_64-static")),
         reason="qemu-x86_64 is not installed (apt-get install qemu-user)",
