@@ -27,24 +27,30 @@ __all__ = ["FusedLayerNorm", "layer_norm"]
 def _ln_forward_torch(
     x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Two passes, as the kernels: the mean m, then over the centred values d = x - m both the
-    mean of d (the rounding left in m, ~0) and of d^2, var = mean(d^2) - mean(d)^2, where the
-    subtracted term is at rounding level: nothing cancels. A one-pass E[d^2] - E[d]^2 over
-    d = x - x[0] cancels when x[0] sits far from the mean (a row of N(0, 1) with one 300 first:
-    1e-1 off at 16384 columns).
+    """Two passes in float64, as the kernels' long-row path: the mean m, then over the centred
+    values d = x - m both the mean of d (the rounding left in m, ~0) and of d^2, var = mean(d^2)
+    - mean(d)^2, where the subtracted term is at rounding level: nothing cancels. A one-pass
+    E[d^2] - E[d]^2 over d = x - x[0] cancels when x[0] sits far from the mean (a row of N(0, 1)
+    with one 300 first: 1e-1 off at 16384 columns). y is taken in float64 and rounded once.
 
-    m and d are formed in the math dtype (d exactly where |mean| >> std); the sums and y are
-    taken in float64 and rounded once, which keeps the fallback within F.layer_norm's fp32 error
-    on any CPU (in fp32 they land at its level, sometimes twice it)."""
-    xf = x.to(math_dtype(x))
-    n = xf.shape[-1]
+    Float64 throughout, the mean's sum and d included, because for inputs of fp32 or less no
+    sum can overflow there (n * FLT_MAX << DBL_MAX) nor any square (FLT_MAX^2 ~ 1.2e77): rows of
+    1e35, of +-1e19 (var 1e38) or of values near FLT_MAX with mixed signs get the statistics
+    F.layer_norm has in float64. Summed in fp32, 4096 values of 1e35 overflowed and the row came
+    out NaN (torch's fp32 CPU LayerNorm does the same; beta is the answer). It also keeps the
+    fallback within F.layer_norm's fp32 error on any CPU (in fp32 the sums land at its level,
+    sometimes twice it). Float64 inputs get torch's own range: past ~1e154 their squares
+    overflow, as F.layer_norm's do."""
+    dt = math_dtype(x)
+    n = x.shape[-1]
     if n == 0:
         # Rows of no elements: y is as empty as F.layer_norm's; the statistics of nothing are
         # NaN (the backward only broadcasts them against the empty rows).
-        stat = torch.full((xf.shape[0],), math.nan, dtype=xf.dtype, device=xf.device)
+        stat = torch.full((x.shape[0],), math.nan, dtype=dt, device=x.device)
         return torch.empty_like(x), stat, stat.clone()
-    row_mean = xf.sum(-1) / n
-    d = (xf - row_mean[:, None]).double()
+    xd = x.double()
+    row_mean = xd.sum(-1) / n
+    d = xd - row_mean[:, None]
     residue = d.sum(-1) / n
     var = ((d * d).sum(-1) / n - residue * residue).clamp_min(0.0)
     rstd = torch.rsqrt(var + eps)
@@ -53,7 +59,7 @@ def _ln_forward_torch(
         y = y * weight.double()
     if bias is not None:
         y = y + bias.double()
-    return y.to(x.dtype), (row_mean + residue).to(xf.dtype), rstd.to(xf.dtype)
+    return y.to(x.dtype), (row_mean + residue).to(dt), rstd.to(dt)
 
 
 def _ln_backward_torch(
