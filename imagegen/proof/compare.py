@@ -6,8 +6,8 @@ found in the image: its path, its SHA-256, and the device code (``imagegen:sass`
 op missing from either side, or a SBOM whose file differs from its label's digest is a mismatch,
 named by op where there is one.
 
-With a key, ``compare_statement`` also holds the signed provenance statement as the root: the SBOM
-must be the one it names and each op module the one it names.
+With a key, ``compare_statement`` holds the signed provenance statement as the root: the SBOM must
+be the one it names; the modules are checked against it from the image's layers (``outside``).
 """
 
 from __future__ import annotations
@@ -171,20 +171,22 @@ def _named_sbom_digest(statement: Mapping[str, Any]) -> str | None:
     return None
 
 
-def compare_statement(statement: bytes, sbom: bytes | None, facts: ImageFacts) -> tuple[Mismatch, ...]:
-    """Every difference between a *signed* provenance statement and the image (pure).
+def compare_statement(
+    statement: bytes, sbom: bytes | None
+) -> tuple[dict[str, Any] | None, tuple[Mismatch, ...]]:
+    """A *signed* provenance statement read, and the SBOM checked against it (pure): once the
+    signature over ``statement`` has verified, the statement is the root of trust, and the SBOM
+    must be the very document it names (its digest). Checking the SBOM against the modules alone
+    would let a forger rewrite both together. (The statement, or None when it is not one.)
 
-    Once the signature over ``statement`` has verified, the statement is the root of trust:
-    the SBOM must be the very document it names (its digest), each op module subject must be the
-    module in the image (path and sha256), and every op module in the image must be a subject.
-    Checking the SBOM against the modules alone would let a forger rewrite both together.
-    """
+    The op modules and every other file are checked against the statement from the image's layers
+    (``imagegen.proof.outside``), never by asking the image."""
     try:
         document = json.loads(statement)
     except ValueError as exc:
-        return (Mismatch(None, f"the signed provenance is not JSON: {exc}"),)
-    if not isinstance(document, Mapping) or document.get("_type") != STATEMENT_TYPE:
-        return (Mismatch(None, "the signed provenance is not an in-toto statement"),)
+        return None, (Mismatch(None, f"the signed provenance is not JSON: {exc}"),)
+    if not isinstance(document, dict) or document.get("_type") != STATEMENT_TYPE:
+        return None, (Mismatch(None, "the signed provenance is not an in-toto statement"),)
     problems: list[Mismatch] = []
     named = _named_sbom_digest(document)
     if named is None:
@@ -199,23 +201,9 @@ def compare_statement(statement: bytes, sbom: bytes | None, facts: ImageFacts) -
                 f"the signed provenance says {named}",
             )
         )
-    subjects = _subject_ops(document)
-    for name, (path, sha) in subjects.items():
-        op = facts.op(name)
-        if op is None or op.path is None:
-            problems.append(Mismatch(name, "the signed provenance names its module, the image has none"))
-            continue
-        if op.path != path:
-            problems.append(Mismatch(name, f"module at {op.path}, the signed provenance says {path}"))
-        if op.sha256 != sha:
-            problems.append(
-                Mismatch(
-                    name,
-                    f"module {op.path} is not the one that was signed: sha256 {op.sha256}, "
-                    f"the signed provenance says {sha}",
-                )
-            )
-    for op in facts.ops:
-        if op.path is not None and op.name not in subjects:
-            problems.append(Mismatch(op.name, "installed in the image but not in the signed provenance"))
-    return tuple(problems)
+    return document, tuple(problems)
+
+
+def signed_modules(statement: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The op module subjects of a statement: path -> (op, sha256)."""
+    return {path: (op, sha or "") for op, (path, sha) in _subject_ops(statement).items()}

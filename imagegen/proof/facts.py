@@ -80,6 +80,7 @@ class ImageFacts:
     manifest_path: str
     ops: tuple[OpModule, ...]
     torch: Mapping[str, Any] = field(default_factory=dict)  # empty unless probed with --torch
+    layout: Mapping[str, Any] = field(default_factory=dict)  # where the interpreter imports from
 
     def op(self, name: str) -> OpModule | None:
         return next((op for op in self.ops if op.name == name), None)
@@ -105,6 +106,7 @@ class ImageFacts:
 
         manifest = raw.get("manifest")
         torch = raw.get("torch")
+        layout = raw.get("layout")
         os_release = raw.get("os")
         return cls(
             python=str(raw.get("python") or ""),
@@ -120,4 +122,5 @@ class ImageFacts:
                 if isinstance(op, Mapping) and op.get("name")
             ),
             torch=torch if isinstance(torch, Mapping) else {},
+            layout=layout if isinstance(layout, Mapping) else {},
         )

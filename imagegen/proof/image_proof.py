@@ -18,7 +18,8 @@ from imagegen.engine.client import docker_client
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference
 from imagegen.proof import probe
-from imagegen.proof.compare import Mismatch, compare, compare_statement
+from imagegen.proof.compare import Mismatch, compare, compare_statement, signed_modules
+from imagegen.proof.derived import Judgement
 from imagegen.proof.documents import (
     DOCUMENT_TYPES,
     PROOF_DIR,
@@ -29,6 +30,8 @@ from imagegen.proof.documents import (
     sha256_digest,
 )
 from imagegen.proof.facts import ImageFacts
+from imagegen.proof.outside import check_layers
+from imagegen.proof.runtime import signed_runtime
 from imagegen.proof.signing import check_envelope
 from imagegen.verify import verify_image as sealed
 from imagegen.verify.failures import no_report_error
@@ -170,6 +173,9 @@ class ProofCheck:
     sbom_digest: str | None
     signed: bool | None  # None: no key given
     mismatches: tuple[Mismatch, ...]
+    # With a key: what later layers added that cannot run before a signed file, and the settings
+    # changed since the signing (None: not read, without a key or when the signature failed).
+    derived: Judgement | None = None
 
     @property
     def ok(self) -> bool:
@@ -181,16 +187,48 @@ class ProofCheck:
             "sbom_digest": self.sbom_digest,
             "signed": self.signed,
             "mismatches": [m.to_json() for m in self.mismatches],
+            "added": None if self.derived is None else list(self.derived.added),
+            "settings": None if self.derived is None else list(self.derived.settings),
         }
 
     def summary(self) -> str:
         return "; ".join(str(m) for m in self.mismatches)
 
 
+def check_signed(image: str, statement: bytes, sbom: bytes | None) -> tuple[list[Mismatch], Judgement | None]:
+    """The image against its signed statement, read from outside it: the SBOM the statement names,
+    the image's layers starting with the signed runtime's, and what it added judged
+    (``imagegen.proof.derived``)."""
+    document, found = compare_statement(statement, sbom)
+    problems = list(found)
+    if document is None:
+        return problems, None
+    try:
+        runtime = signed_runtime(document)
+    except ValueError as exc:
+        return [*problems, Mismatch(None, f"the signed provenance cannot be read: {exc}")], None
+    if runtime is None:
+        problems.append(
+            Mismatch(
+                None,
+                "the signed provenance names the op modules only, not the image's layers and Python "
+                "(signed by an earlier imagegen): rebuild the image to verify it with a key",
+            )
+        )
+        return problems, None
+    judgement = check_layers(image, runtime, signed_modules(document))
+    problems += [Mismatch(f.op, f.problem) for f in judgement.problems]
+    return problems, judgement
+
+
 def check_image(image: str, public_key: Any = None, timeout: float = 300) -> ProofCheck | None:
-    """Compare ``image``'s SBOM with its op modules (and check the provenance's signature with
-    ``public_key``, ``signing.load_public_key``'s); None for an image without an SBOM when no key
-    is given (an image built before images carried one).
+    """Check ``image``'s proof; None for an image without an SBOM when no key is given (an image
+    built before images carried one).
+
+    With ``public_key`` (``signing.load_public_key``'s), the signed statement is the root and
+    everything is read from outside the image (``check_signed``). Without one, the SBOM is
+    compared with the op modules as the image's own Python reports them (``probe_image``): a
+    check of consistency, not of trust, since the image answers it.
     """
     documents = read_documents(image)
     if SBOM.label not in documents.labels:
@@ -216,8 +254,11 @@ def check_image(image: str, public_key: Any = None, timeout: float = 300) -> Pro
             else:
                 signed_statement = statement
     sbom_bytes = documents.files.get(SBOM.filename)
-    facts: ImageFacts | None = None
-    if sbom_bytes is not None:
+    judgement: Judgement | None = None
+    if signed_statement is not None:
+        found, judgement = check_signed(image, signed_statement, sbom_bytes)
+        problems += found
+    elif sbom_bytes is not None:
         try:
             document = json.loads(sbom_bytes)
         except ValueError as exc:
@@ -225,19 +266,26 @@ def check_image(image: str, public_key: Any = None, timeout: float = 300) -> Pro
         else:
             facts = probe_image(image, timeout=timeout)
             problems += compare(document if isinstance(document, Mapping) else {}, facts)
-    if signed_statement is not None:
-        # The signed statement is the root: the SBOM and every module are checked against it too.
-        facts = facts or probe_image(image, timeout=timeout)
-        problems += compare_statement(signed_statement, sbom_bytes, facts)
     digest = documents.labels.get(SBOM.label)
-    return ProofCheck(digest, signed, tuple(problems))
+    return ProofCheck(digest, signed, tuple(problems), judgement)
 
 
 def proof_line(check: ProofCheck | None) -> str:
     """One line for ``imagegen verify``'s text output."""
     if check is None:
         return "SBOM: none in this image (built without one): not checked"
-    signed = {None: "", True: "; provenance signature verified", False: ""}[check.signed]
-    if check.ok:
-        return f"SBOM {check.sbom_digest}: every op module matches{signed}"
-    return "SBOM: MISMATCH: " + check.summary()
+    if not check.ok:
+        return "SBOM: MISMATCH: " + check.summary()
+    if check.derived is None:
+        return f"SBOM {check.sbom_digest}: every op module matches"
+    line = (
+        f"SBOM {check.sbom_digest}: every op module matches; provenance signature verified; "
+        "the image's layers and Python are the signed ones, read from outside the image"
+    )
+    added, settings = check.derived.added, check.derived.settings
+    if added:
+        shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5 else "")
+        line += f"\nadded on top of the signed runtime (nothing that runs before a signed file): {shown}"
+    if settings:
+        line += "\nsettings changed since the signing: " + "; ".join(settings)
+    return line

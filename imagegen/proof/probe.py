@@ -12,7 +12,10 @@ JSON document (``FORMAT``):
 - ``ops``: per op of the manifest, its compiled module's path, sha256 and size, the device code
   in it (``op_builder.binary.read_device_code``: SASS, PTX, gfx), the CPU instruction-set paths
   its symbol names show (``isa``), and the compilers its ``.comment`` section names;
-- ``torch`` (with ``--torch``): version, CUDA / HIP, C++11 ABI, read by importing torch.
+- ``torch`` (with ``--torch``): version, CUDA / HIP, C++11 ABI, read by importing torch;
+- ``layout``: where the interpreter is and where it imports from (its executable, ``sys.path``,
+  its site folders, its shared library): which folders the signed statement covers. The files
+  themselves are read from the image's layers on the host, not here.
 
 Nothing here decides anything: the host compares and writes the documents.
 """
@@ -201,6 +204,37 @@ def torch_facts() -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def python_layout() -> dict[str, Any]:
+    import os
+    import site
+    import sysconfig
+
+    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
+    shared = os.path.join(libdir, library) if libdir and library and ".so" in library else None
+    venv_config = os.path.join(sys.prefix, "pyvenv.cfg")
+    return {
+        "executable": sys.executable,
+        "real_executable": os.path.realpath(sys.executable),
+        "prefix": sys.prefix,
+        "base_prefix": sys.base_prefix,
+        "bin_dir": os.path.dirname(sys.executable),
+        "sys_path": [p for p in sys.path if os.path.isabs(p)],
+        "site_dirs": [p for p in site.getsitepackages() if p in sys.path],
+        "files": [
+            p
+            for p in dict.fromkeys(
+                [
+                    sys.executable,
+                    os.path.realpath(sys.executable),
+                    venv_config,
+                    *([shared, os.path.realpath(shared)] if shared else []),
+                ]
+            )
+            if os.path.exists(p)
+        ],
+    }
+
+
 def collect(with_torch: bool) -> dict[str, Any]:
     from op_builder.manifest import manifest_path
 
@@ -227,6 +261,7 @@ def collect(with_torch: bool) -> dict[str, Any]:
         "manifest_error": error,
         "ops": ops,
         "torch": torch_facts() if with_torch else None,
+        "layout": python_layout(),
     }
 
 

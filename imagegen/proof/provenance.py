@@ -2,10 +2,13 @@
 predicate, naming what was built from what (pure; ``imagegen.proof.seal`` gathers the inputs).
 
 - subjects: the runtime image the build made (its image id; the proof layer goes on top of it,
-  so the final image's id cannot be inside itself) and each op's compiled module (its path in
-  the image and sha256);
-- ``buildDefinition``: the spec (``externalParameters``), the engine and Dockerfile variant
-  (``internalParameters``), and as resolved dependencies the rendered Dockerfile's digest, the
+  so the final image's id cannot be inside itself), each op's compiled module (its path in
+  the image and sha256), and the Python the runtime holds (each distribution and each
+  standard-library folder by a digest of its files, the interpreter's files: ``runtime.subjects``);
+- ``buildDefinition``: the spec (``externalParameters``), the engine and Dockerfile variant and
+  the runtime section (``internalParameters``: the runtime's layer digests, its settings and where
+  its Python imports from, see ``imagegen.proof.runtime``), and as resolved dependencies the
+  rendered Dockerfile's digest, the
   project's revision, the base images' digests, the op packages' digests and each op's sources;
 - ``runDetails``: the builder (imagegen's version, the engine's), start and end of the build,
   and the SBOM as a byproduct (its digest and media type).
@@ -21,6 +24,7 @@ from typing import Any
 
 from imagegen.proof.documents import SBOM, Document, sha256_digest
 from imagegen.proof.facts import ImageFacts
+from imagegen.proof.runtime import KEY as RUNTIME_KEY
 from imagegen.proof.sbom import OP, BaseImage
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -56,6 +60,8 @@ class ProvenanceInput:
     started: datetime.datetime
     finished: datetime.datetime
     invocation_id: str
+    runtime: Mapping[str, Any] | None = None  # the runtime section (``SignedRuntime.to_json``)
+    python_subjects: Sequence[Mapping[str, Any]] = ()
 
 
 def _digest(value: str) -> dict[str, str]:
@@ -80,6 +86,7 @@ def statement(data: ProvenanceInput, sbom: Document) -> dict[str, Any]:
         for op in data.facts.ops
         if op.path and op.sha256
     ]
+    subjects += [dict(subject) for subject in data.python_subjects]
     dependencies: list[dict[str, Any]] = [
         {
             "name": "Dockerfile",
@@ -115,7 +122,10 @@ def statement(data: ProvenanceInput, sbom: Document) -> dict[str, Any]:
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": {"spec": dict(data.spec)},
-                "internalParameters": {"engine": data.engine},
+                "internalParameters": {
+                    "engine": data.engine,
+                    **({RUNTIME_KEY: dict(data.runtime)} if data.runtime is not None else {}),
+                },
                 "resolvedDependencies": dependencies,
             },
             "runDetails": {

@@ -26,12 +26,15 @@ import imagegen
 from imagegen import settings
 from imagegen.engine import Engine, build_image
 from imagegen.engine.client import docker_client
+from imagegen.errors import VerificationFailedError
 from imagegen.files import make_dirs, write_atomic
 from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.proof import documents as docs
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.image_proof import probe_image
+from imagegen.proof.outside import RuntimeRecord, runtime_record
 from imagegen.proof.provenance import ProvenanceInput, Revision, make_statement
+from imagegen.proof.runtime import PythonLayout
 from imagegen.proof.sbom import BaseImage, SbomInput, make_sbom
 from imagegen.proof.signing import Signer
 from imagegen.proof.source_digests import context_digests, op_source_digest
@@ -163,8 +166,10 @@ def make_documents(
     started: datetime.datetime,
     finished: datetime.datetime,
     signer: Signer | None,
+    runtime: RuntimeRecord | None = None,
 ) -> docs.ProofDocuments:
-    """The SBOM, the statement and (with ``signer``) its envelope, as bytes (pure)."""
+    """The SBOM, the statement and (with ``signer``) its envelope, as bytes (pure). ``runtime``:
+    what the seal read of the runtime image from outside it (its layers, settings, Python)."""
     sources = {}
     for op in facts.ops:
         flags = facts.manifest_op(op.name).get("flags")
@@ -202,6 +207,8 @@ def make_documents(
             started=started,
             finished=finished,
             invocation_id=str(uuid.uuid4()),
+            runtime=None if runtime is None else runtime.runtime.to_json(),
+            python_subjects=() if runtime is None else runtime.subjects,
         ),
         sbom,
     )
@@ -210,6 +217,28 @@ def make_documents(
         return docs.ProofDocuments(sbom, provenance)
     signature = docs.Document(docs.SIGNATURE, signer.envelope(statement))
     return docs.ProofDocuments(sbom, provenance, signature, signer.keyid)
+
+
+def read_runtime(image: str, facts: ImageFacts) -> RuntimeRecord:
+    """The runtime image as the statement signs it, read from its layers; the modules the image's
+    Python reported must be the ones its layers hold (else the probe was answered by something
+    that lies, and nothing it said may be sealed)."""
+    try:
+        layout = PythonLayout.from_json(facts.layout)
+    except ValueError as exc:
+        raise VerificationFailedError(
+            f"{image}: the probe reported {exc}", hint="the image's Python could not be probed; rebuild it"
+        ) from None
+    paths = tuple(op.path for op in facts.ops if op.path)
+    record = runtime_record(image, layout, paths)
+    for op in facts.ops:
+        if op.path and record.module_digests.get(op.path) != op.sha256:
+            raise VerificationFailedError(
+                f"{image}: {op.name}'s module {op.path} is {record.module_digests.get(op.path)} in the "
+                f"image's layers, but its Python reported {op.sha256}",
+                hint="something in the image answers for its Python; rebuild it from a trusted base",
+            )
+    return record
 
 
 def proof_dockerfile(image: str, documents: docs.ProofDocuments) -> str:
@@ -239,6 +268,7 @@ def seal_image(
     """Probe ``spec.tag`` (just built), make its documents, write them to ``directory`` (default
     ``proof_dir``) and into the image, whose tag then names the sealed image."""
     facts = probe_image(spec.tag, with_torch=True)
+    runtime = read_runtime(runtime_image_id or spec.tag, facts)
     documents = make_documents(
         spec,
         facts=facts,
@@ -251,6 +281,7 @@ def seal_image(
         started=started,
         finished=finished,
         signer=signer,
+        runtime=runtime,
     )
     out = directory or proof_dir(spec.tag)
     make_dirs(out)
