@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from rich.console import Console
 
 from imagegen import settings
+from imagegen.terminal import CleanConsole, clean
 
 
 def _plain(env: Mapping[str, str], stream_is_tty: bool) -> bool:
@@ -26,7 +27,7 @@ def _plain(env: Mapping[str, str], stream_is_tty: bool) -> bool:
 def _console() -> Console:
     # Built per call (cheap) so tests that swap sys.stderr and env see the change.
     plain = _plain(os.environ, sys.stderr.isatty())
-    return Console(
+    return CleanConsole(
         file=sys.stderr,
         no_color=plain,
         highlight=False,
@@ -37,7 +38,7 @@ def _console() -> Console:
 
 def _emit(markup: str, plain_text: str) -> None:
     if _plain(os.environ, sys.stderr.isatty()):
-        print(plain_text, file=sys.stderr, flush=True)
+        print(clean(plain_text), file=sys.stderr, flush=True)
     else:
         _console().print(markup)
 

@@ -9,6 +9,7 @@ between ``://`` and the last ``@`` goes, whatever a parser would make of it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 REDACTED = "***"
@@ -38,6 +39,31 @@ def redact(value: str) -> str:
     """``value`` with its userinfo, if any, as ``***``: ``https://***@host/simple``."""
     span = _userinfo_span(value)
     return value if span is None else value[: span[0]] + REDACTED + value[span[1] :]
+
+
+# A URL in free text: a scheme, "://", then the word (no white space, quote or angle bracket) up to
+# its last "@". Its userinfo is what lies between, up to the authority's last "@".
+_URL_WITH_AT_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^\s'\"`<>]*)@")
+
+
+def _masked(match: re.Match[str]) -> str:
+    scheme, before_at = match.group(1), match.group(2)
+    authority = before_at.split("/", 1)[0]
+    if "/" in before_at and "@" in authority:  # user:password@host/path@ref: the path keeps its '@'
+        at = authority.rfind("@")
+        if ":" in authority[:at]:
+            return f"{scheme}{REDACTED}@{before_at[at + 1 :]}@"
+    # A password holds a ':' before any '/' of its own, unencoded. A user alone
+    # ("ssh://USER@HOST") or a path's '@' ("git+https://host/repo@v1") is no password.
+    elif ":" in authority:
+        return f"{scheme}{REDACTED}@"
+    return match.group(0)
+
+
+def redact_in_text(text: str) -> str:
+    """``text`` (a message, a log line) with the ``user:password`` of every ``scheme://...@`` URL
+    in it as ``***``, whatever the scheme: the net under each message's own ``redact``."""
+    return _URL_WITH_AT_RE.sub(_masked, text) if "://" in text else text
 
 
 def parse_problem(exc: ValueError) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from imagegen.urls import redact
+
 
 def pip_install_options() -> Any:
     """pip's options for ``pip install`` as the environment and its config files set them.
@@ -36,5 +38,6 @@ def pip_index_url() -> str:
         raise ValueError("pip is configured with no-index (only --find-links folders)")
     url = str(options.index_url)
     if urlsplit(url).scheme not in ("http", "https"):
-        raise ValueError(f"pip's index is {url}, which a container build cannot read")
+        # Whatever its scheme, the URL may carry a user and password: never shown (imagegen.urls).
+        raise ValueError(f"pip's index is {redact(url)}, which a container build cannot read")
     return url
