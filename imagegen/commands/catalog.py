@@ -2,7 +2,8 @@
 
 ``--check-upstream`` compares the catalog with what the package index publishes
 (``imagegen.compat.upstream``) and exits 1 when it lacks something, 3 when the index cannot be
-read.
+read (not reached, too slow, a malformed answer, a project it does not have), 2 when
+``--index-url`` is no http(s) URL of a host.
 
 The proof comes from the compatibility results that ship with the package
 (``imagegen/data/compat.json``, written by ``make compat``): the torch minors whose code
@@ -13,6 +14,7 @@ was built and verified here. What has none of these is only rendered.
 from __future__ import annotations
 
 from typing import Annotated, Any, Optional
+from urllib.parse import urlsplit
 
 import typer
 from rich.table import Table
@@ -25,7 +27,7 @@ from imagegen.compat.pip_config import pip_index_url
 from imagegen.errors import BadInputError, CatalogBehindError
 from imagegen.imagespec import catalog as cat
 from imagegen.tables import fitted
-from imagegen.urls import redact
+from imagegen.urls import parse_problem, redact
 
 
 def _archs(target: cat.Target, platform: str) -> list[str]:
@@ -144,15 +146,62 @@ IndexUrlOption = Annotated[
 ]
 
 
-def _index(given: str | None) -> str:
-    if given:
-        return given
+_INDEX_HINT = "name the index's simple API, e.g. --index-url https://pypi.org/simple"
+
+
+def _host_problem(host: str) -> str | None:
+    """What makes ``host`` (a URL's hostname, brackets gone) no host name, or None."""
+    if ":" in host:  # an IPv6 address: urlsplit has checked it
+        return None
     try:
-        return pip_index_url()
+        labels = (host if host.isascii() else host.encode("idna").decode("ascii")).split(".")
+    except UnicodeError:  # a label the IDNA codec refuses (too long, empty)
+        return "its host is not a host name"
+    if len(".".join(labels)) > 253 or any(len(label) > 63 for label in labels):
+        return "its host is longer than a host name can be (253 characters, 63 between dots)"
+    return None
+
+
+def checked_index_url(url: str, what: str = "--index-url") -> str:
+    """``url`` when it is an http(s) URL naming a host; else BadInputError (exit 2) saying what is
+    wrong, before anything is read. No message shows a user or password that it holds."""
+    shown = redact(url)
+    shown = repr(shown if len(shown) <= 80 else shown[:77] + "...")
+    if not url.strip():
+        raise BadInputError(
+            f"{what} is empty", hint=_INDEX_HINT + ", or leave it out to read the index pip installs from"
+        )
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise BadInputError(
+            f"{what} {shown} is not a URL: it holds white space or control characters",
+            hint=_INDEX_HINT + "; percent-encode spaces",
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number in range)
+    except ValueError as exc:
+        raise BadInputError(f"{what} {shown} is not a URL: {parse_problem(exc)}", hint=_INDEX_HINT) from None
+    if parts.scheme.lower() not in ("http", "https"):
+        scheme = f"its scheme is {parts.scheme!r}" if parts.scheme else "it has no scheme"
+        raise BadInputError(
+            f"{what} {shown} is not an http(s) URL: {scheme}", hint=_INDEX_HINT + " (http:// or https://)"
+        )
+    problem = "it names no host" if not parts.hostname else _host_problem(parts.hostname)
+    if problem is not None:
+        raise BadInputError(f"{what} {shown} is not an index's URL: {problem}", hint=_INDEX_HINT)
+    return url
+
+
+def _index(given: str | None) -> str:
+    if given is not None:
+        return checked_index_url(given)
+    try:
+        found = pip_index_url()
     except (ImportError, ValueError) as exc:
         raise BadInputError(
             f"no package index to check against: {exc}", hint="name one with --index-url"
         ) from None
+    return checked_index_url(found, "pip's index URL")
 
 
 def _say_findings(report: dict[str, Any]) -> None:

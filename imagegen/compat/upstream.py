@@ -16,7 +16,11 @@ its stand-ins' pin). ``findings`` compares them with the catalog and names what 
   against that newest release, with its reason).
 
 The check only reads: the catalog is data kept by a person, and where the two disagree the
-table wins until that person updates it.
+table wins until that person updates it. It never says "current" about what it did not read: an
+index without one of the three projects (a 404: a wrong path, a host without ``/simple``), one
+that lists none of their releases, and a torch wheel whose CUDA pin is no version are
+``IndexUnreachableError`` (exit 3) naming the project, as ``index_reader`` makes a malformed or
+late answer.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from imagegen.compat import index_reader
 from imagegen.compat.results import minor_of
+from imagegen.errors import IndexUnreachableError
 from imagegen.imagespec import catalog
 from imagegen.imagespec.default_holds import DEFAULT_HOLDS
 from imagegen.imagespec.torch_releases import TORCH_RELEASES
@@ -76,7 +81,10 @@ class Finding:
 
 
 def pinned_cuda(requirements: Sequence[str]) -> str | None:
-    """The CUDA major.minor a wheel's requirements pin (``cuda-toolkit[cublas]==13.2.2``: 13.2)."""
+    """The CUDA major.minor a wheel's requirements pin (``cuda-toolkit[cublas]==13.2.2``: 13.2).
+
+    ValueError naming the line where the pin is no version (``cuda-toolkit===foo``).
+    """
     for line in requirements:
         try:
             requirement = Requirement(line)
@@ -86,7 +94,10 @@ def pinned_cuda(requirements: Sequence[str]) -> str | None:
             continue
         pins = [s.version for s in requirement.specifier if s.operator in ("==", "===")]
         if pins:
-            return minor_of(pins[0].rstrip(".*"))
+            try:
+                return minor_of(pins[0].rstrip(".*"))
+            except InvalidVersion:
+                raise ValueError(f"Requires-Dist {line!r} pins {requirement.name} to no version") from None
     return None
 
 
@@ -97,22 +108,60 @@ def _newest_byminor_of(versions: Sequence[str]) -> dict[str, str]:
     return newest
 
 
-def read(index_url: str, http: requests.Session) -> Upstream:
+def _unread(projects: Sequence[index_reader.Project], oldest: Version) -> list[str]:
+    """What of the three projects could not be read, in words ("no page for torch (HTTP 404)")."""
+    said = []
+    absent = [p.name for p in projects if not p.found]
+    if absent:
+        said.append(f"no page for {', '.join(absent)} (HTTP 404)")
+    said.extend(f"no final release of {p.name}" for p in projects if p.found and not p.versions)
+    torch = projects[0]
+    if torch.versions and Version(torch.versions[-1]) < oldest:
+        said.append(f"no torch release from {oldest} on (its newest is {torch.versions[-1]})")
+    return said
+
+
+def _pin(
+    torch: index_reader.Project, version: str, index_url: str, http: requests.Session, deadline: float | None
+) -> str | None:
+    try:
+        return pinned_cuda(index_reader.requirements(torch, version, index_url, http, deadline))
+    except ValueError as exc:
+        raise IndexUnreachableError(
+            f"torch {version}'s Linux wheel on {redact(index_url)}: {exc}",
+            hint="its metadata does not say which CUDA it is built with; ask whoever runs this "
+            "index, or name another with --index-url",
+        ) from None
+
+
+def read(index_url: str, http: requests.Session, deadline: float | None = None) -> Upstream:
     """What the index publishes. Pins are read for the releases the catalog does not list and
-    for the newest (one metadata read each; the catalog cites the known ones' CUDA)."""
-    torch = index_reader.read_project(TORCH, index_url, http)
-    known = set(TORCH_RELEASES)
+    for the newest (one metadata read each; the catalog cites the known ones' CUDA). Each answer
+    within ``deadline`` seconds (default ``index_reader.ANSWER_DEADLINE``).
+
+    IndexUnreachableError (exit 3) naming each of the three projects it could not read: a
+    report of "current" from an index that has none of them would be no check at all."""
+    projects = [index_reader.read_project(n, index_url, http, deadline) for n in (TORCH, NVCC, TOOLKIT)]
     oldest = Version(TORCH_RELEASES[0])
+    unread = _unread(projects, oldest)
+    if unread:
+        raise IndexUnreachableError(
+            f"nothing to compare the catalog with: the package index {redact(index_url)} has "
+            + "; ".join(unread),
+            hint="--index-url must name the simple API's root, the URL pip takes as --index-url "
+            "(e.g. https://pypi.org/simple), on an index that carries torch, nvidia-cuda-nvcc and "
+            "cuda-toolkit",
+        )
+    torch, nvcc_project, toolkit_project = projects
+    known = set(TORCH_RELEASES)
     versions = [v for v in torch.versions if Version(v) >= oldest]
     read_pins = {v for v in versions if v not in known} | set(versions[-1:])
     releases = tuple(
-        TorchRelease(
-            v, pinned_cuda(index_reader.requirements(torch, v, index_url, http)) if v in read_pins else None
-        )
+        TorchRelease(v, _pin(torch, v, index_url, http, deadline) if v in read_pins else None)
         for v in versions
     )
-    nvcc = _newest_byminor_of(index_reader.read_project(NVCC, index_url, http).versions)
-    toolkit = _newest_byminor_of(index_reader.read_project(TOOLKIT, index_url, http).versions)
+    nvcc = _newest_byminor_of(nvcc_project.versions)
+    toolkit = _newest_byminor_of(toolkit_project.versions)
     minors = sorted(set(nvcc) | set(toolkit), key=Version)
     cuda = tuple(CudaRelease(m, nvcc.get(m), toolkit.get(m)) for m in minors)
     return Upstream(redact(index_url), releases, cuda)

@@ -10,14 +10,25 @@ the registry's host, as blob downloads redirected to object storage need).
 Scheme: HTTPS, except for a registry on the loopback (``localhost``, ``127.0.0.0/8``, ``::1``),
 which Docker also reaches over plain HTTP without configuration, and hosts named in
 ``IMAGEGEN_INSECURE_REGISTRIES`` (comma-separated ``host:port``).
+
+Deadlines: each answer (connecting, sending, the head and the whole body) must arrive within one
+deadline, ``ANSWER_DEADLINE`` (120 s) for one that sends nothing large, plus one second per
+``UPLOAD_RATE`` bytes it uploads. ``requests``' own timeout bounds each socket read, so a server
+that sends a byte every few seconds would keep a command waiting for ever: ``answer_within``
+bounds the whole. A registry past it is a failure of the registry (exit 1), named with its host
+and the deadline. The package index reader (``imagegen.compat.index_reader``) reads through the
+same function, with its own deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+import socket
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagegen import settings
 from imagegen.errors import BadInputError, BuildFailedError
@@ -26,9 +37,80 @@ from imagegen.imagespec.reference import digest_problem
 from imagegen.oci import auth
 from imagegen.oci.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
 
+if TYPE_CHECKING:
+    import requests
+
 INSECURE_REGISTRIES = settings.INSECURE_REGISTRIES.name
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
+# The whole of one answer (connect, send, head, body): manifests, configs and proof documents are
+# kilobytes to a few megabytes, so two minutes is slack on any link a push can use.
+ANSWER_DEADLINE = 120.0
+# An upload adds a second per this many bytes to its deadline (256 KiB/s: a slow uplink).
+UPLOAD_RATE = 256 * 1024
+
+
+class DeadlinePassed(Exception):
+    """An answer that did not arrive whole within its deadline (``seconds``)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no whole answer within {seconds:g} s")
+        self.seconds = seconds
+
+
+def answer_within(
+    http: requests.Session,
+    method: str,
+    url: str,
+    deadline: float,
+    *,
+    read_body: Callable[[int], bool] = lambda status: True,
+    **kwargs: Any,
+) -> requests.Response:
+    """``http.request(method, url, **kwargs)`` with its body read (only its head where
+    ``read_body(status)`` says no), all of it within ``deadline`` seconds; else DeadlinePassed.
+
+    The request runs on a daemon thread that the caller waits for: a socket timeout bounds each
+    read only, and a trickle of bytes never trips it. Past the deadline, a connection whose head
+    has arrived is shut down, which ends that thread's read; one still waiting for its head ends
+    by itself (no byte for ``deadline`` seconds, or the server closing), having nowhere to report.
+    The request's own exceptions are raised here, in the caller's thread.
+    """
+    arrived: list[requests.Response] = []  # the response, once its head is in
+    outcome: list[requests.Response | BaseException] = []
+
+    def work() -> None:
+        try:
+            response = http.request(method, url, stream=True, timeout=(deadline, deadline), **kwargs)
+            arrived.append(response)
+            if read_body(response.status_code):
+                _ = response.content  # read here, inside the deadline; kept on the response
+            else:
+                response.close()
+            outcome.append(response)
+        except BaseException as exc:  # handed over to the caller's thread, raised there
+            outcome.append(exc)
+
+    worker = threading.Thread(target=work, name=f"answer-within {method}", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if not outcome:
+        if arrived:
+            _shut(arrived[0])
+        raise DeadlinePassed(deadline)
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _shut(response: requests.Response) -> None:
+    """Shut the socket under ``response`` down, so that a read blocked on it returns at once."""
+    connection = getattr(response.raw, "connection", None)  # urllib3 2's HTTPResponse.connection
+    sock = getattr(connection, "sock", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):  # already closed: nothing is reading it
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 @dataclass(frozen=True)
@@ -101,12 +183,15 @@ def base_url(registry: str, env: Mapping[str, str] = os.environ) -> str:
 class RegistryClient:
     """One registry, with its credentials and the tokens it handed out (one per scope)."""
 
-    def __init__(self, registry: str, env: Mapping[str, str] = os.environ, timeout: float = 120) -> None:
+    def __init__(
+        self, registry: str, env: Mapping[str, str] = os.environ, deadline: float | None = None
+    ) -> None:
         import requests  # deferred: a dependency of the docker SDK, used only when publishing
 
         self.registry = registry
         self.url = base_url(registry, env)
-        self.timeout = timeout
+        # Read when the client is made, so a test can shorten ANSWER_DEADLINE for a whole command.
+        self.deadline = ANSWER_DEADLINE if deadline is None else deadline
         self._session = requests.Session()
         self._config = auth.docker_config(env)
         self._credentials: auth.Credentials | None = None
@@ -141,12 +226,7 @@ class RegistryClient:
         if challenge.params.get("service"):
             params["service"] = challenge.params["service"]
         headers = {"Authorization": creds.basic()} if creds is not None else {}
-        try:
-            answer = self._session.get(
-                challenge.params["realm"], params=params, headers=headers, timeout=self.timeout
-            )
-        except OSError as exc:
-            raise self._unreachable(exc) from None
+        answer = self._send("GET", challenge.params["realm"], params=params, headers=headers)
         if answer.status_code != 200:
             return None
         try:
@@ -175,12 +255,7 @@ class RegistryClient:
         for attempt in range(2):
             if scope in self._authorization:
                 sent["Authorization"] = self._authorization[scope]
-            try:
-                response = self._session.request(
-                    method, target, headers=sent, data=data, params=params, timeout=self.timeout
-                )
-            except OSError as exc:
-                raise self._unreachable(exc) from None
+            response = self._send(method, target, headers=sent, data=data, params=params)
             if response.status_code != 401 or attempt:
                 return response
             challenge = auth.parse_challenge(response.headers.get("WWW-Authenticate", ""))
@@ -189,6 +264,21 @@ class RegistryClient:
                 return response
             self._authorization[scope] = answer
         return response
+
+    def _send(self, method: str, url: str, *, data: bytes | None = None, **kwargs: Any) -> Any:
+        """One request and its whole answer within the deadline (longer by the upload's size)."""
+        deadline = self.deadline + round(len(data or b"") / UPLOAD_RATE, 1)
+        try:
+            return answer_within(self._session, method, url, deadline, data=data, **kwargs)
+        except DeadlinePassed:
+            raise BuildFailedError(
+                f"registry {self.registry} did not answer {method} {url.split('?', 1)[0]} "
+                f"within {deadline:g} s",
+                hint="a registry that stalls or sends its answer a few bytes at a time: check the "
+                "network and the registry, then run the command again",
+            ) from None
+        except OSError as exc:
+            raise self._unreachable(exc) from None
 
     def _unreachable(self, exc: OSError) -> BuildFailedError:
         return BuildFailedError(
