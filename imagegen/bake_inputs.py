@@ -19,7 +19,7 @@ from pathlib import Path
 
 from imagegen.building.bases import standin_command
 from imagegen.errors import BadInputError
-from imagegen.files import output_error
+from imagegen.files import output_error, refused_node
 from imagegen.imagespec import catalog
 from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.imagespec.reference import reference_problem
@@ -73,7 +73,8 @@ def check_bake_file(path: Path | None) -> None:
     """BadInputError when ``--bake-file`` could not be written (a directory, a missing folder, a
     file where a folder should be, a folder we may not write), judged before the build rather
     than after it, with the messages writing it would give: a temporary file is made beside it
-    and removed. A device or a FIFO there is written in place, as ``write_atomic`` does."""
+    and removed. A character device or a FIFO there is written in place, as ``write_atomic`` does;
+    a block device or a socket, which it refuses, is refused here, before the build."""
     if path is None:
         return
     target = Path(os.path.realpath(path))  # a symbolic link is written through
@@ -87,6 +88,9 @@ def check_bake_file(path: Path | None) -> None:
         if stat.S_ISDIR(mode):
             raise output_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
         if not stat.S_ISREG(mode):
+            refused = refused_node(path, mode, hint="name a file for the bake file (or a FIFO with a reader)")
+            if refused is not None:
+                raise refused
             return
     tmp = target.parent / f".{target.name[:200]}.{secrets.token_hex(4)}.tmp"
     try:

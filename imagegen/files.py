@@ -212,6 +212,15 @@ _REFUSED_NODES = {
 }
 
 
+def refused_node(path: Path, mode: int, hint: str | None = None) -> BadInputError | None:
+    """The error for an output ``path`` whose node (``mode``, as ``os.stat`` gives it) is never
+    written, a block device or a socket (``hint``: the option's own); None for any other."""
+    refused = _REFUSED_NODES.get(stat.S_IFMT(mode))
+    if refused is None:
+        return None
+    return BadInputError(f"cannot write {_shown(path)}: it is {refused[0]}", hint=hint or refused[1])
+
+
 def _write_in_place(path: Path, data: bytes, mode: int) -> None:
     """Write ``data`` into the character device or FIFO at ``path``, which stays what it is.
 
@@ -220,9 +229,9 @@ def _write_in_place(path: Path, data: bytes, mode: int) -> None:
     with it, a FIFO nobody reads fails at once (ENXIO), and is refused with that reason. The
     writes themselves block as usual, so a slow reader gets everything.
     """
-    refused = _REFUSED_NODES.get(stat.S_IFMT(mode))
+    refused = refused_node(path, mode)
     if refused is not None:
-        raise BadInputError(f"cannot write {_shown(path)}: it is {refused[0]}", hint=refused[1])
+        raise refused
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:

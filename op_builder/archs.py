@@ -98,7 +98,9 @@ _DEFAULTS: tuple[tuple[str, str], ...] = (
     ("0.0", "6.0;7.0+PTX"),
 )
 
-_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
+# At most four digits a part (a capability's have one or two): a longer run would only reach
+# ``int``, which refuses more than 4300 digits with a ValueError, to be refused later.
+_ARCH_RE = re.compile(r"^(\d{1,4})\.(\d{1,4})([af]?)$")
 _ROCM_RE = re.compile(r"^gfx[0-9a-f]{3,5}(:[a-z0-9\-+:]+)?$")
 
 
@@ -138,8 +140,9 @@ def _parse_token(token: str) -> list[CudaArch]:
         return archs
     match = _ARCH_RE.match(body)
     if match is None:
+        shown = repr(token) if len(token) <= 40 else f"{token[:24]!r}... ({len(token)} characters)"
         raise ArchError(
-            f"malformed CUDA arch {token!r}",
+            f"malformed CUDA arch {shown}",
             hint="use X.Y, X.Ya, X.Yf, X.Y+PTX or a family name "
             f"({', '.join(f.capitalize() for f in FAMILIES)}), separated by ';' or spaces",
         )

@@ -123,11 +123,18 @@ def _parameter(option: ImageOption) -> inspect.Parameter:
 
 def by_platform(option: str, values: Sequence[str], example: str) -> dict[str, str]:
     """``OS/ARCH=VALUE`` items (``--platform-torch``, ``--platform-wheelhouse``) -> {platform:
-    value}; bad input for an item without ``=`` or a value."""
+    value}; bad input for an item without ``=`` or a value, or a platform named twice (which of
+    its values is meant?)."""
     chosen: dict[str, str] = {}
     for value in values:
         platform, sep, given = value.partition("=")
         if not sep or not given.strip():
             raise BadInputError(f"{option} {value!r}: give OS/ARCH=VALUE", hint=f"e.g. {option} {example}")
-        chosen[platform_name(platform)] = given.strip()
+        name = platform_name(platform, option)
+        if name in chosen:
+            raise BadInputError(
+                f"{option} names {name} twice ({chosen[name]!r} and {given.strip()!r})",
+                hint=f"give {option} once for each platform, e.g. {option} {example}",
+            )
+        chosen[name] = given.strip()
     return chosen

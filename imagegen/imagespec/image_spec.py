@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from imagegen import options
 from imagegen.errors import BadInputError
-from imagegen.imagespec import catalog, checks, inputs
+from imagegen.imagespec import catalog, checks, given_values, inputs
 from imagegen.imagespec import compile_cache as compile_cache_lib
 from imagegen.imagespec.catalog import Accelerator
 from imagegen.imagespec.checks import BYTECODE_MODES as BYTECODE_MODES
@@ -244,6 +244,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     what is still unset then takes the catalog's default here, where the target is known.
     """
     inp = options.resolve(inp, env)
+    given_values.versions(inp)  # before anything parses one
     target = checks.target(inp.cuda, inp.rocm, inp.cpu)
     platform = checks.platform(inp.platform, target)
     standins = bool(inp.standins)
@@ -273,6 +274,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         else checks.platform_name(inp.build_platform, "--build-platform")
     )
     buildkit = True if inp.buildkit is None else inp.buildkit
+    given_values.build_platform(inp.build_platform, build_platform, platform, buildkit)
     if standin_bases is not None:
         standin_devel, standin_runtime = standin_bases
         if buildkit and build_platform != platform:
