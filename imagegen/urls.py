@@ -41,9 +41,10 @@ def redact(value: str) -> str:
     return value if span is None else value[: span[0]] + REDACTED + value[span[1] :]
 
 
-# A URL in free text: a scheme, "://", then the word (no white space, quote or angle bracket) up to
-# its last "@". Its userinfo is what lies between, up to the authority's last "@".
-_URL_WITH_AT_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^\s'\"`<>]*)@")
+# A URL in free text: a scheme, "://" (or ":/", as a path made of a URL shows it), then the word
+# (no white space, quote or angle bracket) up to its last "@". Its userinfo is what lies between,
+# up to the authority's last "@".
+_URL_WITH_AT_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*:/+)([^\s'\"`<>]*)@")
 
 
 def _masked(match: re.Match[str]) -> str:
@@ -63,7 +64,7 @@ def _masked(match: re.Match[str]) -> str:
 def redact_in_text(text: str) -> str:
     """``text`` (a message, a log line) with the ``user:password`` of every ``scheme://...@`` URL
     in it as ``***``, whatever the scheme: the net under each message's own ``redact``."""
-    return _URL_WITH_AT_RE.sub(_masked, text) if "://" in text else text
+    return _URL_WITH_AT_RE.sub(_masked, text) if ":/" in text else text
 
 
 def parse_problem(exc: ValueError) -> str:

@@ -77,7 +77,9 @@ def test_clean_drops_escape_sequences_and_shows_other_control_characters(text: s
         ("https://alice:hun@ter2@host", "https://***@host"),  # an '@' in it
         ("https://alice:hunter2@host/repo@v1", "https://***@host/repo@v1"),  # a path's '@' stays
         ("a git+https://host/repo@v1 ref", "a git+https://host/repo@v1 ref"),  # no password
+        ("file ftp:/alice:hunter2@host/x", "file ftp:/***@host/x"),  # a URL made a path: one '/'
         ("ssh://USER@HOST", "ssh://USER@HOST"),  # a user alone, as hints write it
+        (f"localhost:5000/ops@sha256:{'0' * 64}", f"localhost:5000/ops@sha256:{'0' * 64}"),
         ("https://***@host", "https://***@host"),
         ("no URL: alice@host", "no URL: alice@host"),
     ],
@@ -165,6 +167,20 @@ def test_pip_conf_index_url_is_shown_without_its_password(url: str, tmp_path: Pa
     result = _invoke(["catalog", "--check-upstream"], env)
     assert_reported(result, code=2, fragment="***@")
     assert PASSWORD not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "option", ["--ca-cert", "--op-source", "--wheelhouse", "--torch-index", "--base-devel"]
+)
+@pytest.mark.parametrize("scheme", ["ftp", "htps", "file"])
+def test_a_url_given_where_a_path_or_an_image_goes_is_shown_without_its_password(
+    option: str, scheme: str
+) -> None:
+    result = _invoke(
+        ["dockerfile", "--cpu", "--ops", "cpu_adam", option, f"{scheme}://alice:{PASSWORD}@host/x"]
+    )
+    assert_reported(result, code=2)
+    assert PASSWORD not in result.stderr and "***@host/x" in result.stderr
 
 
 @pytest.mark.parametrize("scheme", ["tcp", "htps", "ssh"])
