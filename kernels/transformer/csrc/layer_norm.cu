@@ -13,10 +13,12 @@
 //   Blocks hold several row groups (blockDim = (tpr, rows per block)).
 // * Forward statistics: two passes over the registers. The row's mean m first (summed over
 //   x * 2^-k, 2^k >= cols, so a row of huge values cannot overflow the sum: gpu_row_stats.h),
-//   then over d = x - m (scaled by 2^-64 where |m| > 2^64, so that d^2 cannot overflow
-//   either) both s = mean(d) (the rounding left in m, ~0) and mean(d^2), var =
+//   then over d = x - m both s = mean(d) (the rounding left in m, ~0) and mean(d^2), var =
 //   mean(d^2) - s^2: s^2 is at rounding level, so nothing cancels, and y is formed from
-//   (d - s), so no precision is lost to rounding m to fp32 when |mean| >> std. (Shifting
+//   (d - s), so no precision is lost to rounding m to fp32 when |mean| >> std. Those sums are
+//   taken over d times a power of two whose square is at most 1/cols (2^-64 smaller where
+//   |m| > 2^64), so the sum of d^2 stays finite wherever var does: a row of +-1e19 (var 1e38)
+//   gets y = +-1, as from the loop kernels and from torch in float64, not beta. (Shifting
 //   by x[0] instead rounded every d = x - x[0] at the scale of |x[0] - mean|, far too
 //   coarse when x[0] is an outlier.)
 // * Backward: one kernel computes dx and, for its slab of rows, the per-column partial
@@ -139,12 +141,15 @@ __device__ __forceinline__ void residual_sum(float (&out)[VEC], const T* x, cons
 
 // kResidual: the row is the residual variant's sum (residual_sum), written to sum_out;
 // otherwise residual, hidden_bias and sum_out are unused (null). They come last, so the
-// plain kernel's parameters keep their offsets.
+// plain kernel's parameters keep their offsets. `count` is row_count(cols), made on the host:
+// a parameter's scales are read from the constant bank where they are used, while made in
+// the kernel its four floats held registers through the row loop, and more slices spilled
+// (nvcc 13.0 -Xptxas -v: the fp32 vector kernels on sm_80, the scalar ones on both).
 template <typename T, int VEC, int NV, bool kResidual>
 __global__ void __launch_bounds__(kMaxRowThreads, 2)
     ln_forward_reg_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
-                          int64_t rows, int64_t cols, float eps, const T* __restrict__ residual,
+                          int64_t rows, int64_t cols, float eps, RowCount count, const T* __restrict__ residual,
                           const T* __restrict__ hidden_bias, T* __restrict__ sum_out) {
   // One buffer per reduction of a row: each is rewritten only after the other's barrier, which
   // every reader of its previous round has passed (see group_sum).
@@ -154,7 +159,6 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   const int tx = static_cast<int>(threadIdx.x);
   const int nvec = static_cast<int>(cols / VEC);
   const float n = static_cast<float>(cols);
-  const RowCount count = row_count(cols);  // the first pass sums x * 2^-k: it cannot overflow
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.y;
   // `base` is the same in every thread of the block, so all of them run the same
   // iterations and reach every reduction, including the row groups past the last row.
@@ -184,7 +188,9 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     }
     sum = group_sum(sum, sum_scratch);
     const float row_mean = gpu_div_rn(sum, count.scaled_n);
-    const RowSpread spread = row_spread(row_mean);  // 1 unless |mean| > 2^64: gpu_row_stats.h
+    // 2^-ceil(k/2), and 2^-64 more where |mean| > 2^64: the sum of n squares stays finite
+    // wherever var does (gpu_row_stats.h). Exact scalings: the bits are those of the plain sums.
+    const RowSpread spread = row_spread(row_mean, count);
     float2 moments = make_float2(0.0f, 0.0f);  // sums of d and d^2 (d scaled), d = x - row_mean
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -648,12 +654,14 @@ struct SliceSizes {
 // without spills for sm_80 and sm_90 (nvcc -Xptxas -v): 16-bit types 32 elements
 // forward, 16 or 24 backward; fp32 24 forward, 16 backward; a scalar slot (VEC == 1)
 // takes a whole register even for a 16-bit element: 12 slots forward, 10 backward
-// (4097 columns in 512 threads need 9). Since the forward keeps the sums of d and d^2 through
-// its second pass, its 12- and 11-slot scalar kernels spill one register (4 bytes, sm_90):
-// kept, as cheaper than sending odd rows of 5633..6144 columns to the loop kernels. Backward
-// 16-bit rows take 2 vectors (16 elements, with
-// the next-row prefetch) or 3 (24, without): the smallest row group wins, so 768
-// columns take one warp with 3 vectors, 1024 two warps with 2, 12288 512 threads with 3.
+// (4097 columns in 512 threads need 9). One exception: the plain forward's scalar kernels
+// (12 slots), which hold the sums of d and d^2 through their second pass, spill a little
+// (ptxas, nvcc 13.0: 4 bytes of spill stores and 8 of loads on sm_90, 20 and 24 on sm_80);
+// kept, since 11 slots would send odd rows of 5633..6144 columns to the loop kernels, which
+// read the row three times. (The residual forward's scalar kernels do not spill.) Backward
+// 16-bit rows take 2 vectors (16 elements, with the next-row prefetch) or 3 (24, without):
+// the smallest row group wins, so 768 columns take one warp with 3 vectors, 1024 two warps
+// with 2, 12288 512 threads with 3.
 //
 // The residual forward also loads the residual and the hidden bias and stores the sum,
 // which leaves fewer registers for the row, by the same measure: 4 vectors (16-bit 32
@@ -763,7 +771,7 @@ gpuError_t forward_typed(const T* x, const T* residual, const T* hidden_bias, co
     return Slices::with(shape.nv, [&](auto nv_tag) {
       constexpr int NV = decltype(nv_tag)::value;
       ln_forward_reg_kernel<T, VEC, NV, kResidual><<<grid, block, 0, stream>>>(
-          x, gamma, beta, y, mean, rstd, rows, cols, eps, residual, hidden_bias, sum);
+          x, gamma, beta, y, mean, rstd, rows, cols, eps, row_count(cols), residual, hidden_bias, sum);
       return gpuGetLastError();
     });
   };
