@@ -10,24 +10,27 @@ found (deepspeed#7918). NVML answers the same question (name and compute capabil
 touching CUDA, which is also how torch itself counts GPUs under
 ``PYTORCH_NVML_BASED_CUDA_CHECK=1``.
 
-``CUDA_VISIBLE_DEVICES`` picks and orders the GPUs CUDA shows; NVML shows every GPU, in PCI bus
-order. ``select_visible`` maps one onto the other where that is certain and answers None where
-it is not (MIG instances, an index under CUDA's default fastest-first order on a machine whose
-GPUs differ, a duplicate), so that the caller asks CUDA itself rather than guess.
+``CUDA_VISIBLE_DEVICES`` picks and orders the GPUs CUDA shows. NVML shows every GPU, in an order
+of its own (not promised to be the PCI bus order, nor to stay the same across reboots: NVML's
+documentation says to look devices up by PCI id or UUID). ``select_visible`` reads the variable
+as torch's model of CUDA's parser does (``torch.cuda._parse_visible_devices``, the reading
+torch's own NVML-based device count uses), numbers the GPUs by PCI bus id for an index, and
+answers None where the mapping is uncertain (MIG instances, an index under CUDA's default
+fastest-first order on a machine whose GPUs differ, an entry torch's parser cannot read), so
+that the caller asks CUDA itself rather than guess.
 """
 
 from __future__ import annotations
 
 import ctypes
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from op_builder import settings
 
 _NVML_SUCCESS = 0
 _TEXT_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE
-_LEADING_INDEX = re.compile(r"\s*(\d+)")
 
 
 @dataclass(frozen=True)
@@ -35,42 +38,115 @@ class NvmlGpu:
     name: str  # as CUDA names it too: "NVIDIA H100 80GB HBM3"
     capability: tuple[int, int]
     uuid: str  # "GPU-5c1f...", what CUDA_VISIBLE_DEVICES may name
+    pci_bus_id: tuple[int, int, int]  # (domain, bus, device): CUDA_DEVICE_ORDER=PCI_BUS_ID sorts by it
+
+
+def _leading_integer(entry: str) -> int | None:
+    """The integer an entry starts with, as torch's ``_strtoul`` reads it: an optional sign at
+    the start, then digits; -1 where it starts with neither (which ends the list). None where
+    torch's own parser fails on it (a sign with no digit after it: ``+``, ``-x``)."""
+    end = 0
+    while end < len(entry) and (entry[end].isdigit() or (end == 0 and entry[end] in "+-")):
+        end += 1
+    if end == 0:
+        return -1
+    try:
+        return int(entry[:end])
+    except ValueError:
+        return None
+
+
+def parse_visible(visible: str) -> list[int] | list[str] | None:
+    """``CUDA_VISIBLE_DEVICES=visible`` as torch models CUDA's parser: GPU ordinals, or UUIDs
+    (or prefixes of them), or None where that model itself fails.
+
+    A list that starts with ``GPU-`` (or ``MIG-``) is a list of those, read up to the first
+    entry that does not start so (``GPU-aaaa,1`` is ``GPU-aaaa`` alone; entries are not
+    stripped). Any other list is of ordinals, each entry stripped and read like C's ``strtoul``
+    (``1gpu2`` is 1, ``+1`` is 1), up to the first that is negative or not a number
+    (``0,GPU-cccc`` is 0 alone; `` GPU-aaaa`` with its leading space is none). A repeated entry
+    makes the list empty."""
+    if visible.startswith(("GPU-", "MIG-")):
+        prefix = visible[:4]
+        names: list[str] = []
+        for entry in visible.split(","):
+            if entry in names:
+                return []
+            if not entry.startswith(prefix):
+                break
+            names.append(entry)
+        return names
+    ordinals: list[int] = []
+    for entry in visible.split(","):
+        ordinal = _leading_integer(entry.strip())
+        if ordinal is None:
+            return None
+        if ordinal in ordinals:
+            return []
+        if ordinal < 0:
+            break
+        ordinals.append(ordinal)
+    return ordinals
+
+
+def _by_uuid(gpus: Sequence[NvmlGpu], names: list[str]) -> list[NvmlGpu]:
+    """The GPUs ``names`` name (a unique UUID prefix is enough), up to the first that names
+    none or several; none if one GPU is named twice (torch's ``_transform_uuid_to_ordinals``)."""
+    chosen: list[NvmlGpu] = []
+    for name in names:
+        matches = [gpu for gpu in gpus if gpu.uuid.startswith(name)]
+        if len(matches) != 1:
+            break
+        if matches[0] in chosen:
+            return []
+        chosen.append(matches[0])
+    return chosen
 
 
 def select_visible(
     gpus: Sequence[NvmlGpu], visible: str | None, device_order: str | None
 ) -> list[NvmlGpu] | None:
-    """The GPUs CUDA shows under ``CUDA_VISIBLE_DEVICES=visible``, from NVML's list (PCI bus
+    """The GPUs CUDA shows under ``CUDA_VISIBLE_DEVICES=visible``, from NVML's records (in any
     order), or None where the mapping is uncertain.
 
-    CUDA's rules: unset shows every GPU; the list is read up to its first entry that names no
-    GPU (so "" and "-1" show none); an entry is an index or a GPU UUID, a unique prefix of one
-    enough. An index counts in CUDA's order, PCI bus order only with
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: otherwise (fastest first) it maps to NVML's index only
-    where every GPU is alike, when which one it names does not matter.
+    Unset shows every GPU (here in PCI bus order). Otherwise the list is read by
+    ``parse_visible``; ordinals past the last GPU end it. An ordinal counts in CUDA's order,
+    the PCI bus order only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: otherwise (fastest first) it
+    maps to one only where every GPU is alike, when which one it names does not matter.
     """
+    by_bus = sorted(gpus, key=lambda gpu: gpu.pci_bus_id)
     if visible is None:
-        return list(gpus)
-    chosen: list[NvmlGpu] = []
-    for entry in (part.strip() for part in visible.split(",")):
-        if entry.startswith("MIG-"):
+        return by_bus
+    entries = parse_visible(visible)
+    if entries is None:
+        return None  # torch's model of CUDA's parser fails on this list
+    if entries and isinstance(entries[0], str):
+        names = entries
+        if names[0].startswith("MIG-"):
             return None  # MIG instances are not NVML devices of their own here
-        if entry.startswith("GPU-"):
-            matches = [gpu for gpu in gpus if gpu.uuid.startswith(entry)]
-            if len(matches) != 1:
-                break
-            gpu = matches[0]
-        else:
-            index = _LEADING_INDEX.match(entry)
-            if index is None or int(index.group(1)) >= len(gpus):
-                break
-            if device_order != "PCI_BUS_ID" and len({(g.name, g.capability) for g in gpus}) > 1:
-                return None
-            gpu = gpus[int(index.group(1))]
-        if gpu in chosen:
-            return None  # CUDA's handling of a repeated GPU is not documented
-        chosen.append(gpu)
+        return _by_uuid(gpus, names)
+    chosen: list[NvmlGpu] = []
+    for ordinal in cast(list[int], entries):
+        if ordinal >= len(by_bus):
+            break
+        chosen.append(by_bus[ordinal])
+    if chosen and device_order != "PCI_BUS_ID" and len({(g.name, g.capability) for g in gpus}) > 1:
+        return None
     return chosen
+
+
+class _PciInfo(ctypes.Structure):
+    """``nvmlPciInfo_t`` as ``nvmlDeviceGetPciInfo_v3`` fills it (nvml.h, layout since CUDA 9)."""
+
+    _fields_ = [
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    ]
 
 
 def _text(read: object, handle: ctypes.c_void_p) -> str | None:
@@ -93,11 +169,14 @@ def _read_all(nvml: ctypes.CDLL) -> list[NvmlGpu] | None:
         capability = nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor))
         if capability != _NVML_SUCCESS:
             return None
+        pci = _PciInfo()
+        if nvml.nvmlDeviceGetPciInfo_v3(handle, ctypes.byref(pci)) != _NVML_SUCCESS:
+            return None
         name = _text(nvml.nvmlDeviceGetName, handle)
         uuid = _text(nvml.nvmlDeviceGetUUID, handle)
         if name is None or uuid is None:
             return None
-        gpus.append(NvmlGpu(name, (major.value, minor.value), uuid))
+        gpus.append(NvmlGpu(name, (major.value, minor.value), uuid, (pci.domain, pci.bus, pci.device)))
     return gpus
 
 
