@@ -69,11 +69,23 @@ def verify(
     check_op_names([n for n in names or () if n in ALL_OPS or closest(n, ALL_OPS)])
     selected = verify_lib.parse_gpus(gpus)
     public_key = None if key is None else load_public_key(key)  # a bad key file: exit 2 before the engine
-    result = verify_lib.verify_image(
-        image, ops=names, timeout=timeout, gpus=selected, require_gpu=require_gpu
-    )
-    # The SBOM against the op modules in the image, and the provenance's signature with --key.
+    verify_lib.check_verify_input(image, timeout)  # so is a bad reference or timeout
+    # The proof first: with --key it is read from outside the image, and decides whether the image
+    # is the signed one whatever its own Python does when it runs (below).
     proof = proof_lib.check_image(image, public_key, timeout=timeout)
+    try:
+        result = verify_lib.verify_image(
+            image, ops=names, timeout=timeout, gpus=selected, require_gpu=require_gpu
+        )
+    except VerificationFailedError as exc:
+        if proof is None or proof.ok:
+            raise
+        # The ops could not be checked at all; what the proof found says more about why.
+        raise VerificationFailedError(
+            f"{image} failed verification: SBOM: {proof.summary()}; and its ops could not be "
+            f"checked in it: {exc.message}",
+            hint="its op modules or documents are not what its build made: rebuild it, do not ship it",
+        ) from None
     ok = result.ok and (proof is None or proof.ok)
     if json:
         emit_json({**result.to_json(), "ok": ok, "proof": None if proof is None else proof.to_json()})

@@ -63,7 +63,7 @@ def entry_of(member: tarfile.TarInfo, sha256: str | None = None, data: bytes | N
     if base == OPAQUE_MARKER:
         return LayerEntry(folder or "/", "opaque")
     if base.startswith(WHITEOUT_PREFIX):
-        return LayerEntry(f"{folder}/{base[len(WHITEOUT_PREFIX):]}", "whiteout")
+        return LayerEntry(f"{folder}/{base[len(WHITEOUT_PREFIX) :]}", "whiteout")
     if member.isreg():
         return LayerEntry(path, "file", member.size, sha256=sha256, data=data)
     if member.isdir():

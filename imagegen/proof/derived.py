@@ -129,10 +129,10 @@ class _Rules:
             return (
                 None if entry.kind == "dir" else Finding(f"{path}: replaces a folder the signed Python is in")
             )
+        if entry.kind == "dir":
+            return None  # a folder's own entry, its mode and owner: what it holds is judged entry by entry
         top = path[len(folder) + 1 :].split("/", 1)[0]
         if top in self.signed.names.get(folder, ()):
-            if entry.kind == "dir" and path == f"{folder}/{top}":
-                return None  # a folder's own entry: what it holds is judged entry by entry
             return Finding(f"{path}: changes {folder}/{top}, which was signed")
         if not site:
             return None
@@ -214,8 +214,10 @@ def judge(
         for entry in layer.entries:
             if within(entry.path, PROOF_DIR) or (entry.kind == "dir" and within(PROOF_DIR, entry.path)):
                 continue  # the proof's own files: checked against their labels and the signature
-            paths = dict.fromkeys((entry.path, resolve(entry.path, links)))
-            found = next((f for p in paths if (f := rules.judge(p, entry)) is not None), None)
+            found = rules.judge(entry.path, entry)
+            resolved = resolve(entry.path, links)
+            if found is None and resolved != entry.path and (found := rules.judge(resolved, entry)):
+                found = Finding(f"{entry.path}, through a symbolic link: {found.problem}", found.op)
             if found is not None:
                 problems.append(found)
             elif entry.kind != "dir":

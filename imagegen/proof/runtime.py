@@ -203,12 +203,13 @@ def config_fields(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def folder_names(view: Mapping[str, LayerEntry], folders: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """Each folder's entry names in the merged view."""
+    """Each folder's entry names in the merged view (a name whose folder entry a layer left out,
+    as a hand-made layer may, still counts: its files are below it)."""
     found: dict[str, set[str]] = {folder: set() for folder in folders}
     for path in view:
-        parent, _, name = path.rpartition("/")
-        if (parent or "/") in found:
-            found[parent or "/"].add(name)
+        for folder, names in found.items():
+            if path.startswith(folder.rstrip("/") + "/"):
+                names.add(path[len(folder.rstrip("/")) + 1 :].split("/", 1)[0])
     return {folder: tuple(sorted(names)) for folder, names in found.items()}
 
 
@@ -247,10 +248,10 @@ def subjects(layout: PythonLayout, view: Mapping[str, LayerEntry]) -> list[dict[
     found: list[dict[str, Any]] = []
     for site in layout.site_dirs:
         owned: set[str] = set()
-        for path in sorted(view):
-            parent, _, base = path.rpartition("/")
-            if parent != site or not base.endswith(".dist-info"):
+        for base in folder_names(view, [site])[site]:
+            if not base.endswith(".dist-info"):
                 continue
+            path = f"{site}/{base}"
             record = view.get(f"{path}/RECORD")
             files = (
                 _record_paths(site, base, record.data or b"") if record is not None else [f"{path}/METADATA"]

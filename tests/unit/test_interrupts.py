@@ -18,7 +18,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The CLI with a verify step that says when it waits, and cleans up for a second when stopped.
+# The CLI with a verify step (and no proof to check) that says when it waits, and cleans up
+# for a second when stopped.
 CHILD = """
 import sys, time
 from imagegen.verify import verify_image as verify
@@ -33,6 +34,9 @@ def verify_image(*args, **kwargs):
         print("cleaned up", file=sys.stderr, flush=True)
 
 verify.verify_image = verify_image
+# The proof is checked before the ops; this image has none to check.
+from imagegen.proof import image_proof
+image_proof.check_image = lambda *args, **kwargs: None
 sys.argv = ["imagegen", *sys.argv[1:]]
 from imagegen.cli import main
 main()
