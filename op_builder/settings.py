@@ -138,14 +138,16 @@ VISIBLE_DEVICES = Setting(
     "list",
     "every GPU",
     "the GPUs CUDA shows (indices or `GPU-` UUIDs); the preflight at load reads them through NVML "
-    "by CUDA's rules, and asks CUDA itself where the mapping is uncertain (MIG, a repeat)",
+    "as torch models CUDA's parser (a repeat shows none), and asks CUDA itself where that is "
+    "uncertain (MIG, an entry torch's parser refuses)",
     "toolkit",
 )
 DEVICE_ORDER = Setting(
     "CUDA_DEVICE_ORDER",
     "text",
     "`FASTEST_FIRST`",
-    "`PCI_BUS_ID` numbers GPUs as NVML does; otherwise an index maps to NVML's only where every GPU is alike",
+    "`PCI_BUS_ID` numbers GPUs by PCI bus id (NVML's devices are sorted so); otherwise an index "
+    "maps to a GPU only where every GPU is alike",
     "toolkit",
 )
 NVML_CUDA_CHECK = Setting(

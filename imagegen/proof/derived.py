@@ -23,7 +23,7 @@ An entry whose folder is a symbolic link is judged at the path the link leads to
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,13 +66,17 @@ def module_name(name: str) -> str | None:
     return stem if name.endswith(_MODULE_SUFFIXES) else None
 
 
-def resolve(path: str, links: Mapping[str, str], hops: int = 40) -> str:
-    """``path`` with each folder that is a symbolic link (``links``: path -> target) followed."""
+Links = Callable[[str], "str | None"]
+
+
+def resolve(path: str, links: Links, hops: int = 40) -> str:
+    """``path`` with each folder that is a symbolic link (``links``: path -> its target, None
+    where it is no link) followed."""
     parts = path.strip("/").split("/")
     done = ""
     for index, part in enumerate(parts[:-1]):
         done = f"{done}/{part}"
-        target = links.get(done)
+        target = links(done)
         if target is not None and hops > 0:
             base = target if target.startswith("/") else posixpath.join(posixpath.dirname(done), target)
             rest = "/".join(parts[index + 1 :])
@@ -202,11 +206,11 @@ def judge(
     added: Sequence[Layer],
     config: Mapping[str, Any],
     modules: Mapping[str, tuple[str, str]],
-    links: Mapping[str, str],
+    links: Links,
 ) -> Judgement:
     """Judge the layers an image adds on top of ``signed.layers`` (``added``, bottom first) and its
     configuration (``config``: the engine's ``Config``). ``modules``: op module path -> (op, signed
-    sha256); ``links``: every symbolic link of the image's layers, path -> target."""
+    sha256); ``links``: where a symbolic link of the image leads (see ``resolve``)."""
     problems, settings = _changed_settings(signed, config, added)
     rules = _Rules(signed, str(config.get("WorkingDir") or signed.working_dir), modules)
     listed: dict[str, None] = {}

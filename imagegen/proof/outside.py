@@ -10,14 +10,15 @@ of the image's: its files are read from the engine's export of it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from imagegen.engine.client import docker_client
-from imagegen.engine.layers import image_layers
+from imagegen.engine.layer_dirs import dir_links, layer_dirs, read_dir_layer
+from imagegen.engine.layers import Layer, Select, image_layers
 from imagegen.errors import BadInputError, VerificationFailedError
-from imagegen.proof.derived import Finding, Judgement, judge
+from imagegen.proof.derived import Finding, Judgement, Links, judge
 from imagegen.proof.runtime import PythonLayout, SignedRuntime, make_runtime, merge, subjects
 
 
@@ -47,20 +48,54 @@ def _layer_ids(info: Mapping[str, Any]) -> list[str]:
     return [str(layer) for layer in root.get("Layers") or []]
 
 
+def _nothing(_: str) -> bool:
+    return False
+
+
+def read_layers(
+    client: Any,
+    image: str,
+    info: Mapping[str, Any],
+    wanted: Sequence[str],
+    hash_file: Select,
+    keep_data: Select = _nothing,
+) -> tuple[dict[str, Layer], Links]:
+    """The ``wanted`` layers of ``image`` (by diff_id) and where its symbolic links lead: from a
+    local engine's layer folders where it has them (only those layers are read), else from the
+    engine's export of the image (all of it streams by)."""
+    folders = layer_dirs(info)
+    if folders is not None:
+        ids = _layer_ids(info)
+        try:
+            layers = {
+                layer: read_dir_layer(layer, folder, hash_file, keep_data)
+                for layer, folder in zip(ids, folders, strict=True)
+                if layer in wanted
+            }
+            return layers, dir_links(folders)
+        except OSError:
+            pass  # a folder that changed or cannot be read after all: the export says the same
+    layers = image_layers(client, image, hash_file, keep_data)
+    links = {e.path: e.target for layer in layers.values() for e in layer.entries if e.kind == "symlink"}
+    return layers, links.get
+
+
 def runtime_record(image: str, layout: PythonLayout, module_paths: tuple[str, ...]) -> RuntimeRecord:
     """Read ``image`` (the runtime stage, before its proof layer) as the statement signs it."""
     client = docker_client(os.environ, timeout=600)
     try:
         info = _inspect(client, image)
-        layers = image_layers(
+        ids = _layer_ids(info)
+        layers, _ = read_layers(
             client,
             image,
+            info,
+            ids,
             hash_file=lambda path: path in module_paths or layout.covers(path),
             keep_data=lambda path: path.endswith(".dist-info/RECORD"),
         )
     finally:
         client.close()
-    ids = _layer_ids(info)
     missing = [layer for layer in ids if layer not in layers]
     if missing:
         raise VerificationFailedError(
@@ -87,10 +122,9 @@ def check_layers(image: str, runtime: SignedRuntime, modules: Mapping[str, tuple
                 problem = f"layer {index + 1} is {found or 'missing'}; the signed runtime's is {expected}"
                 finding = Finding(f"the image is not built on the signed runtime: {problem}")
                 return Judgement((finding,), (), ())
-        layers = image_layers(client, image, hash_file=lambda path: path in modules)
+        layers, links = read_layers(client, image, info, ids[signed:], hash_file=lambda path: path in modules)
     finally:
         client.close()
-    links = {e.path: e.target for layer in layers.values() for e in layer.entries if e.kind == "symlink"}
     added = [layers[layer] for layer in ids[signed:] if layer in layers]
     if len(added) != len(ids) - signed:
         raise VerificationFailedError(

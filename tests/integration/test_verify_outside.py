@@ -1,7 +1,8 @@
 """`imagegen verify --key` reads the image from outside it: forgeries that make the image's own
 Python answer for it (a `.pth` hook, a `sitecustomize` on `PYTHONPATH`, a package shadowing a
 module, a changed Python front, a changed torch file) each fail naming the path, and an image
-derived from a signed one that only adds an app folder still verifies, listing what it added."""
+derived from a signed one that only adds an app folder still verifies, listing what it added.
+The two readers of an image's layers (the engine's export, the local layer folders) agree."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from imagegen.engine.layer_dirs import layer_dirs, read_dir_layer
+from imagegen.engine.layers import Layer, image_layers
+from imagegen.proof import outside
+from imagegen.proof.image_proof import check_image
+from imagegen.proof.signing import load_public_key
 from tests.integration.conftest import build_args, imagegen
 from tests.integration.derived import derive
 
@@ -201,3 +207,44 @@ def test_an_app_folder_on_top_still_verifies_and_is_listed(
     )
     text = imagegen("verify", tag, "--key", signed["public"])
     assert text.returncode == 0 and "/app/main.py" in text.stdout and "added on top" in text.stdout
+
+
+def _entries(layer: Layer) -> set[tuple[str, str, int, str, str | None]]:
+    # A hard link is a file of its own in a layer's folder, a link to an earlier member in the
+    # export's tar: compared by path only (below); the tar's root entry has no folder.
+    return {
+        (e.path, e.kind, e.size, e.target, e.sha256)
+        for e in layer.entries
+        if e.path != "/" and e.kind != "hardlink"
+    }
+
+
+def test_the_export_and_the_layer_folders_read_the_same_layers(
+    docker_client: Any, signed: dict[str, Any]
+) -> None:
+    info = docker_client.api.inspect_image(SIGNED)
+    ids = info["RootFS"]["Layers"]
+    folders = layer_dirs(info)
+    assert folders is not None, "the engine here keeps overlay2 layer folders"
+    wanted = set(signed["modules"].values())
+    exported = image_layers(docker_client, SIGNED, lambda p: p in wanted or p.endswith(".py"))
+    for layer, folder in zip(ids, folders, strict=True):
+        read = read_dir_layer(layer, folder, lambda p: p in wanted or p.endswith(".py"), lambda _: False)
+        assert _entries(read) >= _entries(exported[layer]), layer
+        hard = {e.path for e in exported[layer].entries if e.kind == "hardlink"}
+        assert {e[0] for e in _entries(read) - _entries(exported[layer])} <= hard, layer
+
+
+@pytest.mark.parametrize("reader", ["folders", "export"])
+def test_both_readers_judge_a_derived_image_the_same(
+    docker_client: Any, signed: dict[str, Any], monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    tag = _derive(
+        docker_client, signed, f"both-{reader}", {f"{SITE}/zz_hook.pth": b"import os\n", "/app/a.py": b""}
+    )
+    if reader == "export":
+        monkeypatch.setattr(outside, "layer_dirs", lambda info: None)
+    check = check_image(tag, load_public_key(Path(signed["public"])))
+    assert check is not None and check.signed is True
+    assert [m.problem.split(":")[0] for m in check.mismatches] == [f"{SITE}/zz_hook.pth"]
+    assert check.derived is not None and check.derived.added == ("/app/a.py",)

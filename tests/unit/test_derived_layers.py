@@ -10,11 +10,15 @@ import gzip
 import hashlib
 import io
 import json
+import os
+import stat
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from imagegen.engine.layer_dirs import dir_links, layer_dirs, read_dir_layer
 from imagegen.engine.layers import Layer, LayerEntry, image_layers, read_export
 from imagegen.errors import VerificationFailedError
 from imagegen.proof.derived import judge, module_name, resolve
@@ -160,7 +164,7 @@ RUNTIME_LAYER = _layer(
 )
 SIGNED = make_runtime(LAYOUT, [RUNTIME_LAYER.diff_id], CONFIG, merge([RUNTIME_LAYER]))
 MODULES = {MODULE: ("cpu_lion", hashlib.sha256(b"lion").hexdigest())}
-LINKS = {e.path: e.target for e in RUNTIME_LAYER.entries if e.kind == "symlink"}
+LINKS = {e.path: e.target for e in RUNTIME_LAYER.entries if e.kind == "symlink"}.get
 
 
 def _judge(*entries: LayerEntry, config: dict[str, Any] | None = None) -> Any:
@@ -313,6 +317,44 @@ def test_module_names_and_link_resolution() -> None:
     names = ("torch", "six.py", "x.cpython-311-x86_64-linux-gnu.so", "a.pth", "t-1.dist-info", "README.md")
     assert [module_name(n) for n in names] == ["torch", "six", "x", None, None, None]
     links = {"/lib": "usr/lib", "/a": "/b", "/b": "c"}
-    assert resolve("/lib/x86_64/libc.so", links) == "/usr/lib/x86_64/libc.so"
-    assert resolve("/a/file", links) == "/c/file"  # two hops
-    assert resolve("/x/y", {"/x": "/x"}) == "/x/y"  # a loop ends
+    assert resolve("/lib/x86_64/libc.so", links.get) == "/usr/lib/x86_64/libc.so"
+    assert resolve("/a/file", links.get) == "/c/file"  # two hops
+    assert resolve("/x/y", {"/x": "/x"}.get) == "/x/y"  # a loop ends
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a whiteout (mknod) and overlay's trusted attribute need root")
+def test_a_layer_folder_reads_as_its_tar_would(tmp_path: Path) -> None:
+    folder = tmp_path / "diff"
+    (folder / "opt" / "app").mkdir(parents=True)
+    (folder / "opt" / "app" / "main.py").write_bytes(b"print(1)\n")
+    (folder / "lib").symlink_to("usr/lib")
+    os.mknod(folder / "opt" / "gone", stat.S_IFCHR | 0o600, os.makedev(0, 0))  # overlay2's whiteout
+    os.setxattr(folder / "opt" / "app", "trusted.overlay.opaque", b"y")
+    layer = read_dir_layer("sha256:x", str(folder), lambda p: p.endswith(".py"), lambda _: False)
+    assert sorted((e.path, e.kind) for e in layer.entries) == [
+        ("/lib", "symlink"), ("/opt", "dir"), ("/opt/app", "dir"), ("/opt/app", "opaque"),
+        ("/opt/app/main.py", "file"), ("/opt/gone", "whiteout"),
+    ]  # fmt: skip
+    main = next(e for e in layer.entries if e.path == "/opt/app/main.py")
+    assert main.sha256 == hashlib.sha256(b"print(1)\n").hexdigest() and main.size == 9
+    assert dir_links([str(tmp_path / "empty"), str(folder)])("/lib") == "usr/lib"
+    assert dir_links([str(folder)])("/opt") is None
+
+
+def test_layer_folders_are_used_only_where_the_engine_keeps_them_here(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    info: dict[str, Any] = {
+        "GraphDriver": {
+            "Name": "overlay2",
+            "Data": {"UpperDir": str(tmp_path / "b"), "LowerDir": str(tmp_path / "a")},
+        },
+        "RootFS": {"Layers": ["sha256:1", "sha256:2"]},
+    }
+    assert layer_dirs(info, {}) == [str(tmp_path / "a"), str(tmp_path / "b")]  # bottom first
+    assert layer_dirs(info, {"DOCKER_HOST": "unix:///var/run/docker.sock"}) is not None
+    assert layer_dirs(info, {"DOCKER_HOST": "tcp://builder:2376"}) is None  # another machine's folders
+    assert layer_dirs({**info, "GraphDriver": {**info["GraphDriver"], "Name": "vfs"}}, {}) is None
+    assert layer_dirs({**info, "RootFS": {"Layers": ["sha256:1"]}}, {}) is None  # not one folder a layer
+    missing = {**info, "GraphDriver": {"Name": "overlay2", "Data": {"UpperDir": str(tmp_path / "c")}}}
+    assert layer_dirs({**missing, "RootFS": {"Layers": ["sha256:1"]}}, {}) is None
