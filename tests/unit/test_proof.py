@@ -27,7 +27,7 @@ from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.provenance import ProvenanceInput, Revision, make_statement
 from imagegen.proof.sbom import BaseImage, SbomInput, make_sbom
-from imagegen.proof.signing import Signer, check_envelope, load_public_key, pae
+from imagegen.proof.signing import KINDS, Signer, check_envelope, load_public_key, pae
 from imagegen.proof.source_digests import op_source_digest
 
 SITE = "/opt/venv/lib/python3.12/site-packages/kernels/_ops"
@@ -343,15 +343,16 @@ def test_a_signed_document_that_is_not_a_statement_fails() -> None:
 
 def test_keys_that_cannot_sign_are_bad_input(tmp_path: Path) -> None:
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    with pytest.raises(BadInputError, match="not an Ed25519 key") as info:
+    with pytest.raises(BadInputError, match="not an Ed25519 or ECDSA P-256 key: it is an RSA key") as info:
         Signer.from_file(write_key(tmp_path / "rsa.pem", rsa_key))
     assert info.value.exit_code == 2 and "openssl genpkey -algorithm ed25519" in str(info.value.hint)
+    assert "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256" in str(info.value.hint)
     with pytest.raises(BadInputError, match="cannot read"):
         Signer.from_file(tmp_path / "missing.pem")
     (tmp_path / "junk.pem").write_text("not a key\n")
     with pytest.raises(BadInputError, match="not an unencrypted PEM private key"):
         Signer.from_file(tmp_path / "junk.pem")
-    with pytest.raises(BadInputError, match="not a PEM Ed25519 key"):
+    with pytest.raises(BadInputError, match="not a PEM public or private key"):
         load_public_key(tmp_path / "junk.pem")
 
 
@@ -449,8 +450,8 @@ def test_bad_keys_and_documents_are_refused_before_the_engine(tmp_path: Path) ->
     env = {"DOCKER_HOST": "tcp://127.0.0.1:9"}  # nothing answers there: these must not need it
     cases = [
         (["verify", "some/image:1", "--key", missing], "cannot read the key"),
-        (["verify", "some/image:1", "--key", str(rsa_key)], "not an Ed25519 key"),
-        (["build", "--cpu", "--ops", "cpu_adam", "--sign-key", str(rsa_key)], "not an Ed25519 key"),
+        (["verify", "some/image:1", "--key", str(rsa_key)], KINDS),
+        (["build", "--cpu", "--ops", "cpu_adam", "--sign-key", str(rsa_key)], KINDS),
         (["sbom", "some/image:1", "--provenance", "--signature"], "different documents"),
         (["sbom", "Not An Image"], "IMAGE"),
     ]
