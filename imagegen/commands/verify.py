@@ -42,7 +42,7 @@ KeyOption = Annotated[
     typer.Option(
         "--key",
         metavar="FILE",
-        help="Ed25519 public key (PEM): the image's provenance must be signed with its private key.",
+        help="Ed25519 or ECDSA P-256 public key (PEM): the provenance must be signed with its private key.",
     ),
 ]
 RequireGpuOption = Annotated[

@@ -97,8 +97,8 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
         form="value",
         commands=frozenset({BUILD_CMD}),
         help=(
-            "Sign the image's provenance with this Ed25519 private key (PEM); `imagegen verify --key` "
-            "checks it."
+            "Sign the image's provenance with this Ed25519 or ECDSA P-256 private key (PEM, unencrypted); "
+            "`imagegen verify --key` checks it."
         ),
         docs_option="`--sign-key FILE`",
         docs_default="none",
