@@ -103,8 +103,9 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
         docs_option="`--sign-key FILE`",
         docs_default="none",
         docs_meaning=(
-            "sign the provenance statement with this Ed25519 private key (PEM, unencrypted: `openssl "
-            "genpkey -algorithm ed25519`); the image then carries the DSSE envelope. A file that is not "
+            "sign the provenance statement with this Ed25519 or ECDSA P-256 private key (PEM, "
+            "unencrypted: `openssl genpkey -algorithm ed25519`, or `-algorithm EC -pkeyopt "
+            "ec_paramgen_curve:P-256`); the image then carries the DSSE envelope. A file that is not "
             "such a key exits 2 before anything is built"
         ),
         metavar="FILE",

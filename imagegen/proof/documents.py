@@ -39,7 +39,8 @@ SIGNATURE = DocumentType(
     "io.imagegen.provenance.signature.digest",
 )
 DOCUMENT_TYPES = (SBOM, PROVENANCE, SIGNATURE)
-# The key id (sha256 of the raw Ed25519 public key) that signed the provenance.
+# The key id that signed the provenance: sha256 of the raw Ed25519 public key, or of a P-256 key's
+# DER SubjectPublicKeyInfo (imagegen.proof.signing.keyid).
 KEYID_LABEL = "io.imagegen.provenance.keyid"
 
 

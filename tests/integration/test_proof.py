@@ -133,7 +133,8 @@ def test_the_cpu_image_carries_its_sbom_and_provenance(
     verified = imagegen("verify", CPU_TAG, "--json")
     assert verified.returncode == 0, verified.stderr[-2000:]
     assert verified.json()["proof"] == {
-        "ok": True, "sbom_digest": labels["io.imagegen.sbom.digest"], "signed": None, "mismatches": []
+        "ok": True, "sbom_digest": labels["io.imagegen.sbom.digest"], "signed": None, "mismatches": [],
+        "added": None, "settings": None,
     }  # fmt: skip
 
 
