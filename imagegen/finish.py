@@ -97,7 +97,7 @@ def finish(
         with step("push", f"push {push_as}"):
             if push_as != spec.tag:
                 _tag_image(spec.tag, push_as)
-            published = publish_image(engine, push_as, verified, proof.documents)
+            published = publish_image(engine, push_as, verified, proof.documents, signer)
     return Finished(proof, size, verified, ok, published, None if published is None else push_as)
 
 

@@ -119,7 +119,7 @@ def build_platforms(
     for platform, report in zip(platforms, reports):
         with log.step(f"push {report.tag}"):
             documents = None if report.proof is None else report.proof.documents
-            done = publish_image(engine, report.tag, report.verify, documents)
+            done = publish_image(engine, report.tag, report.verify, documents, signer)
         assert done is not None  # verified: every report is ok
         published.append((platform, done))
     with log.step(f"push the index {tag}"):

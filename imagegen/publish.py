@@ -6,7 +6,8 @@ work, a push that no verification would precede; ``publish`` pushes after a pass
 verification and does nothing otherwise. Pushing goes through the docker CLI when there is one
 (its credential helpers and ``docker login`` apply), else the Docker SDK. The image's SBOM and
 provenance (and the provenance's signature) then follow it as OCI referrers of the manifest just
-pushed (``imagegen.oci.referrers``), and ``publish_index`` puts several platforms' pushed
+pushed (``imagegen.oci.referrers``), with a signing key also as cosign v3's attestation bundles
+(``imagegen.proof.bundle``), and ``publish_index`` puts several platforms' pushed
 manifests under one tag as an OCI image index.
 """
 
@@ -27,8 +28,10 @@ from imagegen.oci.manifest import OCI_INDEX, Descriptor, image_index, oci_platfo
 from imagegen.oci.referrers import Attached, Document, attach
 from imagegen.oci.registry import Reference, RegistryClient, parse_reference
 from imagegen.proof import documents as docs
+from imagegen.proof.bundle import BUNDLE_FILENAME, BUNDLE_MEDIA_TYPE, attestations, bundle
 from imagegen.proof.documents import ProofDocuments
 from imagegen.proof.image_proof import read_documents
+from imagegen.proof.signing import Signer
 from imagegen.verify.verify_image import VerifyResult
 
 
@@ -58,19 +61,45 @@ def publish(
 
 
 def publish_image(
-    engine: Engine, tag: str, verified: VerifyResult | None, documents: ProofDocuments | None = None
+    engine: Engine,
+    tag: str,
+    verified: VerifyResult | None,
+    documents: ProofDocuments | None = None,
+    signer: Signer | None = None,
 ) -> Published | None:
     """``publish``, saying what was pushed: the manifest's digest and the proof's referrers.
 
     ``documents``: the image's proof as its build made it; default: read from the image itself.
+    ``signer``: the key that signed it, which then signs cosign's attestations of the pushed manifest.
     """
     if verified is None or not verified.ok:
         return None
     push_image(engine, tag)
-    return attach_proof(tag, documents)
+    return attach_proof(tag, documents, signer)
 
 
-def attach_proof(tag: str, documents: ProofDocuments | None = None) -> Published:
+def _proof_documents(
+    reference: Reference, manifest: Descriptor, proof: ProofDocuments, signer: Signer | None
+) -> list[Document]:
+    """The documents as the image holds them, and with a signer, cosign v3's bundles of the
+    provenance and the SBOM about the manifest pushed (``imagegen.proof.bundle``)."""
+    found = [Document(doc.data, doc.type.media_type, doc.type.filename) for doc in proof.all()]
+    if signer is None:
+        return found
+    name = f"{reference.registry}/{reference.repository}"
+    for attestation in attestations(name, manifest.digest, proof.provenance.data, proof.sbom.data):
+        envelope = signer.envelope(attestation.statement)
+        found.append(
+            Document(
+                bundle(envelope, signer.keyid), BUNDLE_MEDIA_TYPE, BUNDLE_FILENAME, attestation.annotations
+            )
+        )
+    return found
+
+
+def attach_proof(
+    tag: str, documents: ProofDocuments | None = None, signer: Signer | None = None
+) -> Published:
     """Find the manifest ``docker push`` just sent for ``tag`` and attach the proof documents to it."""
     reference = parse_reference(tag)
     pushed = _repo_digest(tag, reference)
@@ -91,7 +120,7 @@ def attach_proof(tag: str, documents: ProofDocuments | None = None) -> Published
                     client,
                     reference.repository,
                     manifest,
-                    [Document(doc.data, doc.type.media_type, doc.type.filename) for doc in proof.all()],
+                    _proof_documents(reference, manifest, proof, signer),
                 )
             except BuildFailedError as exc:
                 raise proof_refused(tag, manifest, exc) from None

@@ -12,7 +12,7 @@ with Subject"). Reading (``referrers``) asks the API first, then the fallback ta
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from imagegen.errors import BuildFailedError
@@ -32,11 +32,13 @@ from imagegen.proof.documents import json_object
 
 @dataclass(frozen=True)
 class Document:
-    """What to attach: the bytes, their media type, and the file name they had."""
+    """What to attach: the bytes, their media type, the file name they had, and the annotations of
+    its referrer manifest (a cosign bundle's content and predicate type)."""
 
     data: bytes
     media_type: str
     filename: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,11 @@ def attach(
     api = False
     for document in documents:
         artifact = artifact_manifest(
-            document.data, document.media_type, subject, filename=document.filename, annotations=annotations
+            document.data,
+            document.media_type,
+            subject,
+            filename=document.filename,
+            annotations={**(annotations or {}), **document.annotations},
         )
         for blob in artifact.blobs:
             client.put_blob(repository, blob)

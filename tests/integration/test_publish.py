@@ -4,11 +4,16 @@ registry, found by the image's digest and byte for byte the files the image hold
 from __future__ import annotations
 
 import io
+import json
+import subprocess
 import tarfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from imagegen.errors import BuildFailedError
 from imagegen.oci.manifest import DOCKER_MANIFEST, Descriptor
@@ -18,9 +23,15 @@ from imagegen.publish import attach_proof
 from tests.integration import oci_reader
 from tests.integration.conftest import build_args, imagegen
 from tests.integration.derived import derive
+from tests.unit.test_sbom_scanners import scan
+
+with warnings.catch_warnings():  # sigstore-protobuf-specs 0.5: a validator form pydantic 2.12 deprecates
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from sigstore_protobuf_specs.dev.sigstore.bundle.v1 import Bundle
 
 pytestmark = pytest.mark.docker
 
+BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 PROOF_FILES = {
     "application/vnd.cyclonedx+json": "sbom.cdx.json",
     "application/vnd.in-toto+json": "provenance.intoto.json",
@@ -106,3 +117,77 @@ def test_a_proof_changed_after_the_build_is_not_attached(
             attach_proof(tag)
     finally:
         docker_client.api.remove_image(tag, force=True)
+
+
+def test_a_p256_signed_push_carries_cosigns_bundles_and_a_cyclonedx_referrer(
+    local_registry: str, docker_client: Any, tmp_path: Path
+) -> None:
+    # The key type cosign makes by default, made as docs/imagegen.md says.
+    key, public = tmp_path / "cosign.key.pem", tmp_path / "cosign.pub.pem"
+    subprocess.run(
+        ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key)],
+        check=True,
+    )
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(public)], check=True)
+    repository = "imagegen-it/cosign"
+    remote = f"{local_registry}/{repository}:signed"
+    result = imagegen(*build_args(remote, ops=("cpu_adam", "cpu_lion")), "--sign-key", str(key), "--push")
+    assert result.returncode == 0, result.stderr[-3000:]
+    digest = result.json()["published"]["digest"]
+    # Read back with nothing of imagegen's: the registry through urllib, the referrers by the tag schema.
+    _, index = oci_reader.manifest(local_registry, repository, "sha256-" + digest.split(":", 1)[1])
+    artifacts = []
+    for entry in json.loads(index)["manifests"]:
+        _, data = oci_reader.manifest(local_registry, repository, entry["digest"])
+        artifact = json.loads(data)
+        assert artifact["subject"]["digest"] == digest and entry["artifactType"] == artifact["artifactType"]
+        assert artifact["config"]["mediaType"] == "application/vnd.oci.empty.v1+json"
+        [layer] = artifact["layers"]
+        artifacts.append((artifact, layer, oci_reader.blob(local_registry, repository, layer["digest"])))
+    bundles = [a for a in artifacts if a[0]["artifactType"] == BUNDLE]
+    assert sorted(a[0]["annotations"]["dev.sigstore.bundle.predicateType"] for a in bundles) == [
+        "https://cyclonedx.org/bom",
+        "https://slsa.dev/provenance/v1",
+    ]
+    verifier = serialization.load_pem_public_key(public.read_bytes())
+    assert isinstance(verifier, ec.EllipticCurvePublicKey)
+    for artifact, layer, data in bundles:
+        assert (
+            layer["mediaType"] == BUNDLE
+            and artifact["annotations"]["dev.sigstore.bundle.content"] == "dsse-envelope"
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            parsed = Bundle.from_dict(json.loads(data))  # Sigstore's schema of a bundle
+        envelope = parsed.dsse_envelope
+        pae = b" ".join(
+            [
+                b"DSSEv1",
+                b"%d" % len(envelope.payload_type),
+                envelope.payload_type.encode(),
+                b"%d" % len(envelope.payload),
+                envelope.payload,
+            ]
+        )
+        verifier.verify(envelope.signatures[0].sig, pae, ec.ECDSA(hashes.SHA256()))  # raises if not
+        statement = json.loads(envelope.payload)
+        assert statement["subject"] == [
+            {"name": f"{local_registry}/{repository}", "digest": {"sha256": digest.split(":", 1)[1]}}
+        ]
+        assert statement["predicateType"] == artifact["annotations"]["dev.sigstore.bundle.predicateType"]
+    # The plain CycloneDX referrer trivy image --sbom-sources oci looks for, and Trivy reads it whole.
+    [(_, sbom_layer, sbom)] = [
+        a for a in artifacts if a[0]["artifactType"] == "application/vnd.cyclonedx+json"
+    ]
+    assert sbom_layer["mediaType"] == "application/vnd.cyclonedx+json"
+    report = scan(tmp_path, sbom)
+    assert report["Metadata"]["OS"]["Family"] == "debian"
+    found = [p for r in report.get("Results") or [] for p in r.get("Packages") or []]
+    assert len(found) == len([c for c in json.loads(sbom)["components"] if c.get("purl")])
+    # The old referrers stay for readers of the previous format; verify --key takes the P-256 key.
+    assert {"application/vnd.in-toto+json", "application/vnd.dsse.envelope.v1+json"} <= {
+        a[0]["artifactType"] for a in artifacts
+    }
+    verified = imagegen("verify", remote, "--key", str(public))
+    assert verified.returncode == 0, verified.stderr[-2000:]
+    docker_client.api.remove_image(remote, force=True)
