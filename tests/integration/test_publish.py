@@ -190,4 +190,8 @@ def test_a_p256_signed_push_carries_cosigns_bundles_and_a_cyclonedx_referrer(
     }
     verified = imagegen("verify", remote, "--key", str(public))
     assert verified.returncode == 0, verified.stderr[-2000:]
+    other = tmp_path / "other.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(other)], check=True)
+    refused = imagegen("verify", remote, "--key", str(other))
+    assert refused.returncode == 1 and "no signature verifies" in refused.stderr
     docker_client.api.remove_image(remote, force=True)
