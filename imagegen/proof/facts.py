@@ -67,6 +67,8 @@ class Package:
     name: str
     version: str
     architecture: str = ""
+    source: str = ""  # a deb's source package, where dpkg names one other than itself
+    source_version: str = ""  # its version, where it differs from the package's
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,13 @@ class ImageFacts:
             value = raw.get(key)
             items: list[Any] = value if isinstance(value, list) else []
             return tuple(
-                Package(str(p.get("name")), str(p.get("version") or ""), str(p.get("architecture") or ""))
+                Package(
+                    str(p.get("name")),
+                    str(p.get("version") or ""),
+                    str(p.get("architecture") or ""),
+                    str(p.get("source") or ""),
+                    str(p.get("source_version") or ""),
+                )
                 for p in items
                 if isinstance(p, Mapping) and p.get("name")
             )

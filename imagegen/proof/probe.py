@@ -73,11 +73,15 @@ def deb_packages(path: Path = DPKG_STATUS) -> list[dict[str, str]]:
                 key, _, value = line.partition(":")
                 fields[key] = value.strip()
         if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
+            # "Source: openssl" or "Source: glibc (2.36-9)": the source package advisories name.
+            source, _, rest = fields.get("Source", "").partition(" ")
             packages.append(
                 {
                     "name": fields["Package"],
                     "version": fields.get("Version", ""),
                     "architecture": fields.get("Architecture", ""),
+                    "source": source,
+                    "source_version": rest.strip().strip("()") if source else "",
                 }
             )
     return sorted(packages, key=lambda p: (p["name"], p["architecture"]))

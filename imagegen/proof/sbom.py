@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from imagegen.proof.facts import ImageFacts, OpModule
+from imagegen.proof.facts import ImageFacts, OpModule, Package
 
 # The properties of an op module component (CycloneDX property names, namespaced imagegen:).
 OP = "imagegen:op"
@@ -34,6 +34,10 @@ OP_PROPERTIES = (
 )  # fmt: skip
 # Trivy's package id (https://github.com/CycloneDX/cyclonedx-property-taxonomy, aquasecurity).
 TRIVY_PKG_ID = "aquasecurity:trivy:PkgID"
+# Debian's advisories name source packages (openssl, not libssl3): Trivy reads them from its own
+# properties, Grype from the purl's ``upstream`` qualifier.
+TRIVY_SRC_NAME = "aquasecurity:trivy:SrcName"
+TRIVY_SRC_VERSION = "aquasecurity:trivy:SrcVersion"
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,18 @@ def _bom_ref(kind: str, *parts: str) -> str:
     return kind + ":" + ":".join(re.sub(r"[^A-Za-z0-9._+~/@-]", "_", p) for p in parts)
 
 
+def _source_properties(pkg: Package) -> list[Any]:
+    """Trivy's properties naming a deb's source package (none where it is its own)."""
+    from cyclonedx.model import Property  # deferred, as in make_sbom
+
+    if not pkg.source:
+        return []
+    return [
+        Property(name=TRIVY_SRC_NAME, value=pkg.source),
+        Property(name=TRIVY_SRC_VERSION, value=pkg.source_version or pkg.version),
+    ]
+
+
 def make_sbom(data: SbomInput) -> bytes:
     """The CycloneDX 1.6 JSON document, as bytes (the ones the image and its label's digest hold)."""
     # Deferred: only `imagegen build` and `imagegen sbom` need the library (the cli extra).
@@ -168,17 +184,20 @@ def make_sbom(data: SbomInput) -> bytes:
                 version=pkg.version,
                 type=ComponentType.LIBRARY,
                 bom_ref=_bom_ref("deb", pkg.name, pkg.architecture),
-                properties=(
-                    [Property(name=TRIVY_PKG_ID, value=f"{pkg.name}:{pkg.architecture}@{pkg.version}")]
-                    if multiarch
-                    else []
-                ),
+                properties=[
+                    *(
+                        [Property(name=TRIVY_PKG_ID, value=f"{pkg.name}:{pkg.architecture}@{pkg.version}")]
+                        if multiarch
+                        else []
+                    ),
+                    *_source_properties(pkg),
+                ],
                 purl=PackageURL(
                     type="deb",
                     namespace=distro,
                     name=pkg.name,
                     version=pkg.version,
-                    qualifiers={**arch, **qualifiers},
+                    qualifiers={**arch, **qualifiers, **({"upstream": pkg.source} if pkg.source else {})},
                 ),
             )
         )

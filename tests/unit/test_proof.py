@@ -376,11 +376,17 @@ def test_dpkg_status_and_os_release_are_read(tmp_path: Path) -> None:
         "Description: compression\n library\n\n"
         "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
         "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n"
+        "Source: glibc\n\n"
+        "Package: libgcc-s1\nStatus: install ok installed\nArchitecture: amd64\nVersion: 12.2.0-14\n"
+        "Source: gcc-12 (12.2.0-14+deb12u1)\n"
     )
+    amd64 = {"architecture": "amd64"}
     assert probe.deb_packages(tmp_path / "status") == [
-        {"name": "libc6", "version": "2.36-9", "architecture": "amd64"},
-        {"name": "zlib1g", "version": "1:1.2.13", "architecture": "amd64"},
-    ]
+        {"name": "libc6", "version": "2.36-9", **amd64, "source": "glibc", "source_version": ""},
+        {"name": "libgcc-s1", "version": "12.2.0-14", **amd64, "source": "gcc-12",
+         "source_version": "12.2.0-14+deb12u1"},
+        {"name": "zlib1g", "version": "1:1.2.13", **amd64, "source": "", "source_version": ""},
+    ]  # fmt: skip
     (tmp_path / "os-release").write_text('ID=debian\nVERSION_ID="12"\nNAME="Debian"\n')
     assert probe.os_release(tmp_path / "os-release") == {"id": "debian", "version_id": "12"}
 

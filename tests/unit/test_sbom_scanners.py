@@ -36,10 +36,13 @@ FACTS: dict[str, Any] = {
     "machine": "x86_64",
     "os": {"id": "debian", "version_id": "12", "pretty_name": "Debian GNU/Linux 12 (bookworm)"},
     "deb_packages": [
-        {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "amd64"},
-        {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "i386"},
-        {"name": "libaio1", "version": "0.3.113-4", "architecture": "amd64"},
-        {"name": "libssl3", "version": "3.0.15-1~deb12u1", "architecture": "amd64"},
+        {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "amd64", "source": "glibc"},
+        {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "i386", "source": "glibc"},
+        {"name": "libaio1", "version": "0.3.113-4", "architecture": "amd64", "source": "libaio"},
+        {"name": "libssl3", "version": "3.0.15-1~deb12u1", "architecture": "amd64", "source": "openssl"},
+        # A binary package whose version is not its source's (dpkg: "Source: gcc-12 (12.2.0-14)").
+        {"name": "libgcc-s1", "version": "12.2.0-14", "architecture": "amd64", "source": "gcc-12",
+         "source_version": "12.2.0-14+deb12u1"},
         {"name": "tzdata", "version": "2024a-0+deb12u1", "architecture": "all"},
         {"name": "python3.11", "version": "3.11.2-6+deb12u5", "architecture": "amd64"},
     ],
@@ -133,6 +136,11 @@ def test_trivy_detects_the_os_and_counts_every_package_with_a_purl(tmp_path: Pat
     assert [r["Type"] for r in os_results] == ["debian"]
     debs = {(p["Name"], p.get("Arch")) for p in os_results[0]["Packages"]}
     assert debs == {(p["name"], p["architecture"]) for p in FACTS["deb_packages"]}
+    # Debian's advisories name source packages: Trivy must read each package's.
+    sources = {p["Name"]: (p.get("SrcName"), p.get("SrcVersion")) for p in os_results[0]["Packages"]}
+    for pkg in FACTS["deb_packages"]:
+        name = pkg.get("source") or pkg["name"]
+        assert sources[pkg["name"]] == (name, pkg.get("source_version") or pkg["version"]), pkg["name"]
 
 
 def test_syft_the_reader_grype_uses_finds_the_distribution_and_every_package(tmp_path: Path) -> None:
