@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ from torch.optim.optimizer import ParamsT
 
 from kernels.compat._ds_cpu import refuse_amsgrad
 from kernels.optim._common import Hyper, KernelOptimizer, Scalar, check_betas, check_nonnegative
-from kernels.optim.fused import Entry, GroupContext
+from kernels.optim.fused import Entry, FallbackStep, GroupContext
 from kernels.optim.fused_lamb import FusedLamb as _NativeLamb
 
 __all__ = ["DeepSpeedLambHyper", "FusedLamb"]
@@ -251,16 +251,8 @@ class FusedLamb(_NativeLamb):
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         return super()._kernel_scalars(_as_our_rule(group, step), step)
 
-    def _fallback(
-        self,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        step: int,
-        context: GroupContext,
-    ) -> None:
-        super()._fallback(p, grad, state, _as_our_rule(group, step), step, context)
+    def _fallback_update(self, s: FallbackStep) -> None:
+        super()._fallback_update(replace(s, group=_as_our_rule(s.group, s.step)))
 
 
 def _as_our_rule(group: dict[str, Any], step: int) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -52,6 +53,21 @@ Entry = tuple[Tensor, Tensor, dict[str, Any]]
 # What an optimizer works out once per param group before its updates (Lamb: the clip factor
 # of the group's grads, per device), handed to both the kernel launch and the fallback.
 GroupContext = dict[torch.device, Tensor] | None
+
+
+@dataclass(frozen=True)
+class FallbackStep:
+    """One param's update by the PyTorch fallback, as ``_FusedOptimizer._fallback`` hands it to
+    the rule: ``work`` is what the rule updates in place (p itself when fp32 / fp64, else an fp32
+    copy written back to p afterwards), ``g`` the grad in work's dtype."""
+
+    p: Tensor
+    work: Tensor
+    g: Tensor
+    state: dict[str, Any]
+    group: dict[str, Any]
+    step: int
+    context: GroupContext
 
 
 def _fp32_state(state: dict[str, Any], key: str, like: Tensor) -> Tensor:
@@ -190,6 +206,14 @@ class _FusedOptimizer(KernelOptimizer):
         step: int,
         context: GroupContext,
     ) -> None:
+        """The PyTorch update of one param: computed on ``_math_view(p)``, written back to p."""
+        work = _math_view(p)
+        self._fallback_update(FallbackStep(p, work, grad.to(work.dtype), state, group, step, context))
+        if work is not p:
+            p.copy_(work)
+
+    def _fallback_update(self, s: FallbackStep) -> None:
+        """The rule's update of ``s.work`` (and of the state) by ``s.g``."""
         raise NotImplementedError
 
 
@@ -225,31 +249,20 @@ class FusedAdam(_FusedOptimizer):
         floats = hyperparams(group, "lr", "betas", "eps", "weight_decay")
         return (*floats, step, bool(group["adamw_mode"]), bool(group["bias_correction"]))
 
-    def _fallback(
-        self,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        step: int,
-        context: GroupContext,
-    ) -> None:
+    def _fallback_update(self, s: FallbackStep) -> None:
+        group, work, g = s.group, s.work, s.g
         lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]
-        work = _math_view(p)
-        g = grad.to(work.dtype)
         if decay != 0.0:
             if group["adamw_mode"]:
                 work.mul_(1.0 - lr * decay)
             else:
                 g = g.add(work, alpha=decay)
-        m, v = _update_moments(state, g, group["betas"])
-        correction1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
-        correction2_sqrt = math.sqrt(1.0 - beta2**step) if group["bias_correction"] else 1.0
+        m, v = _update_moments(s.state, g, group["betas"])
+        correction1 = 1.0 - beta1**s.step if group["bias_correction"] else 1.0
+        correction2_sqrt = math.sqrt(1.0 - beta2**s.step) if group["bias_correction"] else 1.0
         denom = (v.sqrt() / correction2_sqrt).add_(eps)
         work.addcdiv_(m, denom, value=-lr / correction1)
-        if work is not p:
-            p.copy_(work)
 
 
 class FusedLion(_FusedOptimizer):
@@ -274,20 +287,11 @@ class FusedLion(_FusedOptimizer):
     def _kernel_scalars(self, group: dict[str, Any], step: int) -> tuple[Scalar, ...]:
         return hyperparams(group, "lr", "betas", "weight_decay")
 
-    def _fallback(
-        self,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        step: int,
-        context: GroupContext,
-    ) -> None:
-        lr, decay = float(group["lr"]), float(group["weight_decay"])
-        beta1, beta2 = group["betas"]
-        m = state["exp_avg"]
-        work = _math_view(p)
-        g = grad.to(work.dtype)
+    def _fallback_update(self, s: FallbackStep) -> None:
+        work, g = s.work, s.g
+        lr, decay = float(s.group["lr"]), float(s.group["weight_decay"])
+        beta1, beta2 = s.group["betas"]
+        m = s.state["exp_avg"]
         # Each product rounded on its own, then the sum, as the kernel does: add_(g, alpha=...)
         # is one fused multiply-add in torch's vector code, and sign() turns the ulp that moves
         # near zero into a step of 2 * lr.
@@ -296,5 +300,3 @@ class FusedLion(_FusedOptimizer):
             work.mul_(1.0 - lr * decay)
         work.add_(direction, alpha=-lr)  # lr * direction is exact
         m.mul_(beta2).add_(g.mul(1.0 - beta2))
-        if work is not p:
-            p.copy_(work)

@@ -13,7 +13,7 @@ from torch.optim.optimizer import ParamsT
 
 from kernels._gpu_load import GpuOp
 from kernels.optim._common import LambHyper, Scalar, hyperparams
-from kernels.optim.fused import Entry, GroupContext, _FusedOptimizer, _math_view, _update_moments
+from kernels.optim.fused import Entry, FallbackStep, GroupContext, _FusedOptimizer, _update_moments
 
 __all__ = ["FusedLamb"]
 
@@ -171,24 +171,15 @@ class FusedLamb(_FusedOptimizer):
         ratios = module.lamb(*lists, *self._kernel_scalars(group, step), scale)
         self._last_ratios.append(([p for p, _, _ in entries], ratios))
 
-    def _fallback(
-        self,
-        p: Tensor,
-        grad: Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        step: int,
-        context: GroupContext,
-    ) -> None:
+    def _fallback_update(self, s: FallbackStep) -> None:
+        group, work, g = s.group, s.work, s.g
         lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = group["betas"]
-        work = _math_view(p)
-        g = grad.to(work.dtype)
-        if context is not None:
-            g = g * context[p.device]  # a new tensor: the caller's grad is left as it was
-        m, v = _update_moments(state, g, group["betas"])
-        correction1 = 1.0 - beta1**step if group["bias_correction"] else 1.0
-        correction2 = 1.0 - beta2**step if group["bias_correction"] else 1.0
+        if s.context is not None:
+            g = g * s.context[s.p.device]  # a new tensor: the caller's grad is left as it was
+        m, v = _update_moments(s.state, g, group["betas"])
+        correction1 = 1.0 - beta1**s.step if group["bias_correction"] else 1.0
+        correction2 = 1.0 - beta2**s.step if group["bias_correction"] else 1.0
         v_hat = v / correction2
         denom = v_hat.add_(eps).sqrt_() if group["eps_inside_sqrt"] else v_hat.sqrt_().add_(eps)
         update = (m / correction1) / denom
@@ -205,6 +196,4 @@ class FusedLamb(_FusedOptimizer):
         # Stay on the device: a tensor trust ratio avoids a host sync per parameter.
         trust = torch.where((param_norm > 0) & (update_norm > 0), ratio, torch.ones_like(param_norm))
         work.sub_(update.mul_(trust * lr))
-        if work is not p:
-            p.copy_(work)
-        self._last_ratios.append(([p], trust.float().reshape(1)))
+        self._last_ratios.append(([s.p], trust.float().reshape(1)))
