@@ -29,13 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from imagegen import log
-from imagegen.bake_inputs import (
-    BakeRequest,
-    check_bake_file,
-    check_push_registry,
-    missing_standins,
-    remote_tag,
-)
+from imagegen.bake_inputs import BakeRequest, check_bake_file, missing_standins
 from imagegen.building.build_inputs import check_sources, source_root
 from imagegen.building.build_secrets import build_secrets
 from imagegen.building.staging import staged_context
@@ -51,6 +45,7 @@ from imagegen.imagespec.compile_cache import CacheStats
 from imagegen.pipeline import BuildReport, image_report
 from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
+from imagegen.push_plan import NO_PUSH, PushPlan
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
 from imagegen.verify.verify_image import VerifyResult
@@ -299,23 +294,24 @@ def bake(
     requests: Sequence[BakeRequest],
     *,
     builder: str | None = None,
-    push: str | None = None,
+    push: PushPlan = NO_PUSH,
     verify: bool = True,
     source: Path | None = None,
     env: Mapping[str, str] = os.environ,
     bake_file_out: Path | None = None,
 ) -> BakeReport:
     """Build ``requests`` with ``docker buildx bake`` on ``builder``, verify each image built, and
-    push to ``push`` (a registry) those that passed. A failed target is reported, not raised.
+    push those that passed as ``push`` says (``PushPlan.for_bake``: each under a registry). A
+    failed target is reported, not raised.
 
-    Raises BadInputError, before anything builds (nothing to bake, a ``push`` that is not a
-    registry, a ``bake_file_out`` that cannot be written, no such builder, stand-in bases missing
-    here, a compile cache on the loopback that this bake cannot reach), EngineUnavailableError
-    (no daemon, no buildx).
+    Raises BadInputError, before anything builds (nothing to bake, an image whose reference under
+    the push's registry is not one Docker takes, a ``bake_file_out`` that cannot be written, no
+    such builder, stand-in bases missing here, a compile cache on the loopback that this bake
+    cannot reach), EngineUnavailableError (no daemon, no buildx).
     """
     if not requests:
         raise BadInputError("nothing to bake", hint="name targets of the matrix, e.g. `imagegen bake cpu`")
-    check_push_registry(push, [r.spec.tag for r in requests])
+    push.check_references([r.spec.tag for r in requests])
     check_bake_file(bake_file_out)
     root = source or source_root()
     check_sources(root)
@@ -354,7 +350,7 @@ class _Made:
 
 
 def _finish(
-    engine: Engine, request: BakeRequest, run: _Run, verify: bool, push: str | None, made: _Made
+    engine: Engine, request: BakeRequest, run: _Run, verify: bool, push: PushPlan, made: _Made
 ) -> BakeImage:
     """Seal, verify (and push) one target's image, or say why its build failed."""
     spec = request.spec
@@ -386,9 +382,7 @@ def _finish(
         here = Built(
             spec, image_id, render(spec), made.root, made.digests[request.name], made.started, made.finished
         )
-        done = finish(
-            engine, here, verify=verify, push_as=None if push is None else remote_tag(push, spec.tag)
-        )
+        done = finish(engine, here, verify=verify, push=push)
     except UserFacingError as exc:  # the verifier could not run, a push failed: this target only
         return replace(built, error=exc.message)
     # The image's report, as `imagegen build` makes it; the table's row is read from it.

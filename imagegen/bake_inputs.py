@@ -1,8 +1,7 @@
 """What ``imagegen bake`` judges before anything builds.
 
 A bake of the arm64 targets runs for half an hour under emulation; an input that is wrong should
-not wait for it. Judged here, each as one ``BadInputError`` (exit 2) with a hint: the registry
-``--push`` names (each image's reference under it must be one Docker accepts), the folder of
+not wait for it. Judged here, each as one ``BadInputError`` (exit 2) with a hint: the folder of
 ``--bake-file``, the platforms ``--platform-torch`` / ``--platform-wheelhouse`` name, and, on a
 builder that reads this engine's images, the stand-in bases of a ``--standins`` bake.
 """
@@ -22,51 +21,6 @@ from imagegen.errors import BadInputError
 from imagegen.files import output_error, refused_node
 from imagegen.imagespec import catalog
 from imagegen.imagespec.image_spec import ImageSpec
-from imagegen.imagespec.reference import reference_problem
-from imagegen.urls import redact
-
-_REGISTRY_FORM = "use HOST[:PORT][/PATH], e.g. registry.internal:5000/ml: bake adds each image's NAME:TAG"
-
-
-def remote_tag(registry: str, tag: str) -> str:
-    """``tag`` under ``registry`` (host[:port][/path]): ``imagegen:cpu-x`` -> ``REGISTRY/imagegen:cpu-x``."""
-    return f"{registry.rstrip('/')}/{tag}"
-
-
-def check_push_registry(registry: str | None, tags: Sequence[str] = ()) -> None:
-    """BadInputError when ``--push REGISTRY`` is not a registry (and path) to push under, or an
-    image's reference under it (``REGISTRY/<tag>``) is not one Docker accepts."""
-    if registry is None:
-        return
-    # A registry holds no '@': text before one may be a user and password (https://USER:PW@host).
-    redacted = redact(registry)
-    shown = redacted if len(redacted) <= 80 else redacted[:77] + "..."
-    problem = _registry_problem(registry)
-    if problem is not None:
-        raise BadInputError(f"--push {shown!r} is not a registry to push to: {problem}", hint=_REGISTRY_FORM)
-    for tag in tags:
-        reference = remote_tag(registry, tag)
-        problem = reference_problem(reference, allow_digest=False)
-        if problem is not None:
-            raise BadInputError(
-                f"--push {shown!r}: the image {tag} would be pushed as {reference}, which is not "
-                f"a valid image reference: {problem}",
-                hint=_REGISTRY_FORM,
-            )
-
-
-def _registry_problem(registry: str) -> str | None:
-    text = registry.strip()
-    if not text.strip("/"):
-        return "it is empty"
-    if "://" in text:
-        return "it has a scheme: name the host alone (plain HTTP: the loopback, IMAGEGEN_INSECURE_REGISTRIES)"
-    if "@" in text:
-        return "it has a digest (@...): bake pushes each image under its own tag"
-    *_, last = text.rstrip("/").split("/")
-    if "/" in text.rstrip("/") and ":" in last:
-        return f"it ends in a tag ({last}): bake pushes each image under its own NAME:TAG"
-    return None
 
 
 def check_bake_file(path: Path | None) -> None:

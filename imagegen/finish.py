@@ -24,6 +24,7 @@ from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.proof.seal import ProofReport, Signer, seal_image
 from imagegen.proof.size import SizeReport, measure_image
 from imagegen.publish import Published, publish_image
+from imagegen.push_plan import NO_PUSH, PushPlan
 from imagegen.verify.verify_image import VerifyResult, verify_image
 
 # A step of the sequence: (name, title) -> a context that times it (pipeline's report keeps the
@@ -69,15 +70,15 @@ def finish(
     built: Built,
     *,
     verify: bool,
-    push_as: str | None,
+    push: PushPlan = NO_PUSH,
     signer: Signer | None = None,
     proof_dir: Path | None = None,
     max_size: int | None = None,
     step: Step = logged_step,
 ) -> Finished:
-    """Seal, measure, verify and (``push_as``: the reference to push, the tag or another name for
-    it) push ``built``'s image. Raises what each step raises (the verifier cannot run, a push
-    fails); a failed verification or an image over ``max_size`` is not ``ok`` and not pushed."""
+    """Seal, measure, verify and push ``built``'s image (as ``push`` says: ``PushPlan.reference``).
+    Raises what each step raises (the verifier cannot run, a push fails); a failed verification
+    or an image over ``max_size`` is not ``ok`` and not pushed."""
     spec = built.spec
     with step("proof", f"SBOM and provenance of {spec.tag}"):
         proof = seal_image(
@@ -93,6 +94,7 @@ def finish(
             verified = verify_image(spec.tag, ops=spec.ops)
     ok = (verified is None or verified.ok) and (max_size is None or size.total_bytes <= max_size)
     published = None
+    push_as = push.reference(spec.tag)
     if push_as is not None and ok:
         with step("push", f"push {push_as}"):
             if push_as != spec.tag:

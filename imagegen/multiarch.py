@@ -20,12 +20,11 @@ from typing import Any
 from imagegen import log, pipeline
 from imagegen.engine import detect_engine
 from imagegen.errors import BadInputError
-from imagegen.imagespec.checks import check_push_request
 from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.oci.manifest import Descriptor
-from imagegen.oci.registry import names_registry, parse_reference
 from imagegen.proof.signing import Signer
 from imagegen.publish import Published, publish_image, publish_index
+from imagegen.push_plan import NO_PUSH, PushPlan
 
 
 def platform_tag(tag: str, platform: str) -> str:
@@ -35,18 +34,6 @@ def platform_tag(tag: str, platform: str) -> str:
         name, _, version = tag.rpartition(":")
     suffix = "-".join(platform.split("/")[1:])
     return f"{name}:{version}-{suffix}"
-
-
-def check_platforms_push(tag: str | None, push: bool) -> None:
-    """Bad input for a several-platform push with no ``--tag`` naming a registry, before any work."""
-    if not push:
-        return
-    if tag is None or not names_registry(tag):
-        raise BadInputError(
-            f"--push of several platforms needs --tag REGISTRY/NAME:TAG (got {tag or 'no --tag'})",
-            hint="the platforms' images and their index go there, e.g. --tag 127.0.0.1:5000/ops/cpu:1",
-        )
-    parse_reference(tag)  # a malformed one is bad input too
 
 
 @dataclass(frozen=True)
@@ -83,23 +70,23 @@ def build_platforms(
     specs: Sequence[ImageSpec],
     *,
     tag: str | None,
-    push: bool,
+    push: PushPlan = NO_PUSH,
     verify: bool = True,
     source: Path | None = None,
     env: Mapping[str, str] = os.environ,
     signer: Signer | None = None,
     max_size: int | None = None,
 ) -> PlatformsReport:
-    """Build and verify each spec (one per platform), then push them and their index under ``tag``."""
-    check_push_request(push, verify)
-    check_platforms_push(tag, push)
+    """Build and verify each spec (one per platform), then, as ``push`` says (an index: made by
+    ``PushPlan.for_build``, which checked its rule), push them and their index under its tag,
+    only when every platform passed."""
     platforms = tuple(spec.platform for spec in specs)
     if len(set(platforms)) != len(platforms):
         raise BadInputError(f"a platform is named twice: {', '.join(platforms)}")
     engine = detect_engine(env, prefer_buildkit=all(s.buildkit for s in specs))
     reports = []
     for spec in specs:
-        local = replace(spec, push=False, tag=platform_tag(tag, spec.platform) if tag else spec.tag)
+        local = replace(spec, tag=platform_tag(tag, spec.platform) if tag else spec.tag)
         with log.step(f"{spec.platform}: {local.tag}"):
             reports.append(
                 pipeline.build(
@@ -112,9 +99,9 @@ def build_platforms(
                     max_size=max_size,
                 )
             )
-    if not push or not all(r.ok for r in reports):
+    if push.kind != "index" or not all(r.ok for r in reports):
         return PlatformsReport(tag, platforms, tuple(reports), None)
-    assert tag is not None  # check_platforms_push
+    assert push.target is not None and tag == push.target  # PushPlan.for_build
     published: list[tuple[str, Published]] = []
     for platform, report in zip(platforms, reports):
         with log.step(f"push {report.tag}"):

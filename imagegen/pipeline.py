@@ -26,13 +26,13 @@ from imagegen.engine.build_log import compile_seconds, op_sources
 from imagegen.errors import BuildFailedError
 from imagegen.finish import Built, Finished, finish
 from imagegen.imagespec import compile_cache
-from imagegen.imagespec.checks import check_push_request
 from imagegen.imagespec.compile_cache import CacheStats
 from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.proof.seal import ProofReport, Signer, context_digests
 from imagegen.proof.seal import now as proof_now
 from imagegen.proof.size import SizeReport
 from imagegen.publish import Published
+from imagegen.push_plan import NO_PUSH, PushPlan
 from imagegen.render import cross
 from imagegen.render.dockerfile import render
 from imagegen.verify.verify_image import VerifyResult
@@ -160,9 +160,10 @@ def build(
     signer: Signer | None = None,
     proof_dir: Path | None = None,
     max_size: int | None = None,
+    push: PushPlan = NO_PUSH,
 ) -> BuildReport:
     """Build ``spec``'s image up to ``stage`` from the checkout at ``source`` (default: the one
-    imagegen runs from), verify it, and push it when ``spec.push`` and every op verified.
+    imagegen runs from), verify it, and push it as ``push`` says when every op verified.
 
     ``engine``: one already detected (benchmarks building several images); default: detect
     it here, and fall back to the classic variant of the Dockerfile when BuildKit is wanted
@@ -174,7 +175,6 @@ def build(
     """
     root = source or source_root()
     check_sources(root)  # bad input before any engine work
-    check_push_request(spec.push, verify)
     steps = _Steps()
     if engine is None:
         with steps.step("engine", "detect the container engine"):
@@ -208,7 +208,7 @@ def build(
     if stage == "runtime":
         built = Built(spec, result.image_id, text, root, sources, started, proof_now())
         done = finish(
-            engine, built, verify=verify, push_as=spec.tag if spec.push else None, signer=signer,
+            engine, built, verify=verify, push=push, signer=signer,
             proof_dir=proof_dir, max_size=max_size, step=steps.step,
         )  # fmt: skip
     # A stage short of the image (benchmarks) is built and measured only: nothing to prove or push.

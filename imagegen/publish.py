@@ -1,8 +1,6 @@
-"""Stage 5, publishing: the one place imagegen pushes, and its one rule, that only an image
-whose every op verified leaves this machine.
-
-``imagegen.imagespec.checks.check_push_request`` refuses, with the other inputs and before any
-work, a push that no verification would precede; ``publish`` pushes after a passing
+"""Stage 5, publishing: the one place imagegen pushes, where its push plan
+(``imagegen.push_plan``: made once from the run's options, with the rule that nothing unverified
+is pushed checked as it is made) sends an image; ``publish`` pushes after a passing
 verification and does nothing otherwise. Pushing goes through the docker CLI when there is one
 (its credential helpers and ``docker login`` apply), else the Docker SDK. The image's SBOM and
 provenance (and the provenance's signature) then follow it as OCI referrers of the manifest just

@@ -19,8 +19,8 @@ from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.checks import check_push_request
 from imagegen.imagespec.image_spec import SpecInput
+from imagegen.push_plan import PushPlan
 from imagegen.render.matrix import STANDARD_MATRIX
 from op_builder.suggest import did_you_mean
 
@@ -76,7 +76,7 @@ def bake_command(
     json: JsonOption = False,
 ) -> None:
     """Bake targets of the matrix with docker buildx, verify every image, push those that pass."""
-    check_push_request(push is not None, not no_verify)  # the one push rule, before anything else
+    plan = PushPlan.for_bake(push, verify=not no_verify)  # the push rule, before anything else
     known = _matrix_targets()
     names = list(dict.fromkeys(targets or known))
     for name in names:
@@ -98,14 +98,13 @@ def bake_command(
             image, ops=image.ops or "all", cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None, rocm=version if accelerator == "rocm" else None,
             platform=platform, torch=torch_for.get(platform, image.torch),
-            wheelhouse=wheels_for.get(platform, image.wheelhouse), push=push is not None,
-            verify=not no_verify,
+            wheelhouse=wheels_for.get(platform, image.wheelhouse),
             # A cross-compiled (arm64) target's own torch is the builder's: --wheelhouse holds it.
             build_wheelhouse=image.wheelhouse,
         )  # fmt: skip
         requests.append(BakeRequest(name, make_spec(inp)))
     report = bake(
-        requests, builder=builder, push=push, verify=not no_verify, source=source, bake_file_out=bake_file
+        requests, builder=builder, push=plan, verify=not no_verify, source=source, bake_file_out=bake_file
     )
     if json:
         emit_json(report.to_json())

@@ -19,6 +19,7 @@ from imagegen.imagespec.checks import platform_list
 from imagegen.imagespec.image_spec import ImageSpec, SpecInput
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
+from imagegen.push_plan import PushPlan
 from imagegen.verify.table import render_table
 
 
@@ -50,8 +51,8 @@ def build(
                 f"{option} names {name}, which this build is not for (--platform {', '.join(sorted(built))})",
                 hint=f"add it: --platform {','.join(sorted(built | {name}))}",
             )
-    if several:  # bad input before any spec's work
-        multiarch.check_platforms_push(image.tag, push)
+    # The push rule, before any spec's work: where this run pushes, if anywhere.
+    plan = PushPlan.for_build(push=push, verify=not no_verify, tag=image.tag, platforms=len(platforms))
     specs = [
         make_spec(
             replace(
@@ -62,8 +63,6 @@ def build(
                 # A cross build's own torch is the build platform's: --wheelhouse holds it when
                 # --platform-wheelhouse gave the target another.
                 build_wheelhouse=image.build_wheelhouse or image.wheelhouse,
-                push=push and not several,
-                verify=not no_verify,
             )
         )
         for p in platforms
@@ -72,9 +71,11 @@ def build(
     signer = None if sign_key is None else Signer.from_file(sign_key)  # a bad key: exit 2 before building
     budget = None if max_size is None else parse_size(max_size)
     if several:
-        _build_platforms(specs, tag, push, no_verify, source, signer, budget, json)
+        _build_platforms(specs, tag, plan, no_verify, source, signer, budget, json)
         return
-    report = pipeline.build(specs[0], verify=not no_verify, source=source, signer=signer, max_size=budget)
+    report = pipeline.build(
+        specs[0], verify=not no_verify, source=source, signer=signer, max_size=budget, push=plan
+    )
     if json:
         emit_json(report.to_json())
     else:
@@ -86,7 +87,7 @@ def build(
 def _build_platforms(
     specs: Sequence[ImageSpec],
     tag: str | None,
-    push: bool,
+    push: PushPlan,
     no_verify: bool,
     source: Path | None,
     signer: Signer | None,

@@ -427,12 +427,3 @@ def per_op_archs(
         kept_names.append(name)
         per_op.append((name, tuple(str(a) for a in decision.kept)))
     return tuple(kept_names), tuple(per_op)
-
-
-def check_push_request(push: bool, verify: bool) -> None:
-    """BadInputError for ``--push`` with ``--no-verify``: nothing is pushed unverified."""
-    if push and not verify:
-        raise BadInputError(
-            "--push with --no-verify: images are pushed only after verification passed",
-            hint="drop --no-verify, or push the image yourself",
-        )

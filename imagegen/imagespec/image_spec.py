@@ -61,8 +61,6 @@ class SpecInput:
     tag: str | None = None
     max_jobs: int | str | None = None  # a variable's text until inputs.max_jobs checks it
     buildkit: bool | None = None
-    push: bool = False
-    verify: bool = True
     standins: bool | None = None
     bytecode: str | None = None
     numpy: bool | None = None  # --numpy/--no-numpy
@@ -100,7 +98,6 @@ class ImageSpec:
     tag: str
     max_jobs: int | None
     buildkit: bool
-    push: bool
     bytecode: str = DEFAULT_BYTECODE  # one of BYTECODE_MODES: which .pyc files the runtime venv keeps
     warnings: tuple[str, ...] = field(default=())
     op_packages: tuple[OpPackage, ...] = ()  # the op packages whose ops the image holds
@@ -305,7 +302,6 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     if inp.keep_ca_cert and ca_cert is None:
         raise BadInputError("--keep-ca-cert needs --ca-cert FILE", hint="name the CA bundle to keep")
     max_jobs = inputs.max_jobs(inp.max_jobs)
-    checks.check_push_request(inp.push, inp.verify)
     bytecode = checks.bytecode(inp.bytecode)
     numpy = True if inp.numpy is None else inp.numpy
     compile_cache = _compile_cache(inp.compile_cache, buildkit)
@@ -339,7 +335,6 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         tag=tag,
         max_jobs=max_jobs,
         buildkit=buildkit,
-        push=inp.push,
         bytecode=bytecode,
         warnings=tuple(warnings),
         op_packages=packages,

@@ -19,12 +19,12 @@ from imagegen.bake import (
     BakeRequest,
     check_host_network,
     parse_driver,
-    remote_tag,
 )
 from imagegen.cli import app
 from imagegen.commands.bake import _matrix_targets
 from imagegen.errors import BadInputError
 from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.push_plan import remote_tag
 from imagegen.render.matrix import BakeTarget, bake_file, render_bake, standard_entries
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,6 @@ from imagegen.bake import bake
 from imagegen.bake_inputs import (
     BakeRequest,
     check_bake_file,
-    check_push_registry,
     missing_standins,
 )
 from imagegen.cli import app
@@ -38,43 +37,6 @@ def _spec(**changes: Any) -> ImageSpec:
 def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the bake gets as far as asking for an engine (or anything after it)."""
     monkeypatch.setattr(bake_lib, "detect_engine", lambda env: pytest.fail("the engine was asked"))
-
-
-# ---------------------------------------------------------------- --push REGISTRY
-
-
-@pytest.mark.parametrize(
-    "registry", ["127.0.0.1:5000", "registry.example/team/", "localhost:5000/ml/ops", "ops"]
-)
-def test_registries_that_take_the_images(registry: str) -> None:
-    check_push_registry(registry, ["imagegen:cpu-torch2.13.0-py3.11-d62ff252"])
-
-
-@pytest.mark.parametrize(
-    ("registry", "says"),
-    [
-        ("", "it is empty"),
-        ("/", "it is empty"),
-        ("http://127.0.0.1:5000", "scheme"),
-        ("127.0.0.1:5000/ml:v1", "ends in a tag (ml:v1)"),
-        ("127.0.0.1:5000/ml@sha256:" + "a" * 64, "digest"),
-        ("registry.example/Team", "upper-case"),
-        ("registry example", "white space"),
-        ("registry.example/" + "a" * 240, "characters"),
-    ],
-)
-def test_a_malformed_registry_is_bad_input(registry: str, says: str) -> None:
-    with pytest.raises(BadInputError) as caught:
-        check_push_registry(registry, ["imagegen:cpu-torch2.13.0-py3.11-d62ff252"])
-    assert says in caught.value.message and "HOST[:PORT][/PATH]" in (caught.value.hint or "")
-
-
-@pytest.mark.parametrize("registry", ["http://127.0.0.1:5000", "127.0.0.1:5000/ml:v1", "Registry.example/ML"])
-def test_bake_refuses_a_malformed_registry_before_anything_builds(registry: str, no_build: None) -> None:
-    result = runner.invoke(app, ["bake", "cpu", "--push", registry, "--json"])
-    assert result.exit_code == 2, result.output
-    error = json.loads(result.stdout)["error"]
-    assert error["message"].startswith("--push ") and error["hint"]
 
 
 # ---------------------------------------------------------------- --bake-file FILE

@@ -17,6 +17,7 @@ from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.proof.size import KINDS, OverBudgetError, attribute, base_bytes_of, check_budget, parse_size
 from imagegen.proof.size_probe import Tally, measure, owners, pth_paths
+from imagegen.push_plan import PushPlan
 from tests.unit.test_pipeline import REPO, FakeEngine, spec
 
 GiB, MiB = 2**30, 2**20
@@ -216,14 +217,17 @@ def test_budget() -> None:
 # --------------------------------------------------------------------------- --max-size
 
 
+TO_TAG = PushPlan.for_build(push=True, verify=True, tag=None)
+
+
 def test_over_budget_is_not_ok_and_not_pushed(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine()
     engine.install(monkeypatch)
-    report = pipeline.build(spec(push=True), source=REPO, max_size=100 * MiB)
+    report = pipeline.build(spec(), source=REPO, max_size=100 * MiB, push=TO_TAG)
     assert not report.ok and report.over_budget and not report.pushed
     assert not any(call.startswith("push") for call in engine.calls)
     assert report.verify is not None and report.verify.ok  # verified, but too large
-    report = pipeline.build(spec(push=True), source=REPO, max_size=123 * MiB)
+    report = pipeline.build(spec(), source=REPO, max_size=123 * MiB, push=TO_TAG)
     assert report.ok and report.pushed
 
 

@@ -39,7 +39,8 @@ FLOORS = {
     "imagegen.verify": 4,  # the sealed verification
     "imagegen.proof": 4,  # SBOM, provenance, signing, size
     "imagegen.oci": 5,  # the registry client
-    "imagegen.publish": 5,  # the push rule and the push
+    "imagegen.push_plan": 5,  # the push rule: where a run pushes
+    "imagegen.publish": 5,  # the push
     **dict.fromkeys(
         (
             "imagegen.pipeline",

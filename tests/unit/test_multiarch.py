@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec.checks import platform_list
-from imagegen.multiarch import check_platforms_push, platform_tag
+from imagegen.multiarch import platform_tag
 from imagegen.oci.registry import names_registry
 
 
@@ -22,11 +22,6 @@ def test_platform_lists_and_tags() -> None:
     assert platform_tag("127.0.0.1:5000/ops/cpu:1", "linux/arm64") == "127.0.0.1:5000/ops/cpu:1-arm64"
     assert platform_tag("127.0.0.1:5000/ops/cpu", "linux/amd64") == "127.0.0.1:5000/ops/cpu:latest-amd64"
     assert names_registry("127.0.0.1:5000/ops/cpu:1") and not names_registry("ops/cpu:1")
-    check_platforms_push("127.0.0.1:5000/ops/cpu:1", True)
-    check_platforms_push(None, False)
-    for tag in (None, "ops/cpu:1", "imagegen:cpu"):
-        with pytest.raises(BadInputError, match="--tag REGISTRY"):
-            check_platforms_push(tag, True)
 
 
 @pytest.mark.parametrize(

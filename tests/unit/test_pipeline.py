@@ -20,6 +20,7 @@ from imagegen.oci.manifest import OCI_MANIFEST, Descriptor
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
+from imagegen.push_plan import PushPlan
 from imagegen.verify.verify_image import VerifyResult
 from op_builder.report import OpVerification
 
@@ -77,7 +78,9 @@ class FakeEngine:
         directory.mkdir(exist_ok=True)
         return ProofReport(documents, directory, "sha256:sealed")
 
-    def attach_proof(self, tag: str, documents: ProofDocuments | None = None) -> publish.Published:
+    def attach_proof(
+        self, tag: str, documents: ProofDocuments | None = None, signer: object = None
+    ) -> publish.Published:
         # The registry's side of a push: the manifest found, the proof's documents attached to it.
         self.calls.append(f"attach {tag} {len(documents.all()) if documents else 0}")
         return publish.Published(tag, Descriptor.of(OCI_MANIFEST, b"{}"), None)
@@ -101,6 +104,10 @@ class FakeEngine:
             for op in ops
         )
         return VerifyResult(tag, all(r.ok for r in results), "2.13.0", None, None, results, 2.26)
+
+
+TO_TAG = PushPlan.for_build(push=True, verify=True, tag=None)
+UNDER_REGISTRY = PushPlan.for_bake("reg.example:5000", verify=True)
 
 
 def spec(**changes: Any) -> ImageSpec:
@@ -135,7 +142,7 @@ def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.Monke
 def test_failed_verification_is_a_report_and_nothing_is_pushed(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine(failing=("cpu_lion",))
     engine.install(monkeypatch)
-    report = pipeline.build(spec(push=True), source=REPO)
+    report = pipeline.build(spec(), source=REPO, push=TO_TAG)
     assert not report.ok and not report.pushed and report.failed_ops == ("cpu_lion",)
     assert not any(call.startswith("push") for call in engine.calls)
 
@@ -143,7 +150,7 @@ def test_failed_verification_is_a_report_and_nothing_is_pushed(monkeypatch: pyte
 def test_push_after_verification_and_a_given_engine_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine()
     engine.install(monkeypatch)
-    report = pipeline.build(spec(push=True), source=REPO, engine=ENGINE, no_cache=True)
+    report = pipeline.build(spec(), source=REPO, engine=ENGINE, no_cache=True, push=TO_TAG)
     assert report.ok and report.pushed
     assert engine.calls == [
         "build it:1 runtime no_cache=True", "proof it:1 from sha256:abc",
@@ -236,7 +243,7 @@ def test_bake_finishes_an_image_with_the_same_sequence_and_report(monkeypatch: p
     run = bake._Run("cpu", None, 0.0, ["#9 20.1 op_builder: built cpu_adam in 19.64s"], 42.0, 0)  # type: ignore[arg-type]
     when = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
     made = bake._Made(REPO, {"cpu": {}}, when, when)
-    image = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, "reg.example:5000", made)
+    image = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, UNDER_REGISTRY, made)
     assert engine.calls == [
         "proof it:1 from sha256:baked", "size it:1", "verify it:1",
         "tag reg.example:5000/it:1", "push reg.example:5000/it:1", "attach reg.example:5000/it:1 2",
@@ -248,6 +255,6 @@ def test_bake_finishes_an_image_with_the_same_sequence_and_report(monkeypatch: p
     # A failing op: the same report says so, nothing is pushed.
     engine.calls.clear()
     engine.failing = ("cpu_lion",)
-    failed = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, "reg.example:5000", made)
+    failed = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, UNDER_REGISTRY, made)
     assert not failed.ok and failed.report is not None and failed.report.failed_ops == ("cpu_lion",)
     assert not any(call.startswith(("tag", "push")) for call in engine.calls)

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from imagegen.bake import _staged
-from imagegen.bake_inputs import BakeRequest, check_push_registry
+from imagegen.bake_inputs import BakeRequest
 from imagegen.building.build_secrets import build_secrets
 from imagegen.cli import app
 from imagegen.errors import BadInputError
@@ -26,6 +26,7 @@ from imagegen.imagespec import compile_cache
 from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.imagespec.inputs import TORCH_INDEX_SECRET_ID, index_url
 from imagegen.proof.seal import spec_parameters
+from imagegen.push_plan import check_push_registry
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import bake_file
 from imagegen.urls import has_userinfo, redact
