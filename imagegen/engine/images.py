@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from imagegen.engine.client import docker_client
 from imagegen.engine.types import Engine
@@ -36,6 +37,18 @@ def local_images(refs: Sequence[str], env: Mapping[str, str] = os.environ) -> di
         return None
     finally:
         client.close()
+
+
+def inspect_local(client: Any, image: str) -> dict[str, Any]:
+    """The engine's inspection of ``image`` (through ``client``); BadInputError when it is not here."""
+    import docker  # deferred for the reason imagegen.engine.client gives
+
+    try:
+        return dict(client.api.inspect_image(image))
+    except docker.errors.ImageNotFound:
+        raise BadInputError(
+            f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
+        ) from None
 
 
 def inspect_image_id(tag: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.engine.client import docker_client
+from imagegen.engine.images import inspect_local
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference
 from imagegen.proof import probe
@@ -42,23 +43,12 @@ def probe_text() -> str:
     return Path(probe.__file__).read_text()
 
 
-def _inspect(client: Any, image: str) -> Mapping[str, Any]:
-    import docker
-
-    try:
-        return dict(client.api.inspect_image(image))
-    except docker.errors.ImageNotFound:
-        raise BadInputError(
-            f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
-        ) from None
-
-
 def probe_image(image: str, with_torch: bool = False, timeout: float = 300) -> ImageFacts:
     """Run the probe in a sealed container of ``image`` (as ``imagegen verify`` runs its verifier)."""
     client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
     command = ["python", "-c", probe_text(), *(["--torch"] if with_torch else [])]
     try:
-        config = _inspect(client, image).get("Config") or {}
+        config = inspect_local(client, image).get("Config") or {}
         code, stdout, stderr = sealed.run_sealed(client, image, "proof", config, command, timeout)
     finally:
         client.close()
@@ -109,7 +99,7 @@ def read_documents(image: str) -> ImageDocuments:
 
     name = f"imagegen-proof-{uuid.uuid4().hex[:12]}"
     try:
-        labels = (_inspect(client, image).get("Config") or {}).get("Labels") or {}
+        labels = (inspect_local(client, image).get("Config") or {}).get("Labels") or {}
         if not any(kind.label in labels for kind in DOCUMENT_TYPES):
             return ImageDocuments(image, labels)
         try:

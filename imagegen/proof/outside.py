@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagegen.engine.client import docker_client
+from imagegen.engine.images import inspect_local
 from imagegen.engine.layer_dirs import dir_links, layer_dirs, read_dir_layer
 from imagegen.engine.layers import Layer, Select, image_layers
-from imagegen.errors import BadInputError, VerificationFailedError
+from imagegen.errors import VerificationFailedError
 from imagegen.proof.derived import Finding, Judgement, Links, judge
 from imagegen.proof.runtime import PythonLayout, SignedRuntime, make_runtime, merge, subjects
 
@@ -30,17 +31,6 @@ class RuntimeRecord:
     runtime: SignedRuntime
     subjects: tuple[dict[str, Any], ...]
     module_digests: Mapping[str, str]  # path -> sha256
-
-
-def _inspect(client: Any, image: str) -> Mapping[str, Any]:
-    import docker  # deferred for the reason imagegen.engine.client gives
-
-    try:
-        return dict(client.api.inspect_image(image))
-    except docker.errors.ImageNotFound:
-        raise BadInputError(
-            f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
-        ) from None
 
 
 def _layer_ids(info: Mapping[str, Any]) -> list[str]:
@@ -84,7 +74,7 @@ def runtime_record(image: str, layout: PythonLayout, module_paths: tuple[str, ..
     """Read ``image`` (the runtime stage, before its proof layer) as the statement signs it."""
     client = docker_client(os.environ, timeout=600)
     try:
-        info = _inspect(client, image)
+        info = inspect_local(client, image)
         ids = _layer_ids(info)
         layers, _ = read_layers(
             client,
@@ -113,7 +103,7 @@ def check_layers(image: str, runtime: SignedRuntime, modules: Mapping[str, tuple
     """Judge ``image`` against the signed ``runtime`` (``modules``: op module path -> (op, sha256))."""
     client = docker_client(os.environ, timeout=600)
     try:
-        info = _inspect(client, image)
+        info = inspect_local(client, image)
         ids = _layer_ids(info)
         signed = len(runtime.layers)
         for index, expected in enumerate(runtime.layers):
