@@ -102,13 +102,15 @@ class _FusedOptimizer(KernelOptimizer):
     """The step loop of the three optimizers: group, resolve the op, update.
 
     The kernel call is ``module.<kernel_fn>(grads, params, *state lists, *scalars)``, with one
-    list per name in ``state_keys``; ``_launch`` makes it and may add to it.
+    list per name in ``state_keys`` (and, with ``takes_grad_scale``, the group context's value for
+    the bucket's device last); ``_launched`` sees what it returns.
     """
 
     backend: Backend | None
     op: ClassVar[GpuOp]
     kernel_fn: ClassVar[str]
     state_keys: ClassVar[tuple[str, ...]]
+    takes_grad_scale: ClassVar[bool] = False
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -195,7 +197,14 @@ class _FusedOptimizer(KernelOptimizer):
         context: GroupContext,
     ) -> None:
         """One kernel call over a bucket's lists (``lists[1]`` are the params or their copies)."""
-        getattr(module, self.kernel_fn)(*lists, *self._kernel_scalars(group, step))
+        # The grad scale positionally, as every other argument: wrappers of the kernel function
+        # (the self-tests' breakages) take (grads, params, *rest).
+        scale = (None if context is None else context[entries[0][0].device],) if self.takes_grad_scale else ()
+        result = getattr(module, self.kernel_fn)(*lists, *self._kernel_scalars(group, step), *scale)
+        self._launched(entries, result)
+
+    def _launched(self, entries: list[Entry], result: Any) -> None:
+        """What the kernel returned for a bucket's ``entries``; nothing to keep by default."""
 
     def _fallback(
         self,

@@ -89,6 +89,7 @@ class FusedLamb(_FusedOptimizer):
     op = GpuOp("fused_lamb")
     kernel_fn = "lamb"
     state_keys = ("exp_avg", "exp_avg_sq")
+    takes_grad_scale = True  # the clip factor (GroupContext) of the bucket's device
     # Per bucket of the last step: its params, and a 1-D fp32 tensor of their trust ratios.
     _last_ratios: list[tuple[list[Tensor], Tensor]]
 
@@ -156,20 +157,8 @@ class FusedLamb(_FusedOptimizer):
         switches = (bool(group["bias_correction"]), bool(group["eps_inside_sqrt"]))
         return (*floats, step, *switches, *_coeff_bounds(group))
 
-    def _launch(
-        self,
-        module: Any,
-        lists: list[list[Tensor]],
-        entries: list[Entry],
-        group: dict[str, Any],
-        step: int,
-        context: GroupContext,
-    ) -> None:
-        scale = None if context is None else context[entries[0][0].device]
-        # grad_scale positionally, as every other argument: wrappers of the kernel function
-        # (the self-tests' breakages) take (grads, params, *rest).
-        ratios = module.lamb(*lists, *self._kernel_scalars(group, step), scale)
-        self._last_ratios.append(([p for p, _, _ in entries], ratios))
+    def _launched(self, entries: list[Entry], result: Any) -> None:
+        self._last_ratios.append(([p for p, _, _ in entries], result))  # the trust ratios
 
     def _fallback_update(self, s: FallbackStep) -> None:
         group, work, g = s.group, s.work, s.g
