@@ -17,18 +17,11 @@ struct AdagradConsts {
       : l2(isa::vconst(a.l2)), eps(isa::vconst(a.eps)), neg_clr(isa::vconst(-a.clr)), use_l2(a.l2 != 0.0f) {}
 
   // One vector of elements (see cpu_one_state_rule.h); the state is the sum.
-  template <cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, bool kStream>
-  void update(cpu_simd::storage_t<kParam>* pp, const cpu_simd::storage_t<kParam>* gp, float* sp,
-              uint16_t* hp) const {
-    isa::V p = isa::load<kParam>(pp);
-    isa::V g = isa::load<kParam>(gp);
+  void update(isa::V& p, isa::V g, isa::V& sum) const {
     if (use_l2) g = isa::vfmadd(l2, p, g);
-    const isa::V sum = isa::vfmadd(g, g, isa::vload(sp));
+    sum = isa::vfmadd(g, g, sum);
     const isa::V std = isa::vadd(isa::vsqrt(sum), eps);
     p = isa::vfmadd(neg_clr, isa::vdiv(g, std), p);
-    isa::store<kParam>(pp, p);
-    isa::vstore(sp, sum);
-    isa::store_half<kHalf, kStream>(hp, p);
   }
 };
 

@@ -27,20 +27,12 @@ struct LionConsts {
         lr(isa::vconst(a.lr)),
         use_decay(a.decay != 1.0f) {}
 
-  // One vector of elements (see cpu_one_state_rule.h); the state is the momentum.
-  template <cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, bool kStream>
-  void update(cpu_simd::storage_t<kParam>* pp, const cpu_simd::storage_t<kParam>* gp, float* mp,
-              uint16_t* hp) const {
-    const isa::V g = isa::load<kParam>(gp);
-    const isa::V m = isa::vload(mp);
-    isa::V p = isa::load<kParam>(pp);
+  // One vector of elements (see cpu_one_state_rule.h); the state is the momentum m.
+  void update(isa::V& p, isa::V g, isa::V& m) const {
     const isa::V interp = isa::vadd(isa::vround(isa::vmul(m, beta1)), isa::vround(isa::vmul(g, one_minus_beta1)));
     if (use_decay) p = isa::vround(isa::vmul(p, decay));
     p = isa::vsub(p, isa::vmul(lr, isa::vsign(interp)));  // lr * (+-1 or 0) is exact
-    const isa::V m_new = isa::vadd(isa::vround(isa::vmul(m, beta2)), isa::vround(isa::vmul(g, one_minus_beta2)));
-    isa::store<kParam>(pp, p);
-    isa::vstore(mp, m_new);
-    isa::store_half<kHalf, kStream>(hp, p);
+    m = isa::vadd(isa::vround(isa::vmul(m, beta2)), isa::vround(isa::vmul(g, one_minus_beta2)));
   }
 };
 

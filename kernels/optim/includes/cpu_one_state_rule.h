@@ -4,9 +4,21 @@
 // cpu_optim_dispatch.h). No include guard.
 //
 // A rule is its Consts struct (the loop invariants, built from the op's Args), with
-//     template <cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, bool kStream>
-//     void update(storage_t<kParam>* p, const storage_t<kParam>* g, float* state, uint16_t* half) const;
-// updating one vector of elements; params and grads are stored as kParam (see cpu_adam_impl.h).
+//     void update(isa::V& p, isa::V g, isa::V& state) const;
+// the update of one vector of elements, in fp32 (params and grads are stored as kParam, see
+// cpu_adam_impl.h, and widened on load; the state is fp32).
+
+// One vector of elements: loads, the rule's update, stores (the half copy last).
+template <typename Consts, cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, bool kStream>
+inline void one_state_vector(const Consts& c, cpu_simd::storage_t<kParam>* pp, const cpu_simd::storage_t<kParam>* gp,
+                             float* sp, uint16_t* hp) {
+  isa::V p = isa::load<kParam>(pp);
+  isa::V s = isa::vload(sp);
+  c.update(p, isa::load<kParam>(gp), s);
+  isa::store<kParam>(pp, p);
+  isa::vstore(sp, s);
+  isa::store_half<kHalf, kStream>(hp, p);
+}
 
 // Elements [begin, end) of one tensor: one pass over p, g, the state (and the half copy).
 template <typename Consts, cpu_simd::Dtype kParam, cpu_simd::HalfKind kHalf, bool kStream, typename Args>
@@ -19,7 +31,7 @@ void one_state_loop(const Args& a, float* const sp, int64_t begin, int64_t end) 
   uint16_t* const hp = a.half;
   int64_t i = begin;
   for (; i + W <= end; i += W) {
-    c.template update<kParam, kHalf, kStream>(pp + i, gp + i, sp + i, hp == nullptr ? nullptr : hp + i);
+    one_state_vector<Consts, kParam, kHalf, kStream>(c, pp + i, gp + i, sp + i, hp == nullptr ? nullptr : hp + i);
   }
   if (i < end) {  // the tail through the same vector code, on zero-padded copies
     const int64_t r = end - i;
@@ -29,7 +41,7 @@ void one_state_loop(const Args& a, float* const sp, int64_t begin, int64_t end) 
     std::memcpy(p, pp + i, r * sizeof(P));
     std::memcpy(g, gp + i, r * sizeof(P));
     std::memcpy(s, sp + i, r * sizeof(float));
-    c.template update<kParam, kHalf, false>(p, g, s, h);
+    one_state_vector<Consts, kParam, kHalf, false>(c, p, g, s, h);
     std::memcpy(pp + i, p, r * sizeof(P));
     std::memcpy(sp + i, s, r * sizeof(float));
     if (hp != nullptr) std::memcpy(hp + i, h, r * sizeof(uint16_t));
