@@ -66,7 +66,11 @@ __device__ __forceinline__ V gpu_shfl_xor(V v, int mask, int width) {
 }
 
 __device__ __forceinline__ float2 gpu_shfl_xor(float2 v, int mask, int width) {
-  return make_float2(gpu_shfl_xor(v.x, mask, width), gpu_shfl_xor(v.y, mask, width));
+  // float(...): HIP's float2 members are accessor objects, which the float / double
+  // template above does not admit.
+  const float x = v.x;
+  const float y = v.y;
+  return make_float2(gpu_shfl_xor(x, mask, width), gpu_shfl_xor(y, mask, width));
 }
 
 // Correctly rounded division. --use_fast_math makes '/' approximate, and the
