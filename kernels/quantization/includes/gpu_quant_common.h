@@ -36,6 +36,25 @@ constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
 constexpr float kMinQuickScale = 0x1p-126f;  // FLT_MIN: 1 / scale stays normal...
 constexpr float kMaxQuickScale = 0x1p126f;   // ...and so does scale
 
+// A group's parameters as both encoders (each file's encode_slot) use them.
+struct GroupScale {
+  float scale;
+  float offset;  // the asymmetric int codes' (the group's min); else 0
+  float recip;   // RN(1 / scale), when quick
+  bool live;     // scale > 0: else every code of the group is 0
+  bool quick;    // scale (and 1 / scale) normal: the quick path applies
+};
+
+__device__ __forceinline__ GroupScale group_scale(float scale, float offset) {
+  GroupScale g;
+  g.scale = scale;
+  g.offset = offset;
+  g.live = scale > 0.0f;
+  g.quick = scale >= kMinQuickScale && scale < kMaxQuickScale;
+  g.recip = g.quick ? gpu_div_rn(1.0f, scale) : 0.0f;
+  return g;
+}
+
 // max |x| over a group, accumulated per lane and merged across the sub-warp with shuffles,
 // kept as the bits of |x|: for non-negative floats the unsigned order of the bits is the
 // numeric order, and every NaN's |bits| exceed +inf's, so the unsigned max is max |x|, or a
@@ -47,6 +66,7 @@ struct GroupAbsMax {
     const uint32_t a = __float_as_uint(v) & 0x7FFFFFFFu;
     bits = a > bits ? a : bits;
   }
+  __device__ __forceinline__ void seal() {}  // nothing to settle before the merge
   __device__ __forceinline__ void merge(int offset, int lanes) {
     const uint32_t other = __float_as_uint(gpu_shfl_xor(__uint_as_float(bits), offset, lanes));
     bits = other > bits ? other : bits;

@@ -28,6 +28,7 @@
 #include "gpu_fp_quantizer.h"
 #include "gpu_compat.h"
 #include "gpu_quant_common.h"
+#include "gpu_quant_kernels.h"
 
 #ifdef GPU_ROCM
 #include "gpu_fp8.h"
@@ -116,26 +117,9 @@ constexpr float kMarginScale = 0x1p-20f;
 __device__ __forceinline__ float below(float q) { return fmaf(fabsf(q), -kMarginScale, q); }
 __device__ __forceinline__ float above(float q) { return fmaf(fabsf(q), kMarginScale, q); }
 
-// A group's parameters as encode_slot uses them.
-struct Fp8Group {
-  float scale;
-  float recip;  // RN(1 / scale), when quick
-  bool live;    // scale > 0: else every code of the group is 0
-  bool quick;   // scale (and 1 / scale) normal: the quick path applies
-};
-
-__device__ __forceinline__ Fp8Group fp8_group(float scale) {
-  Fp8Group g;
-  g.scale = scale;
-  g.live = scale > 0.0f;
-  g.quick = scale >= kMinQuickScale && scale < kMaxQuickScale;
-  g.recip = g.quick ? gpu_div_rn(1.0f, scale) : 0.0f;
-  return g;
-}
-
 // The VEC codes of a slot, the first in the low byte, as the reference computes them.
 template <int VEC, bool E4M3>
-__device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const Fp8Group& g) {
+__device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const GroupScale& g) {
   using F = Fp8<E4M3>;
   if (g.quick) {
     uint64_t packed = 0;
@@ -177,203 +161,47 @@ __device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const Fp8
   return packed;
 }
 
-// Loads in flight per thread in the streaming kernel's two passes.
-constexpr int kStatBatch = 4;
-constexpr int kCodeBatch = 2;
+// ---- the codec (gpu_quant_kernels.h): the kernels' FP8 numerics
 
-// ---- quantize
-
-// Cached kernel, fast path only (16-byte slots): each sub-warp owns U groups per loop
-// step, each group at most R slots per lane (slots <= lanes * R). The slots stay in
-// registers (as loaded, 16 bytes each) from the load to the encoding: x is read once.
-template <typename T, int VEC, int U, int R, bool E4M3>
-__global__ void __launch_bounds__(kBlock)
-    fp8_quantize_cached_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
-                               int64_t groups, int64_t group_size, int lanes) {
+template <bool E4M3>
+struct Fp8Codec {
   using F = Fp8<E4M3>;
-  using Slot = GpuVec<T, VEC>;
-  const auto [lane, per_block, sub] = sub_warp(lanes);
-  const int slots = static_cast<int>(group_size / VEC);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
-  // `first` is the same in the whole block, so the loop (and with it every shuffle) is
-  // taken by all threads together; groups past the end only skip their loads and stores.
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
-    // Every load of the step is issued before any of them is used: U * R 16-byte loads in
-    // flight per thread (a use between them would wait for the first before issuing the next).
-    Slot raw[U][R];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int slot = lane + r * lanes;
-        if (group < groups && slot < slots) {
-          raw[u][r] = *reinterpret_cast<const Slot*>(x + group * group_size + static_cast<int64_t>(slot) * VEC);
-        }
-      }
-    }
-    GroupAbsMax stat[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (group < groups && lane + r * lanes < slots) {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) stat[u].add(to_float(raw[u][r].v[k]));
-        }
-      }
-    }
-    // merge_stat for the U groups, their merges interleaved: independent shuffles back to
-    // back. (Written out here: as a helper it compiled differently with hipcc.)
-    int offset = lanes >> 1;
-    do {
-#pragma unroll
-      for (int u = 0; u < U; ++u) stat[u].merge(offset, lanes);
-      offset >>= 1;
-    } while (offset > 0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-      if (group >= groups) continue;
-      const float scale = gpu_div_rn(stat[u].value(), F::kMax);
-      if (lane == 0) scale_out[group] = scale;
-      const Fp8Group g = fp8_group(scale);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int slot = lane + r * lanes;
-        if (slot >= slots) continue;
-        float v[VEC];
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[u][r].v[k]);
-        const uint64_t packed = encode_slot<VEC, E4M3>(v, g);
-        store_bytes<VEC>(q + group * group_size + static_cast<int64_t>(slot) * VEC, packed);
-      }
-    }
-  }
-}
+  using Stat = GroupAbsMax;
+  using Group = GroupScale;
+  static constexpr bool kOffset = false;
+  static constexpr int kMinVec = 1;
+  template <int VEC>
+  static constexpr int kCodeBytes = VEC;
 
-// Streaming kernel, any group_size and alignment: one group per sub-warp per loop step, a
-// pass for max |x|, then a pass that reads the group again (from L1 / L2) and writes codes.
-// Each pass takes its slots in batches whose loads are all issued before any is used
-// (kStatBatch, kCodeBatch loads in flight per thread). The two passes' batch loads are
-// written out: a helper shared by them compiled differently with hipcc.
-template <typename T, int VEC, bool E4M3>
-__global__ void __launch_bounds__(kBlock)
-    fp8_quantize_streaming_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
-                                  int64_t groups, int64_t group_size, int lanes) {
-  using F = Fp8<E4M3>;
-  using Slot = GpuVec<T, VEC>;
-  const auto [lane, per_block, sub] = sub_warp(lanes);
-  const int64_t slots = group_size / VEC;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block; first < groups; first += step) {
-    const int64_t group = first + sub;
-    const bool active = group < groups;
-    const T* xg = x + (active ? group : 0) * group_size;
-    GroupAbsMax stat;
-    if (active) {
-#pragma unroll 1
-      for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kStatBatch) * lanes) {
-        Slot raw[kStatBatch];
-#pragma unroll
-        for (int b = 0; b < kStatBatch; ++b) {
-          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
-          if (slot < slots) raw[b] = *reinterpret_cast<const Slot*>(xg + slot * VEC);
-        }
-#pragma unroll
-        for (int b = 0; b < kStatBatch; ++b) {
-          if (base + static_cast<int64_t>(b) * lanes < slots) {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) stat.add(to_float(raw[b].v[k]));
-          }
-        }
-      }
-    }
-    merge_stat(stat, lanes);
-    // Only the last loop step has inactive groups (the next `first` is past the end for
-    // every thread): leaving early skips no shuffle of anyone.
-    if (!active) continue;
+  __device__ __forceinline__ static int64_t code_byte(int64_t element) { return element; }
+
+  __device__ __forceinline__ static GroupScale group(const GroupAbsMax& stat, int lane, int64_t index,
+                                                   float* scale_out, float* /*offset_out*/) {
     const float scale = gpu_div_rn(stat.value(), F::kMax);
-    if (lane == 0) scale_out[group] = scale;
-    const Fp8Group g = fp8_group(scale);
-    const bool live = g.live;  // else every code of the group is 0: no need to read it again
-    uint8_t* qg = q + group * group_size;
-#pragma unroll 1
-    for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kCodeBatch) * lanes) {
-      Slot raw[kCodeBatch];
-      if (live) {
+    if (lane == 0) scale_out[index] = scale;
+    return group_scale(scale, 0.0f);
+  }
+
+  template <int VEC>
+  __device__ __forceinline__ static uint64_t encode(const float (&v)[VEC], const GroupScale& g) {
+    return encode_slot<VEC, E4M3>(v, g);
+  }
+
+  template <int VEC>
+  __device__ __forceinline__ static void decode(uint64_t codes, float scale, float /*offset*/, float (&out)[VEC]) {
+    if constexpr (VEC % 2 == 0) {
 #pragma unroll
-        for (int b = 0; b < kCodeBatch; ++b) {
-          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
-          if (slot < slots) raw[b] = *reinterpret_cast<const Slot*>(xg + slot * VEC);
-        }
+      for (int k = 0; k < VEC; k += 2) {
+        const float2 pair = F::decode2(static_cast<uint32_t>(codes >> (8 * k)));
+        out[k] = pair.x * scale;
+        out[k + 1] = pair.y * scale;
       }
+    } else {
 #pragma unroll
-      for (int b = 0; b < kCodeBatch; ++b) {
-        const int64_t slot = base + static_cast<int64_t>(b) * lanes;
-        if (slot >= slots) continue;
-        uint64_t packed = 0;
-        if (live) {
-          float v[VEC];
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[b].v[k]);
-          packed = encode_slot<VEC, E4M3>(v, g);
-        }
-        store_bytes<VEC>(qg + slot * VEC, packed);
-      }
+      for (int k = 0; k < VEC; ++k) out[k] = F::decode(static_cast<uint32_t>(codes >> (8 * k)) & 0xFFu) * scale;
     }
   }
-}
-
-// ---- dequantize
-
-// U groups per sub-warp per loop step; each lane walks its slots of each group (one slot
-// when slots <= lanes, the case the fast path is shaped for). All loads of a step are
-// issued before its stores. STORE: elements per store of y (VEC, or 1).
-template <typename T, int VEC, int STORE, int U, bool E4M3>
-__global__ void __launch_bounds__(kBlock)
-    fp8_dequantize_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, T* __restrict__ y,
-                          int64_t groups, int64_t group_size, int lanes) {
-  using F = Fp8<E4M3>;
-  const auto [lane, per_block, sub] = sub_warp(lanes);
-  const int64_t slots = group_size / VEC;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
-    for (int64_t slot0 = 0; slot0 < slots; slot0 += lanes) {
-      const int64_t slot = slot0 + lane;
-      uint64_t codes[U];
-      float s[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-        if (group < groups && slot < slots) {
-          codes[u] = load_bytes<VEC>(q + group * group_size + slot * VEC);
-          s[u] = scale[group];
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-        if (group < groups && slot < slots) {
-          float out[VEC];
-          if constexpr (VEC % 2 == 0) {
-#pragma unroll
-            for (int k = 0; k < VEC; k += 2) {
-              const float2 pair = F::decode2(static_cast<uint32_t>(codes[u] >> (8 * k)));
-              out[k] = pair.x * s[u];
-              out[k + 1] = pair.y * s[u];
-            }
-          } else {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) out[k] = F::decode(static_cast<uint32_t>(codes[u] >> (8 * k)) & 0xFFu) * s[u];
-          }
-          store_as<VEC, STORE>(y + group * group_size + slot * VEC, out);
-        }
-      }
-    }
-  }
-}
+};
 
 // ---- launch helpers (host)
 
@@ -388,43 +216,6 @@ gpuError_t with_fp8_format(gpu_ops::Fp8Format format, F&& f) {
   return gpuErrorInvalidValue;
 }
 
-// The launchers: one instantiation per kernel, so the occupancy query (static) runs once
-// per kernel and process. Only the grid depends on it, never a result.
-template <typename T, int VEC, int U, int R, bool E4M3>
-void launch_quantize_cached(const T* x, uint8_t* q, float* scale, int64_t groups, int64_t group_size, int lanes,
-                            gpuStream_t stream) {
-  static const int per_sm = resident_blocks_per_sm(fp8_quantize_cached_kernel<T, VEC, U, R, E4M3>);
-  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
-  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
-  fp8_quantize_cached_kernel<T, VEC, U, R, E4M3><<<grid, kBlock, 0, stream>>>(x, q, scale, groups, group_size, lanes);
-}
-
-template <typename T, int VEC, bool E4M3>
-void launch_quantize_streaming(const T* x, uint8_t* q, float* scale, int64_t groups, int64_t group_size,
-                               gpuStream_t stream) {
-  static const int per_sm = resident_blocks_per_sm(fp8_quantize_streaming_kernel<T, VEC, E4M3>);
-  const int lanes = lanes_for(group_size / VEC);
-  const unsigned grid = persistent_grid(gpu_ceil_div(groups, kBlock / lanes), per_sm);
-  fp8_quantize_streaming_kernel<T, VEC, E4M3><<<grid, kBlock, 0, stream>>>(x, q, scale, groups, group_size, lanes);
-}
-
-template <typename T, int VEC, int STORE, int U, bool E4M3>
-void launch_dequantize(const uint8_t* q, const float* scale, T* y, int64_t groups, int64_t group_size,
-                       gpuStream_t stream) {
-  static const int per_sm = resident_blocks_per_sm(fp8_dequantize_kernel<T, VEC, STORE, U, E4M3>);
-  const int lanes = lanes_for(group_size / VEC);
-  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
-  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
-  fp8_dequantize_kernel<T, VEC, STORE, U, E4M3><<<grid, kBlock, 0, stream>>>(q, scale, y, groups, group_size, lanes);
-}
-
-// Loop steps of the fast paths: groups per sub-warp per step (U), i.e. 16-byte loads in
-// flight per thread while the step's reductions wait on them.
-constexpr int kQuantizeGroupsPerStep = 2;
-constexpr int kDequantizeGroupsPerStep = 4;
-// The cached quantize kernel's register budget: up to 4 slots per lane (VEC * 4 floats).
-constexpr int kCachedSlotsPerLane = 4;
-
 }  // namespace
 
 namespace gpu_ops {
@@ -434,29 +225,9 @@ gpuError_t fp8_quantize(const void* x, uint8_t* q, float* scale, int64_t groups,
   if (groups == 0 || group_size == 0) return gpuSuccess;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kVec = kVecOf<T>;
-    const T* xt = static_cast<const T*>(x);
-    // Fast path: 16-byte slots, which needs group_size a multiple of the slot and x and q
-    // aligned to a slot's bytes (then every group starts aligned too). A view such as x[1:]
-    // of a fresh tensor is only element-aligned: the element-wise streaming kernel.
-    const bool fast = group_size % kVec == 0 && gpu_is_aligned(xt, kVec) && gpu_is_aligned(q, kVec);
     return with_fp8_format(format, [&](auto format_tag) {
-      constexpr bool kE4M3 = decltype(format_tag)::value;
-      if (fast) {
-        const int64_t slots = group_size / kVec;
-        const int lanes = lanes_for(slots);
-        if (slots <= lanes) {
-          launch_quantize_cached<T, kVec, kQuantizeGroupsPerStep, 1, kE4M3>(xt, q, scale, groups, group_size, lanes,
-                                                                           stream);
-        } else if (slots <= static_cast<int64_t>(lanes) * kCachedSlotsPerLane) {
-          launch_quantize_cached<T, kVec, 1, kCachedSlotsPerLane, kE4M3>(xt, q, scale, groups, group_size, lanes,
-                                                                         stream);
-        } else {
-          launch_quantize_streaming<T, kVec, kE4M3>(xt, q, scale, groups, group_size, stream);
-        }
-      } else {
-        launch_quantize_streaming<T, 1, kE4M3>(xt, q, scale, groups, group_size, stream);
-      }
+      using Codec = Fp8Codec<decltype(format_tag)::value>;
+      quantize_groups<Codec>(static_cast<const T*>(x), q, scale, nullptr, groups, group_size, stream);
       return gpuGetLastError();
     });
   });
@@ -468,16 +239,9 @@ gpuError_t fp8_dequantize(const uint8_t* q, const float* scale, void* y, int64_t
   if (n == 0) return gpuSuccess;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kVec = kVecOf<T>;
-    T* yt = static_cast<T*>(y);
-    const bool fast = group_size % kVec == 0 && gpu_is_aligned(yt, kVec) && gpu_is_aligned(q, kVec);
     return with_fp8_format(format, [&](auto format_tag) {
-      constexpr bool kE4M3 = decltype(format_tag)::value;
-      if (fast) {
-        launch_dequantize<T, kVec, kVec, kDequantizeGroupsPerStep, kE4M3>(q, scale, yt, groups, group_size, stream);
-      } else {
-        launch_dequantize<T, 1, 1, 1, kE4M3>(q, scale, yt, groups, group_size, stream);
-      }
+      using Codec = Fp8Codec<decltype(format_tag)::value>;
+      dequantize_groups<Codec>(q, scale, nullptr, static_cast<T*>(y), groups, group_size, stream);
       return gpuGetLastError();
     });
   });

@@ -28,6 +28,7 @@
 // -ftz=false -prec-div=true, see op_builder/ops/quantizer.py). The reference rules are
 // spelled out in IntCode and encode_slot below.
 #include "gpu_quant_common.h"
+#include "gpu_quant_kernels.h"
 #include "gpu_quantizer.h"
 #include "gpu_reduce.h"
 
@@ -122,29 +123,10 @@ __device__ __forceinline__ float add_rn(float a, float b) {
 #endif
 }
 
-// A group's parameters as the encoders use them.
-struct GroupCode {
-  float scale;
-  float offset;
-  float recip;  // RN(1 / scale), when quick
-  bool live;    // scale > 0: else every code of the group is 0
-  bool quick;   // scale (and 1 / scale) normal: the quick path applies
-};
-
-__device__ __forceinline__ GroupCode group_code(float2 params) {
-  GroupCode g;
-  g.scale = params.x;
-  g.offset = params.y;
-  g.live = params.x > 0.0f;
-  g.quick = params.x >= kMinQuickScale && params.x < kMaxQuickScale;
-  g.recip = g.quick ? gpu_div_rn(1.0f, params.x) : 0.0f;
-  return g;
-}
-
 // The VEC codes of a slot, packed (int8: a byte each; int4: a nibble each, the first
 // element lowest), as the reference computes them.
 template <int BITS, bool SYM, int VEC>
-__device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const GroupCode& g) {
+__device__ __forceinline__ uint64_t encode_slot(const float (&v)[VEC], const GroupScale& g) {
   using Code = IntCode<BITS, SYM>;
   constexpr uint64_t kMask = BITS == 8 ? 0xFFu : 0xFu;
   if (g.quick) {
@@ -199,7 +181,6 @@ struct GroupStat;
 // sign of an all-zero group's zero scale may differ, and zero scales give code 0 anyway.
 template <>
 struct GroupStat<true> : GroupAbsMax {
-  __device__ __forceinline__ void seal() {}
   template <int BITS>
   __device__ __forceinline__ float2 params() const {  // (scale, offset)
     return make_float2(gpu_div_rn(value(), static_cast<float>(IntCode<BITS, true>::qmax())), 0.0f);
@@ -234,232 +215,43 @@ struct GroupStat<false> {
   }
 };
 
-// ---- memory access helpers
+// ---- the codec (gpu_quant_kernels.h): the kernels' int8 / int4 numerics
 
-// Code bytes of one slot of VEC elements.
-template <int BITS, int VEC>
-constexpr int kCodeBytes = BITS == 8 ? VEC : VEC / 2;
+template <int BITS, bool SYM>
+struct IntCodec {
+  using Stat = GroupStat<SYM>;
+  using Group = GroupScale;
+  static constexpr bool kOffset = !SYM;
+  // int4: the two codes of a byte come from one thread (slots of 2 at the least).
+  static constexpr int kMinVec = BITS == 8 ? 1 : 2;
+  template <int VEC>
+  static constexpr int kCodeBytes = BITS == 8 ? VEC : VEC / 2;
 
-// The VEC elements of a slot at p (aligned to LOAD elements), LOAD at a time.
-template <int VEC, int LOAD, typename T>
-__device__ __forceinline__ GpuVec<T, VEC> load_slot(const T* p) {
-  static_assert(VEC % LOAD == 0, "the load width must divide the slot");
-  GpuVec<T, VEC> slot;
-#pragma unroll
-  for (int j = 0; j < VEC; j += LOAD) {
-    const GpuVec<T, LOAD> part = *reinterpret_cast<const GpuVec<T, LOAD>*>(p + j);
-#pragma unroll
-    for (int k = 0; k < LOAD; ++k) slot.v[j + k] = part.v[k];
-  }
-  return slot;
-}
+  __device__ __forceinline__ static int64_t code_byte(int64_t element) { return BITS == 8 ? element : element / 2; }
 
-// Loads in flight per thread in the streaming kernels' two passes.
-constexpr int kStatBatch = 4;
-constexpr int kCodeBatch = 2;
-
-// ---- quantize
-
-// Cached kernel, fast path only (16-byte slots): each sub-warp owns U groups per loop
-// step, each group at most R slots per lane (slots <= lanes * R). The slots stay in
-// registers (as loaded, 16 bytes each) from the load to the encoding: x is read once.
-template <typename T, int VEC, int U, int R, int BITS, bool SYM>
-__global__ void __launch_bounds__(kBlock)
-    quantize_cached_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
-                           float* __restrict__ offset_out, int64_t groups, int64_t group_size, int lanes) {
-  using Slot = GpuVec<T, VEC>;
-  constexpr int kBytes = kCodeBytes<BITS, VEC>;
-  const auto [lane, per_block, sub] = sub_warp(lanes);
-  const int slots = static_cast<int>(group_size / VEC);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
-  // `first` is the same in the whole block, so the loop (and with it every shuffle) is
-  // taken by all threads together; groups past the end only skip their loads and stores.
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
-    // Every load of the step is issued before any of them is used: U * R 16-byte loads in
-    // flight per thread (a use between them would wait for the first before issuing the next).
-    Slot raw[U][R];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int slot = lane + r * lanes;
-        if (group < groups && slot < slots) {
-          raw[u][r] = *reinterpret_cast<const Slot*>(x + group * group_size + static_cast<int64_t>(slot) * VEC);
-        }
-      }
-    }
-    GroupStat<SYM> stat[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (group < groups && lane + r * lanes < slots) {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) stat[u].add(to_float(raw[u][r].v[k]));
-        }
-      }
-      stat[u].seal();
-    }
-    // merge_stat for the U groups, their merges interleaved: independent shuffles back to
-    // back. (Written out here: as a helper it compiled differently with hipcc.)
-    int offset = lanes >> 1;
-    do {
-#pragma unroll
-      for (int u = 0; u < U; ++u) stat[u].merge(offset, lanes);
-      offset >>= 1;
-    } while (offset > 0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-      if (group >= groups) continue;
-      const float2 p = stat[u].template params<BITS>();
-      if (lane == 0) {
-        scale_out[group] = p.x;
-        if constexpr (!SYM) offset_out[group] = p.y;
-      }
-      const GroupCode g = group_code(p);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int slot = lane + r * lanes;
-        if (slot >= slots) continue;
-        float v[VEC];
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[u][r].v[k]);
-        const uint64_t packed = encode_slot<BITS, SYM>(v, g);
-        const int64_t element = group * group_size + static_cast<int64_t>(slot) * VEC;
-        store_bytes<kBytes>(q + (BITS == 8 ? element : element / 2), packed);
-      }
-    }
-  }
-}
-
-// Streaming kernel, any group_size (int4: even): one group per sub-warp per loop step, a
-// pass for (min, max), then a pass that reads the group again (from L1 / L2) and writes
-// codes. Each pass takes its slots in batches whose loads are all issued before any is
-// used (kStatBatch, kCodeBatch loads in flight per thread). The two passes' batch loads
-// are written out: a helper shared by them compiled differently with hipcc.
-template <typename T, int VEC, int LOAD, int BITS, bool SYM>
-__global__ void __launch_bounds__(kBlock)
-    quantize_streaming_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale_out,
-                              float* __restrict__ offset_out, int64_t groups, int64_t group_size, int lanes) {
-  using Slot = GpuVec<T, VEC>;
-  constexpr int kBytes = kCodeBytes<BITS, VEC>;
-  const auto [lane, per_block, sub] = sub_warp(lanes);
-  const int64_t slots = group_size / VEC;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block; first < groups; first += step) {
-    const int64_t group = first + sub;
-    const bool active = group < groups;
-    const T* xg = x + (active ? group : 0) * group_size;
-    GroupStat<SYM> stat;
-    if (active) {
-#pragma unroll 1
-      for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kStatBatch) * lanes) {
-        Slot raw[kStatBatch];
-#pragma unroll
-        for (int b = 0; b < kStatBatch; ++b) {
-          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
-          if (slot < slots) raw[b] = load_slot<VEC, LOAD>(xg + slot * VEC);
-        }
-#pragma unroll
-        for (int b = 0; b < kStatBatch; ++b) {
-          if (base + static_cast<int64_t>(b) * lanes < slots) {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) stat.add(to_float(raw[b].v[k]));
-          }
-        }
-      }
-    }
-    stat.seal();
-    merge_stat(stat, lanes);
-    // Only the last loop step has inactive groups (the next `first` is past the end for
-    // every thread): leaving early skips no shuffle of anyone.
-    if (!active) continue;
+  __device__ __forceinline__ static GroupScale group(const Stat& stat, int lane, int64_t index, float* scale_out,
+                                                    float* offset_out) {
     const float2 p = stat.template params<BITS>();
     if (lane == 0) {
-      scale_out[group] = p.x;
-      if constexpr (!SYM) offset_out[group] = p.y;
+      scale_out[index] = p.x;
+      if constexpr (!SYM) offset_out[index] = p.y;
     }
-    const GroupCode g = group_code(p);
-    const bool live = g.live;  // else every code of the group is 0: no need to read it again
-#pragma unroll 1
-    for (int64_t base = lane; base < slots; base += static_cast<int64_t>(kCodeBatch) * lanes) {
-      Slot raw[kCodeBatch];
-      if (live) {
+    return group_scale(p.x, p.y);
+  }
+
+  template <int VEC>
+  __device__ __forceinline__ static uint64_t encode(const float (&v)[VEC], const GroupScale& g) {
+    return encode_slot<BITS, SYM>(v, g);
+  }
+
+  template <int VEC>
+  __device__ __forceinline__ static void decode(uint64_t codes, float scale, float offset, float (&out)[VEC]) {
 #pragma unroll
-        for (int b = 0; b < kCodeBatch; ++b) {
-          const int64_t slot = base + static_cast<int64_t>(b) * lanes;
-          if (slot < slots) raw[b] = load_slot<VEC, LOAD>(xg + slot * VEC);
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kCodeBatch; ++b) {
-        const int64_t slot = base + static_cast<int64_t>(b) * lanes;
-        if (slot >= slots) continue;
-        uint64_t packed = 0;
-        if (live) {
-          float v[VEC];
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) v[k] = to_float(raw[b].v[k]);
-          packed = encode_slot<BITS, SYM>(v, g);
-        }
-        const int64_t element = group * group_size + slot * VEC;
-        store_bytes<kBytes>(q + (BITS == 8 ? element : element / 2), packed);
-      }
+    for (int k = 0; k < VEC; ++k) {
+      out[k] = IntCode<BITS, SYM>::decode(static_cast<uint32_t>(codes >> (BITS * k)), scale, offset);
     }
   }
-}
-
-// ---- dequantize
-
-// Dequantize: U groups per sub-warp per loop step; each lane walks its slots of each group
-// (one slot when slots <= lanes, the case the fast path is shaped for). All loads of a step
-// are issued before its stores. STORE: elements per store of y (VEC, or 1 for an element-
-// aligned y).
-template <typename T, int VEC, int STORE, int U, int BITS, bool SYM>
-__global__ void __launch_bounds__(kBlock)
-    dequantize_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale,
-                      const float* __restrict__ offset, T* __restrict__ y, int64_t groups, int64_t group_size,
-                      int lanes) {
-  using Code = IntCode<BITS, SYM>;
-  constexpr int kBytes = kCodeBytes<BITS, VEC>;
-  const auto [lane, per_block, sub] = sub_warp(lanes);
-  const int64_t slots = group_size / VEC;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block * U;
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block * U; first < groups; first += step) {
-    for (int64_t slot0 = 0; slot0 < slots; slot0 += lanes) {
-      const int64_t slot = slot0 + lane;
-      uint64_t codes[U];
-      float s[U];
-      float o[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-        if (group < groups && slot < slots) {
-          const int64_t element = group * group_size + slot * VEC;
-          codes[u] = load_bytes<kBytes>(q + (BITS == 8 ? element : element / 2));
-          s[u] = scale[group];
-          o[u] = SYM ? 0.0f : offset[group];
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t group = first + static_cast<int64_t>(u) * per_block + sub;
-        if (group < groups && slot < slots) {
-          float out[VEC];
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) {
-            const uint32_t bits = static_cast<uint32_t>(codes[u] >> (BITS * k));
-            out[k] = Code::decode(bits, s[u], o[u]);
-          }
-          store_as<VEC, STORE>(y + group * group_size + slot * VEC, out);
-        }
-      }
-    }
-  }
-}
+};
 
 // ---- launch helpers (host)
 
@@ -476,46 +268,6 @@ gpuError_t with_format(int bits, bool symmetric, F&& f) {
   return gpuErrorInvalidValue;
 }
 
-// The launchers: one instantiation per kernel, so the occupancy query (static) runs once
-// per kernel and process. Only the grid depends on it, never a result.
-template <typename T, int VEC, int U, int R, int BITS, bool SYM>
-void launch_quantize_cached(const T* x, uint8_t* q, float* scale, float* offset, int64_t groups,
-                            int64_t group_size, int lanes, gpuStream_t stream) {
-  static const int per_sm = resident_blocks_per_sm(quantize_cached_kernel<T, VEC, U, R, BITS, SYM>);
-  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
-  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
-  quantize_cached_kernel<T, VEC, U, R, BITS, SYM>
-      <<<grid, kBlock, 0, stream>>>(x, q, scale, offset, groups, group_size, lanes);
-}
-
-template <typename T, int VEC, int LOAD, int BITS, bool SYM>
-void launch_quantize_streaming(const T* x, uint8_t* q, float* scale, float* offset, int64_t groups,
-                               int64_t group_size, gpuStream_t stream) {
-  static const int per_sm = resident_blocks_per_sm(quantize_streaming_kernel<T, VEC, LOAD, BITS, SYM>);
-  const int lanes = lanes_for(group_size / VEC);
-  const unsigned grid = persistent_grid(gpu_ceil_div(groups, kBlock / lanes), per_sm);
-  quantize_streaming_kernel<T, VEC, LOAD, BITS, SYM>
-      <<<grid, kBlock, 0, stream>>>(x, q, scale, offset, groups, group_size, lanes);
-}
-
-template <typename T, int VEC, int STORE, int U, int BITS, bool SYM>
-void launch_dequantize(const uint8_t* q, const float* scale, const float* offset, T* y, int64_t groups,
-                       int64_t group_size, gpuStream_t stream) {
-  static const int per_sm = resident_blocks_per_sm(dequantize_kernel<T, VEC, STORE, U, BITS, SYM>);
-  const int lanes = lanes_for(group_size / VEC);
-  const int64_t groups_per_block = static_cast<int64_t>(kBlock / lanes) * U;
-  const unsigned grid = persistent_grid(gpu_ceil_div(groups, groups_per_block), per_sm);
-  dequantize_kernel<T, VEC, STORE, U, BITS, SYM>
-      <<<grid, kBlock, 0, stream>>>(q, scale, offset, y, groups, group_size, lanes);
-}
-
-// Loop steps of the fast paths: groups per sub-warp per step (U), i.e. 16-byte loads in
-// flight per thread while the step's reductions wait on them.
-constexpr int kQuantizeGroupsPerStep = 2;
-constexpr int kDequantizeGroupsPerStep = 4;
-// The cached quantize kernel's register budget: up to 4 slots per lane (VEC * 4 floats).
-constexpr int kCachedSlotsPerLane = 4;
-
 }  // namespace
 
 namespace gpu_ops {
@@ -526,34 +278,9 @@ gpuError_t quantize_int(const void* x, uint8_t* q, float* scale, float* offset, 
   if (bits == 4 && group_size % 2 != 0) return gpuErrorInvalidValue;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kVec = kVecOf<T>;
-    const T* xt = static_cast<const T*>(x);
     return with_format(bits, symmetric, [&](auto bits_tag, auto sym_tag) {
-      constexpr int kBits = decltype(bits_tag)::value;
-      constexpr bool kSym = decltype(sym_tag)::value;
-      // Fast path: 16-byte slots, which needs group_size a multiple of the slot and x and
-      // q aligned to a slot's bytes (then every group starts aligned too). A view such as
-      // x[1:] of a fresh tensor is only element-aligned: the element-wise kernels below.
-      const bool fast = group_size % kVec == 0 && gpu_is_aligned(xt, kVec) &&
-                        gpu_is_aligned(q, kCodeBytes<kBits, kVec>);
-      if (fast) {
-        const int64_t slots = group_size / kVec;
-        const int lanes = lanes_for(slots);
-        if (slots <= lanes) {
-          launch_quantize_cached<T, kVec, kQuantizeGroupsPerStep, 1, kBits, kSym>(
-              xt, q, scale, offset, groups, group_size, lanes, stream);
-        } else if (slots <= static_cast<int64_t>(lanes) * kCachedSlotsPerLane) {
-          launch_quantize_cached<T, kVec, 1, kCachedSlotsPerLane, kBits, kSym>(
-              xt, q, scale, offset, groups, group_size, lanes, stream);
-        } else {
-          launch_quantize_streaming<T, kVec, kVec, kBits, kSym>(xt, q, scale, offset, groups, group_size, stream);
-        }
-      } else if constexpr (kBits == 8) {
-        launch_quantize_streaming<T, 1, 1, kBits, kSym>(xt, q, scale, offset, groups, group_size, stream);
-      } else {
-        // int4: the two codes of a byte come from one thread (slots of 2, loaded one by one).
-        launch_quantize_streaming<T, 2, 1, kBits, kSym>(xt, q, scale, offset, groups, group_size, stream);
-      }
+      using Codec = IntCodec<decltype(bits_tag)::value, decltype(sym_tag)::value>;
+      quantize_groups<Codec>(static_cast<const T*>(x), q, scale, offset, groups, group_size, stream);
       return gpuGetLastError();
     });
   });
@@ -566,21 +293,9 @@ gpuError_t dequantize_int(const uint8_t* q, const float* scale, const float* off
   if (bits == 4 && group_size % 2 != 0) return gpuErrorInvalidValue;
   return gpu_dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kVec = kVecOf<T>;
-    T* yt = static_cast<T*>(y);
     return with_format(bits, symmetric, [&](auto bits_tag, auto sym_tag) {
-      constexpr int kBits = decltype(bits_tag)::value;
-      constexpr bool kSym = decltype(sym_tag)::value;
-      const bool fast = group_size % kVec == 0 && gpu_is_aligned(yt, kVec) &&
-                        gpu_is_aligned(q, kCodeBytes<kBits, kVec>);
-      if (fast) {
-        launch_dequantize<T, kVec, kVec, kDequantizeGroupsPerStep, kBits, kSym>(q, scale, offset, yt, groups,
-                                                                                group_size, stream);
-      } else if constexpr (kBits == 8) {
-        launch_dequantize<T, 1, 1, 1, kBits, kSym>(q, scale, offset, yt, groups, group_size, stream);
-      } else {
-        launch_dequantize<T, 2, 1, 1, kBits, kSym>(q, scale, offset, yt, groups, group_size, stream);
-      }
+      using Codec = IntCodec<decltype(bits_tag)::value, decltype(sym_tag)::value>;
+      dequantize_groups<Codec>(q, scale, offset, static_cast<T*>(y), groups, group_size, stream);
       return gpuGetLastError();
     });
   });
