@@ -327,7 +327,7 @@ engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
 spec = build_spec(
     SpecInput(ops="cpu_lion", cpu=True, base_devel=sys.argv[2], base_runtime=sys.argv[3],
               wheelhouse=sys.argv[4], ca_cert=sys.argv[5], buildkit=engine.kind != "classic",
-              tag="imagegen-it/interrupted:1", verify=False),
+              tag="imagegen-it/interrupted:1"),
     os.environ,
 )
 print("engine", engine.kind, flush=True)
