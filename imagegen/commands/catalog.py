@@ -146,7 +146,7 @@ IndexUrlOption = Annotated[
 ]
 
 
-_INDEX_HINT = "name the index's simple API, e.g. --index-url https://pypi.org/simple"
+_INDEX_HINT = "name the index's simple API, e.g. --index-url https://HOST/simple"
 
 
 def _host_problem(host: str) -> str | None:

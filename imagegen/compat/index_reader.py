@@ -52,7 +52,7 @@ _MAX_FILE_SIZE = 1 << 40
 _UNREACHABLE_HINT = "check the network and proxy settings, or name a reachable index with --index-url"
 _MALFORMED_HINT = (
     "--index-url must name a PEP 691 simple API (the URL pip takes as --index-url, e.g. "
-    "https://pypi.org/simple); ask whoever runs this index, or name another"
+    "https://HOST/simple); ask whoever runs this index, or name another"
 )
 
 

@@ -149,7 +149,7 @@ def read(index_url: str, http: requests.Session, deadline: float | None = None) 
             f"nothing to compare the catalog with: the package index {redact(index_url)} has "
             + "; ".join(unread),
             hint="--index-url must name the simple API's root, the URL pip takes as --index-url "
-            "(e.g. https://pypi.org/simple), on an index that carries torch, nvidia-cuda-nvcc and "
+            "(e.g. https://HOST/simple), on an index that carries torch, nvidia-cuda-nvcc and "
             "cuda-toolkit",
         )
     torch, nvcc_project, toolkit_project = projects

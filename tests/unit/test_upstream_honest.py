@@ -205,7 +205,7 @@ BAD_URLS = {
     "no-host": ("http:///simple", "names no host"),
     "long-host": ("http://" + "a" * 5000 + "/simple", "longer than a host name"),
     "long-label": ("https://" + "b" * 64 + ".example/simple", "longer than a host name"),
-    "space": ("https://pypi.org/sim ple", "white space"),
+    "space": ("https://index.example/sim ple", "white space"),
 }
 
 
