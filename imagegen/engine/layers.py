@@ -149,7 +149,8 @@ DATA_LIMIT = 16 << 20
 Select = Callable[[str], bool]
 
 
-def _none(_: str) -> bool:
+def nothing(_: str) -> bool:
+    """A ``Select`` that selects no file."""
     return False
 
 
@@ -161,7 +162,7 @@ def _content(handle: IO[bytes] | None, keep: bool) -> tuple[str, bytes | None]:
     return digest.hexdigest(), b"".join(kept) if keep else None
 
 
-def read_layer(stream: IO[bytes], head: bytes, hash_file: Select, keep_data: Select = _none) -> Layer:
+def read_layer(stream: IO[bytes], head: bytes, hash_file: Select, keep_data: Select = nothing) -> Layer:
     """One layer tar (``head``: its first bytes, already read from ``stream``)."""
     layer = _LayerStream(stream, head)
     entries = []
@@ -176,7 +177,7 @@ def read_layer(stream: IO[bytes], head: bytes, hash_file: Select, keep_data: Sel
     return Layer(layer.drain(), tuple(entries))
 
 
-def read_export(chunks: Iterable[bytes], hash_file: Select, keep_data: Select = _none) -> dict[str, Layer]:
+def read_export(chunks: Iterable[bytes], hash_file: Select, keep_data: Select = nothing) -> dict[str, Layer]:
     """Every layer of an image export (``docker save``'s tar, as byte chunks), by diff_id."""
     layers: dict[str, Layer] = {}
     with tarfile.open(fileobj=io.BufferedReader(_Chunks(chunks), _BLOCK), mode="r|", bufsize=_BLOCK) as outer:
@@ -195,7 +196,7 @@ def read_export(chunks: Iterable[bytes], hash_file: Select, keep_data: Select = 
 
 
 def image_layers(
-    client: Any, image: str, hash_file: Select = _none, keep_data: Select = _none
+    client: Any, image: str, hash_file: Select = nothing, keep_data: Select = nothing
 ) -> dict[str, Layer]:
     """``image``'s layers by diff_id, read from the engine's export of it (see the module's doc).
 

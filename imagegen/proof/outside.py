@@ -17,7 +17,7 @@ from typing import Any
 from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
 from imagegen.engine.layer_dirs import dir_links, layer_dirs, read_dir_layer
-from imagegen.engine.layers import Layer, Select, image_layers
+from imagegen.engine.layers import Layer, Select, image_layers, nothing
 from imagegen.errors import VerificationFailedError
 from imagegen.proof.derived import Finding, Judgement, Links, judge
 from imagegen.proof.runtime import PythonLayout, SignedRuntime, make_runtime, merge, subjects
@@ -38,17 +38,13 @@ def _layer_ids(info: Mapping[str, Any]) -> list[str]:
     return [str(layer) for layer in root.get("Layers") or []]
 
 
-def _nothing(_: str) -> bool:
-    return False
-
-
 def read_layers(
     client: Any,
     image: str,
     info: Mapping[str, Any],
     wanted: Sequence[str],
     hash_file: Select,
-    keep_data: Select = _nothing,
+    keep_data: Select = nothing,
 ) -> tuple[dict[str, Layer], Links]:
     """The ``wanted`` layers of ``image`` (by diff_id) and where its symbolic links lead: from a
     local engine's layer folders where it has them (only those layers are read), else from the

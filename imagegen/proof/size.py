@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from imagegen.engine.client import docker_client
+from imagegen.engine.images import inspect_local
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference, reference_problem
 from imagegen.proof import size_probe
@@ -371,12 +372,7 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
     from imagegen.verify.verify_image import run_sealed
 
     try:
-        try:
-            info = client.api.inspect_image(image)
-        except docker.errors.ImageNotFound as exc:
-            raise BadInputError(
-                f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
-            ) from exc
+        info = inspect_local(client, image)
         config = info.get("Config") or {}
         labels = config.get("Labels") or {}
         if TARGET_LABEL not in labels:

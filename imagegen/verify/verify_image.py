@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagegen.engine.client import docker_client
+from imagegen.engine.images import inspect_local
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference
 from imagegen.verify.failures import (
@@ -247,18 +248,9 @@ def verify_image(
     """
     check_verify_input(image, timeout)
     client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
-    # Deferred for the reason imagegen.engine.client gives; the factory above has reported a
-    # missing package already.
-    import docker
-
     start = time.monotonic()
     try:
-        try:
-            config = client.api.inspect_image(image)["Config"] or {}
-        except docker.errors.ImageNotFound as exc:
-            raise BadInputError(
-                f"no image {image} here", hint="build it with `imagegen build`, or `docker pull` it first"
-            ) from exc
+        config = inspect_local(client, image)["Config"] or {}
         labels = config.get("Labels") or {}
         check_image_op_names(ops or (), labels)
         wanted = requested_ops(ops, labels)
