@@ -34,8 +34,8 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from imagegen.compat import headers
+from imagegen.deadlines import DeadlinePassed, answer_within
 from imagegen.errors import IndexUnreachableError
-from imagegen.oci.registry import DeadlinePassed, answer_within
 from imagegen.urls import redact
 
 if TYPE_CHECKING:

@@ -14,23 +14,21 @@ which Docker also reaches over plain HTTP without configuration, and hosts named
 Deadlines: each answer (connecting, sending, the head and the whole body) must arrive within one
 deadline, ``ANSWER_DEADLINE`` (120 s) for one that sends nothing large, plus one second per
 ``UPLOAD_RATE`` bytes it uploads. ``requests``' own timeout bounds each socket read, so a server
-that sends a byte every few seconds would keep a command waiting for ever: ``answer_within``
-bounds the whole. A registry past it is a failure of the registry (exit 1), named with its host
-and the deadline. The package index reader (``imagegen.compat.index_reader``) reads through the
-same function, with its own deadline.
+that sends a byte every few seconds would keep a command waiting for ever:
+``imagegen.deadlines.answer_within`` bounds the whole. A registry past it is a failure of the
+registry (exit 1), named with its host and the deadline. The package index reader
+(``imagegen.compat.index_reader``) reads through the same function, with its own deadline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from imagegen import settings
+from imagegen.deadlines import DeadlinePassed, answer_within
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.hosts import is_loopback
 from imagegen.imagespec.reference import digest_problem
@@ -38,7 +36,7 @@ from imagegen.oci import auth
 from imagegen.oci.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
 
 if TYPE_CHECKING:
-    import requests
+    pass
 
 INSECURE_REGISTRIES = settings.INSECURE_REGISTRIES.name
 DOCKER_HUB = "docker.io"
@@ -48,69 +46,6 @@ DOCKER_HUB_API = "registry-1.docker.io"
 ANSWER_DEADLINE = 120.0
 # An upload adds a second per this many bytes to its deadline (256 KiB/s: a slow uplink).
 UPLOAD_RATE = 256 * 1024
-
-
-class DeadlinePassed(Exception):
-    """An answer that did not arrive whole within its deadline (``seconds``)."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"no whole answer within {seconds:g} s")
-        self.seconds = seconds
-
-
-def answer_within(
-    http: requests.Session,
-    method: str,
-    url: str,
-    deadline: float,
-    *,
-    read_body: Callable[[int], bool] = lambda status: True,
-    **kwargs: Any,
-) -> requests.Response:
-    """``http.request(method, url, **kwargs)`` with its body read (only its head where
-    ``read_body(status)`` says no), all of it within ``deadline`` seconds; else DeadlinePassed.
-
-    The request runs on a daemon thread that the caller waits for: a socket timeout bounds each
-    read only, and a trickle of bytes never trips it. Past the deadline, a connection whose head
-    has arrived is shut down, which ends that thread's read; one still waiting for its head ends
-    by itself (no byte for ``deadline`` seconds, or the server closing), having nowhere to report.
-    The request's own exceptions are raised here, in the caller's thread.
-    """
-    arrived: list[requests.Response] = []  # the response, once its head is in
-    outcome: list[requests.Response | BaseException] = []
-
-    def work() -> None:
-        try:
-            response = http.request(method, url, stream=True, timeout=(deadline, deadline), **kwargs)
-            arrived.append(response)
-            if read_body(response.status_code):
-                _ = response.content  # read here, inside the deadline; kept on the response
-            else:
-                response.close()
-            outcome.append(response)
-        except BaseException as exc:  # handed over to the caller's thread, raised there
-            outcome.append(exc)
-
-    worker = threading.Thread(target=work, name=f"answer-within {method}", daemon=True)
-    worker.start()
-    worker.join(deadline)
-    if not outcome:
-        if arrived:
-            _shut(arrived[0])
-        raise DeadlinePassed(deadline)
-    result = outcome[0]
-    if isinstance(result, BaseException):
-        raise result
-    return result
-
-
-def _shut(response: requests.Response) -> None:
-    """Shut the socket under ``response`` down, so that a read blocked on it returns at once."""
-    connection = getattr(response.raw, "connection", None)  # urllib3 2's HTTPResponse.connection
-    sock = getattr(connection, "sock", None)
-    if isinstance(sock, socket.socket):
-        with contextlib.suppress(OSError):  # already closed: nothing is reading it
-            sock.shutdown(socket.SHUT_RDWR)
 
 
 @dataclass(frozen=True)

@@ -129,12 +129,10 @@ class _Rules:
         return None
 
     def _in_folder(self, path: str, entry: LayerEntry, folder: str, site: bool) -> Finding | None:
-        if path == folder:
-            return (
-                None if entry.kind == "dir" else Finding(f"{path}: replaces a folder the signed Python is in")
-            )
         if entry.kind == "dir":
             return None  # a folder's own entry, its mode and owner: what it holds is judged entry by entry
+        if path == folder:
+            return Finding(f"{path}: replaces a folder the signed Python is in")
         top = path[len(folder) + 1 :].split("/", 1)[0]
         if top in self.signed.names.get(folder, ()):
             return Finding(f"{path}: changes {folder}/{top}, which was signed")

@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 # imagegen's floors: a room imports only rooms on its floor or below.
 FLOORS = {
-    # 0: the ground: errors, settings, logging, files, hosts, URLs, terminal text, tables, the
-    # container engine
+    # 0: the ground: errors, settings, logging, files, hosts, URLs, HTTP deadlines, terminal text,
+    # tables, the container engine
     **dict.fromkeys(
         (
             "imagegen",
@@ -26,6 +26,7 @@ FLOORS = {
             "imagegen.files",
             "imagegen.hosts",
             "imagegen.urls",
+            "imagegen.deadlines",
             "imagegen.terminal",
             "imagegen.tables",
             "imagegen.engine",
