@@ -34,9 +34,9 @@ from _common import RESULTS, write_json  # noqa: E402
 from image_build import step_seconds  # noqa: E402
 from parallel_compile import CPU_OPS, machine  # noqa: E402
 
-from imagegen import pipeline  # noqa: E402
 from imagegen.engine import Engine, detect_engine  # noqa: E402
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec  # noqa: E402
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec  # noqa: E402
+from imagegen.runs import pipeline  # noqa: E402
 
 GOAL = 1.5
 AMD64_WHEELS = os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels")

@@ -43,9 +43,9 @@ from _common import RESULTS, write_json  # noqa: E402
 from image_size import cpu_spec  # noqa: E402
 from parallel_compile import CPU_OPS, checkout, machine  # noqa: E402
 
-from imagegen import pipeline  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
+from imagegen.runs import pipeline  # noqa: E402
 from op_builder import get_builder  # noqa: E402
 from op_builder.paths import PACKAGE_ROOT  # noqa: E402
 

@@ -31,17 +31,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagegen import pipeline  # noqa: E402
 from imagegen.engine import Engine, detect_engine  # noqa: E402
 from imagegen.engine.client import docker_client  # noqa: E402
-from imagegen.imagespec.image_spec import (  # noqa: E402
+from imagegen.engine.sealed import sealed_container_options  # noqa: E402
+from imagegen.imagespec.spec import (  # noqa: E402
     BYTECODE_MODES,
     BYTECODE_TAG_SUFFIX,
     ImageSpec,
     SpecInput,
     build_spec,
 )
-from imagegen.verify.verify_image import sealed_container_options  # noqa: E402
+from imagegen.runs import pipeline  # noqa: E402
 
 GOAL = 0.5
 CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"

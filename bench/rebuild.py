@@ -28,9 +28,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagegen import pipeline  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
+from imagegen.runs import pipeline  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from image_size import cpu_spec  # noqa: E402

@@ -31,7 +31,7 @@ from imagegen.engine.client import docker_client  # noqa: E402
 from imagegen.proof.compare import compare  # noqa: E402
 from imagegen.proof.image_proof import check_image, probe_image, read_documents  # noqa: E402
 from imagegen.proof.signing import load_public_key  # noqa: E402
-from imagegen.verify.verify_image import verify_image  # noqa: E402
+from imagegen.verify.container import verify_image  # noqa: E402
 
 
 def _timed(work: object) -> float:

@@ -20,9 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.image_size import cpu_spec  # noqa: E402
-from imagegen import pipeline  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
-from imagegen.verify.verify_image import verify_image  # noqa: E402
+from imagegen.runs import pipeline  # noqa: E402
+from imagegen.verify.container import verify_image  # noqa: E402
 
 OPS = "cpu_adam,cpu_adagrad,cpu_lion,async_io"
 GOAL_SECONDS = 10.0

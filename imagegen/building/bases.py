@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from imagegen.engine.images import local_images
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
 
 STANDIN_SCRIPT = "imagegen standins"
 STANDIN_TAGS = (

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from imagegen.imagespec import compile_cache
-from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.imagespec.inputs import TORCH_INDEX_SECRET_ID
+from imagegen.imagespec.spec import ImageSpec
 
 
 def write_private(path: Path, text: str) -> Path:

@@ -31,7 +31,7 @@ from typing import IO
 from imagegen import settings
 from imagegen.building.build_inputs import check_sources, copy_build_inputs, source_root
 from imagegen.errors import BuildFailedError
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
 from imagegen.render.dockerfile import CA_PATH, WHEELHOUSE_PATH
 
 _WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")

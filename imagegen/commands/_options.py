@@ -22,7 +22,7 @@ import typer
 from imagegen import options
 from imagegen.errors import BadInputError
 from imagegen.imagespec.checks import platform_name
-from imagegen.imagespec.image_spec import SpecInput
+from imagegen.imagespec.spec import SpecInput
 from imagegen.options import ImageOption
 
 # ctx.meta key: set by --json's callback so the error handler knows the output format.

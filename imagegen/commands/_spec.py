@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from imagegen import log
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 
 
 def make_spec(inp: SpecInput) -> ImageSpec:

@@ -12,16 +12,16 @@ import typer
 from rich.table import Table
 
 from imagegen import options
-from imagegen.bake import BakeImage, BakeReport, bake
-from imagegen.bake_inputs import BakeRequest, check_platform_options
 from imagegen.commands._options import JsonOption, by_platform, image_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import SpecInput
-from imagegen.push_plan import PushPlan
+from imagegen.imagespec.spec import SpecInput
+from imagegen.oci.push_plan import PushPlan
 from imagegen.render.matrix import STANDARD_MATRIX
+from imagegen.runs.bake import BakeImage, BakeReport, bake
+from imagegen.runs.bake_inputs import BakeRequest, check_platform_options
 from op_builder.suggest import did_you_mean
 
 TargetsArgument = Annotated[

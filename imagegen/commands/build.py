@@ -1,4 +1,4 @@
-"""``imagegen build``: options -> spec -> ``imagegen.pipeline.build`` -> the report, printed."""
+"""``imagegen build``: options -> spec -> ``imagegen.runs.pipeline.build`` -> the report, printed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from imagegen import multiarch, options, pipeline
+from imagegen import options
 from imagegen.commands._options import JsonOption, by_platform, image_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
@@ -16,10 +16,11 @@ from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
 from imagegen.imagespec.catalog import DEFAULT_PLATFORM
 from imagegen.imagespec.checks import platform_list
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput
+from imagegen.imagespec.spec import ImageSpec, SpecInput
+from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
-from imagegen.push_plan import PushPlan
+from imagegen.runs import multiarch, pipeline
 from imagegen.verify.table import render_table
 
 

@@ -12,7 +12,7 @@ from imagegen import log
 from imagegen.commands._options import image_options
 from imagegen.commands._spec import make_spec
 from imagegen.files import write_atomic
-from imagegen.imagespec.image_spec import SpecInput
+from imagegen.imagespec.spec import SpecInput
 from imagegen.render.dockerfile import context_extras, render
 
 OutputOption = Annotated[

@@ -6,9 +6,9 @@ import os
 
 from rich.table import Table
 
-from imagegen import doctor as doctor_lib
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
+from imagegen.doctor import diagnosis as doctor_lib
 
 
 def doctor(json: JsonOption = False) -> None:

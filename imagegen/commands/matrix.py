@@ -15,8 +15,8 @@ from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.files import stat_input
 from imagegen.imagespec.checks import platform_name
-from imagegen.imagespec.image_spec import op_source_dirs
 from imagegen.imagespec.op_packages import STAGED_DIR
+from imagegen.imagespec.spec import op_source_dirs
 from imagegen.render.matrix import stale_files, write_matrix
 
 OutDirOption = Annotated[

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from imagegen.commands._options import JsonOption, OpSourceOption
 from imagegen.commands._output import console, emit_json
-from imagegen.imagespec.image_spec import op_source_dirs
+from imagegen.imagespec.spec import op_source_dirs
 from op_builder.op_sources import check_package_dir
 from op_builder.registry import Registry, registry_for
 

@@ -14,7 +14,7 @@ from imagegen.errors import VerificationFailedError
 from imagegen.imagespec.checks import op_list
 from imagegen.proof import image_proof as proof_lib
 from imagegen.proof.signing import load_public_key
-from imagegen.verify import verify_image as verify_lib
+from imagegen.verify import container as verify_lib
 from imagegen.verify.table import render_table
 from op_builder.registry import ALL_OPS, check_op_names
 from op_builder.suggest import closest

@@ -1,5 +1,5 @@
 """Images on this machine: which are here, their id and size, and removing them (pushing is
-``imagegen.publish``'s).
+``imagegen.oci.publish``'s).
 
 The docker SDK itself is imported inside the functions that need its error classes, for the
 reason ``imagegen.engine.client`` gives.

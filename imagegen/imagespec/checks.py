@@ -1,4 +1,4 @@
-"""The checks of ``imagegen.imagespec.image_spec``, one per option: each returns the value resolved, or raises
+"""The checks of ``imagegen.imagespec.spec``, one per option: each returns the value resolved, or raises
 one ``BadInputError`` with a hint (exit 2)."""
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ import tarfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from imagegen.engine import sealed
 from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
 from imagegen.errors import BadInputError, VerificationFailedError
@@ -34,8 +36,8 @@ from imagegen.proof.facts import ImageFacts
 from imagegen.proof.outside import check_layers
 from imagegen.proof.runtime import signed_runtime
 from imagegen.proof.signing import check_envelope
-from imagegen.verify import verify_image as sealed
-from imagegen.verify.failures import no_report_error
+from imagegen.verify.container import SEALED_ENV, last_json_object
+from imagegen.verify.failures import no_report_error, start_error
 
 
 def probe_text() -> str:
@@ -49,10 +51,19 @@ def probe_image(image: str, with_torch: bool = False, timeout: float = 300) -> I
     command = ["python", "-c", probe_text(), *(["--torch"] if with_torch else [])]
     try:
         config = inspect_local(client, image).get("Config") or {}
-        code, stdout, stderr = sealed.run_sealed(client, image, "proof", config, command, timeout)
+        code, stdout, stderr = sealed.run_sealed(
+            client,
+            image,
+            "proof",
+            config,
+            command,
+            timeout,
+            environment=SEALED_ENV,
+            refused=partial(start_error, image),
+        )
     finally:
         client.close()
-    data = sealed._last_json_object(stdout)
+    data = last_json_object(stdout)
     try:
         return ImageFacts.from_json(data)
     except ValueError:
@@ -103,15 +114,15 @@ def read_documents(image: str) -> ImageDocuments:
         if not any(kind.label in labels for kind in DOCUMENT_TYPES):
             return ImageDocuments(image, labels)
         try:
-            client.api.create_container(image, command=["true"], name=name, labels={sealed.VERIFY_LABEL: "1"})
+            client.api.create_container(image, command=["true"], name=name, labels={sealed.SEALED_LABEL: "1"})
             try:
                 stream, _ = client.api.get_archive(name, PROOF_DIR)
                 archive = b"".join(stream)
             except docker.errors.NotFound:
                 return ImageDocuments(image, labels)
         finally:
-            with sealed._interrupts_deferred():
-                sealed._remove(client, name)
+            with sealed.interrupts_deferred():
+                sealed.remove_container(client, name)
     finally:
         client.close()
     files = {}

@@ -28,7 +28,7 @@ from imagegen.engine import Engine, build_image
 from imagegen.engine.client import docker_client
 from imagegen.errors import VerificationFailedError
 from imagegen.files import make_dirs, write_atomic
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
 from imagegen.proof import documents as docs
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.image_proof import probe_image

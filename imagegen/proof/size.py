@@ -22,14 +22,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
+from imagegen.engine.sealed import run_sealed
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference, reference_problem
 from imagegen.proof import size_probe
+from imagegen.verify.container import SEALED_ENV
+from imagegen.verify.failures import start_error
 
 KINDS = ("base", "torch", "python", "cuda", "op", "other")
 TARGET_LABEL = "io.imagegen.target"
@@ -368,9 +372,6 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
     client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
     import docker
 
-    # The verifier's sealed run (no network, read-only, no capabilities, non-root) and cleanup.
-    from imagegen.verify.verify_image import run_sealed
-
     try:
         info = inspect_local(client, image)
         config = info.get("Config") or {}
@@ -397,7 +398,16 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
                     int(base_info.get("Size") or 0),
                 )
         try:
-            exit_code, stdout, stderr = run_sealed(client, image, "size", config, probe_command(), timeout)
+            exit_code, stdout, stderr = run_sealed(
+                client,
+                image,
+                "size",
+                config,
+                probe_command(),
+                timeout,
+                environment=SEALED_ENV,
+                refused=partial(start_error, image),
+            )
         except VerificationFailedError as exc:  # no python, or the container did not start
             raise VerificationFailedError(f"could not measure {image}: {exc.message}", hint=exc.hint) from exc
     finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
 from op_builder import settings as op_settings
 from op_builder.cross import PLATFORMS
 

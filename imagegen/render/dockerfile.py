@@ -20,9 +20,9 @@ import jinja2
 from imagegen import __version__
 from imagegen.imagespec import catalog
 from imagegen.imagespec import compile_cache as cc
-from imagegen.imagespec.image_spec import ImageSpec
 from imagegen.imagespec.inputs import TORCH_INDEX_SECRET_ID, index_needs_buildkit
 from imagegen.imagespec.op_packages import IMAGE_DIR, STAGED_DIR
+from imagegen.imagespec.spec import ImageSpec
 from imagegen.render import cross
 from op_builder import settings as op_settings
 from op_builder.registry import OUR_OP_PACKAGES

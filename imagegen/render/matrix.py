@@ -19,7 +19,7 @@ from pathlib import Path
 
 from imagegen.files import make_dirs, stat_input, write_if_changed
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 from imagegen.render.dockerfile import render
 
 BAKE_FILE = "docker-bake.hcl"

@@ -9,7 +9,7 @@ an image may print any amount at start, and the error must stay one screenful.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from imagegen.engine.build_log import without_tracebacks
@@ -18,9 +18,6 @@ from imagegen.errors import VerificationFailedError
 # Lines of the verifier's output put into a hint, and characters kept of each.
 OUTPUT_TAIL_LINES = 30
 OUTPUT_LINE_CHARS = 500
-# Bytes kept of each of the verifier's streams (only the end: the report is printed last).
-# Its report is a few kilobytes per op; this holds hundreds of ops.
-STREAM_TAIL_BYTES = 4 * 1024 * 1024
 
 # What a verifier killed by a signal most likely met, by signal.
 _SIGNAL_CAUSES = {
@@ -143,33 +140,3 @@ def _no_gpu_runtime(explanation: str) -> bool:
     # [[gpu]]'; with the toolkit but no driver, the hook fails naming nvidia-container-cli.
     text = explanation.lower()
     return "could not select device driver" in text or "nvidia-container-cli" in text
-
-
-class StreamTail:
-    """The last ``limit`` bytes of a stream fed in chunks: memory stays bounded however much
-    the verifier prints, and the report, printed last, is kept."""
-
-    def __init__(self, limit: int = STREAM_TAIL_BYTES) -> None:
-        self.limit = limit
-        self.total = 0
-        self._buffer = bytearray()
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        self._buffer += chunk[-self.limit :]
-        if len(self._buffer) > 2 * self.limit:  # trimmed now and then, not on every chunk
-            del self._buffer[: len(self._buffer) - self.limit]
-
-    def feed_all(self, chunks: Iterable[bytes]) -> StreamTail:
-        for chunk in chunks:
-            self.feed(chunk)
-        return self
-
-    def text(self) -> str:
-        kept = bytes(self._buffer[-self.limit :])
-        text = kept.decode("utf-8", "replace")
-        if self.total > len(kept):
-            dropped = self.total - len(kept)
-            # Start at a line boundary so a cut line does not look like the verifier's own.
-            text = f"[... {dropped} bytes of earlier output left out]\n" + text.split("\n", 1)[-1]
-        return text

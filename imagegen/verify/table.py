@@ -6,7 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from imagegen.tables import fitted
-from imagegen.verify.verify_image import VerifyResult
+from imagegen.verify.container import VerifyResult
 from op_builder.binary import Audit
 from op_builder.report import SelfTestResult
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from imagegen.bake import BakeRequest, bake
 from imagegen.engine import detect_engine
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
+from imagegen.runs.bake import BakeRequest, bake
 from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE, bridge_gateway, imagegen, run_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from imagegen.building.build_inputs import copy_build_inputs
-from imagegen.verify.verify_image import sealed_container_options
+from imagegen.engine.sealed import sealed_container_options
 from tests._processes import processes_mentioning
 from tests.integration.conftest import (
     CA_CERT,
@@ -319,9 +319,9 @@ def test_ctrl_c_during_verify_leaves_no_container(cpu_image: dict[str, Any], doc
 # certainly running when the test interrupts it.
 UNCACHED_BUILD = """
 import os, sys
-from imagegen import pipeline
+from imagegen.runs import pipeline
 from imagegen.engine import detect_engine
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 
 engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
 spec = build_spec(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from tests.integration.conftest import REPO, build_args, imagegen, run_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]

@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from imagegen.errors import BuildFailedError
 from imagegen.oci.manifest import DOCKER_MANIFEST, Descriptor
+from imagegen.oci.publish import attach_proof
 from imagegen.oci.referrers import Document, attach
 from imagegen.oci.registry import RegistryClient
-from imagegen.publish import attach_proof
 from tests.integration import oci_reader
 from tests.integration.conftest import build_args, imagegen
 from tests.integration.derived import derive

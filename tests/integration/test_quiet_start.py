@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.verify.verify_image import sealed_container_options
+from imagegen.engine.sealed import sealed_container_options
 from tests.integration.conftest import CPU_TAG
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.verify.verify_image import VERIFY_LABEL
+from imagegen.engine.sealed import SEALED_LABEL as VERIFY_LABEL
 from tests._processes import processes_mentioning
 from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args
 from tests.integration.derived import derive

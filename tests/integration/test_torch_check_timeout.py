@@ -14,7 +14,7 @@ import pytest
 from imagegen.building.staging import staged_context
 from imagegen.engine import detect_engine
 from imagegen.engine.build_log import describe_failure, op_sources
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.render.dockerfile import TORCH_CHECK_TIMEOUT_ARG, render
 from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE
 

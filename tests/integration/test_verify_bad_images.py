@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.verify.verify_image import VERIFY_LABEL
+from imagegen.engine.sealed import SEALED_LABEL as VERIFY_LABEL
 from tests.integration.conftest import REPO, imagegen
 from tests.integration.derived import derive, package_files
 

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from imagegen.engine import sealed
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.checks import op_list
-from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.imagespec.reference import reference_problem
-from imagegen.verify import verify_image as verify_lib
+from imagegen.imagespec.spec import SpecInput, build_spec
+from imagegen.verify import container as verify_lib
+from imagegen.verify.failures import start_error
 from tests.op_package_files import builder_source, unique, write_package
 from tests.unit.contract import DOCKERFILE, PEM, assert_json_error, assert_reported, invoke
 
@@ -204,7 +207,10 @@ def test_the_engine_refusing_to_start_the_verifier_is_translated_once() -> None:
         containers = Containers()
 
     with pytest.raises(VerificationFailedError, match="no `python`"):
-        verify_lib._run_sealed(Client(), "busybox", "name", {}, verify_lib.verify_command(None), 10.0, None)
+        sealed._run(
+            Client(), "busybox", "name", "verify", {}, verify_lib.verify_command(None), 10.0, None, {},
+            partial(start_error, "busybox"),
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------ the broad table

@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.bake import (
+from imagegen.cli import app
+from imagegen.commands.bake import _matrix_targets
+from imagegen.errors import BadInputError
+from imagegen.imagespec.spec import SpecInput, build_spec
+from imagegen.oci.push_plan import remote_tag
+from imagegen.render.matrix import BakeTarget, bake_file, render_bake, standard_entries
+from imagegen.runs.bake import (
     BakeImage,
     BakeReport,
     BakeRequest,
     check_host_network,
     parse_driver,
 )
-from imagegen.cli import app
-from imagegen.commands.bake import _matrix_targets
-from imagegen.errors import BadInputError
-from imagegen.imagespec.image_spec import SpecInput, build_spec
-from imagegen.push_plan import remote_tag
-from imagegen.render.matrix import BakeTarget, bake_file, render_bake, standard_entries
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -195,9 +195,9 @@ def test_a_loopback_cache_is_refused_where_bake_has_no_host_network() -> None:
 
 
 def test_bake_without_buildx_is_exit_3_with_how_to_install_it() -> None:
-    from imagegen.bake import buildx_client
     from imagegen.engine import Engine
     from imagegen.errors import EngineUnavailableError
+    from imagegen.runs.bake import buildx_client
 
     assert buildx_client(Engine("buildx", "/usr/bin/docker", "20.10")) == "/usr/bin/docker"
     for engine in (Engine("buildkit", "/usr/bin/docker", "20.10"), Engine("classic", None, "20.10")):

@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import bake as bake_lib
-from imagegen.bake import bake
-from imagegen.bake_inputs import (
+from imagegen.cli import app
+from imagegen.engine import Engine
+from imagegen.errors import BadInputError
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
+from imagegen.runs import bake as bake_lib
+from imagegen.runs.bake import bake
+from imagegen.runs.bake_inputs import (
     BakeRequest,
     check_bake_file,
     missing_standins,
 )
-from imagegen.cli import app
-from imagegen.engine import Engine
-from imagegen.errors import BadInputError
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
 
 runner = CliRunner()
 

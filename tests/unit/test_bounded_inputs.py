@@ -1,5 +1,5 @@
 """Inputs refused before anything parses or builds them, each as exit 2 with one message and a hint
-(imagegen/imagespec/given_values.py, imagegen/commands/_options.py, imagegen/bake_inputs.py):
+(imagegen/imagespec/given_values.py, imagegen/commands/_options.py, imagegen/runs/bake_inputs.py):
 
 - a version of thousands of digits (``--torch``, ``IMAGEGEN_TORCH``, ``--platform-torch``,
   ``--cuda``, ``--rocm``, ``--python``, an ``--arch`` item), which Python's int-string conversion
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from imagegen import bake as bake_lib
 from imagegen.cli import app
+from imagegen.runs import bake as bake_lib
 from tests.unit.contract import assert_json_error, assert_reported
 
 LONG = "1" * 5000

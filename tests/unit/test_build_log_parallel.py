@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from imagegen import finish, pipeline
 from imagegen.engine import BuildResult, Engine
 from imagegen.engine.build_log import compile_seconds, describe_failure, find_failed_op, split_prefix
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.proof.size import SizeReport
+from imagegen.runs import finish, pipeline
 
 SOURCES = {
     "cpu_adam": ("optim/csrc/cpu_adam.cpp",),

@@ -15,7 +15,7 @@ from imagegen.engine.build_log import op_sources
 from imagegen.errors import BadInputError
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.compile_cache import build_secrets, parse, parse_stats, secret_text, stats_from_log
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.render.dockerfile import render
 from op_builder.registry import registry_for
 from tests.unit.test_imagegen_render import stages

@@ -14,7 +14,7 @@ import pytest
 from imagegen.building import staging
 from imagegen.building.staging import context_slot, slots_root, staged_context
 from imagegen.errors import BuildFailedError
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

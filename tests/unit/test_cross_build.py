@@ -14,7 +14,7 @@ import pytest
 
 from imagegen.errors import BadInputError as ImagegenBadInput
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.render.dockerfile import context, render
 from op_builder import binary
 from op_builder.context import resolve_context
@@ -255,7 +255,7 @@ def test_async_io_is_not_checkable_under_emulation_and_fails_elsewhere(
 
 
 def test_imagegen_build_checks_a_cross_image_once_in_its_sealed_verification() -> None:
-    from imagegen.pipeline import _build_args
+    from imagegen.runs.pipeline import _build_args
 
     arm64 = spec(platform="linux/arm64")
     assert _build_args(arm64, verify=True) == {"CHECK_OPS": "0"}

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import pipeline
 from imagegen.cli import app
 from imagegen.errors import BadInputError
+from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.size import KINDS, OverBudgetError, attribute, base_bytes_of, check_budget, parse_size
 from imagegen.proof.size_probe import Tally, measure, owners, pth_paths
-from imagegen.push_plan import PushPlan
+from imagegen.runs import pipeline
 from tests.unit.test_pipeline import REPO, FakeEngine, spec
 
 GiB, MiB = 2**30, 2**20

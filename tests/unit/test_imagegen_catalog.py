@@ -169,7 +169,7 @@ def test_cuda_13_2_default_archs_name_every_blackwell() -> None:
 
 @pytest.mark.parametrize("version", CUDA13)
 def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
-    from imagegen.imagespec.image_spec import SpecInput, build_spec
+    from imagegen.imagespec.spec import SpecInput, build_spec
     from imagegen.render.dockerfile import render
 
     target = catalog.CUDA_TARGETS[version]
@@ -183,7 +183,7 @@ def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
 
 @pytest.mark.parametrize("version", CUDA13)
 def test_every_cuda_13_target_has_standins(version: str) -> None:
-    from imagegen.imagespec.image_spec import SpecInput, build_spec
+    from imagegen.imagespec.spec import SpecInput, build_spec
 
     spec = build_spec(SpecInput(cuda=version, ops="all", standins=True), {})
     assert (spec.base_devel, spec.base_runtime) == (

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from imagegen import errors, files, log
 from imagegen.building.staging import staged_context
 from imagegen.cli import app
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.render.dockerfile import render
 from op_builder import ALL_OPS
 

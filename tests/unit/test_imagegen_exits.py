@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from imagegen import doctor as doctor_lib
 from imagegen.cli import ImagegenGroup, app
+from imagegen.doctor import diagnosis as doctor_lib
 from imagegen.engine import Engine
 from imagegen.engine.client import ENSURE_DOCKER_HINT
 from imagegen.errors import EngineUnavailableError, VerificationFailedError

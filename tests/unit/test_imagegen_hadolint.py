@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import render_matrix
 

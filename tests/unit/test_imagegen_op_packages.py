@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from imagegen.building.staging import staged_context
 from imagegen.cli import app
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.render.dockerfile import labels, render
 from tests.op_package_files import square_package, unique
 
@@ -148,7 +148,7 @@ def test_matrix_takes_the_packages_ops_into_every_image(tmp_path: Path, package:
 
 
 def test_verify_knows_the_ops_an_image_labels_and_catches_our_typos() -> None:
-    from imagegen.verify.verify_image import check_image_op_names
+    from imagegen.verify.container import check_image_op_names
     from op_builder.errors import UnknownOpError
 
     labels = {"io.imagegen.ops": "cpu_adam,acme_rmsnorm"}

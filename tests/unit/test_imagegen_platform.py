@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import finish, pipeline
 from imagegen.cli import app
 from imagegen.engine import BuildResult, Engine
 from imagegen.engine.backend import BuildRequest
 from imagegen.engine.buildkit import cli_build_argv
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 from imagegen.proof.size import SizeReport
 from imagegen.render.dockerfile import labels, render
 from imagegen.render.matrix import BAKE_FILE, render_matrix, standard_entries, write_matrix
+from imagegen.runs import finish, pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from imagegen.imagespec.image_spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec
 from imagegen.render.dockerfile import expected_torch_build, render, render_classic, torch_build_check
 from op_builder import ALL_OPS
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import SpecInput, build_spec, content_hash
+from imagegen.imagespec.spec import SpecInput, build_spec, content_hash
 
 runner = CliRunner()
 

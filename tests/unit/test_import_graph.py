@@ -13,10 +13,11 @@ from tests._import_graph import cycles, floor_violations, imports, room
 REPO = Path(__file__).resolve().parents[2]
 
 
-# imagegen's floors: a room imports only rooms on its floor or below.
+# imagegen's floors: a room imports only rooms on its floor or below. Every folder is one room on
+# one floor; the top level holds only the entry points and the ground floor's modules.
 FLOORS = {
-    # 0: the ground: errors, settings, logging, files, hosts, URLs, HTTP deadlines, terminal text,
-    # tables, the container engine
+    # 0: the ground: the package's leaves (errors, settings, logging, files, hosts, URLs, HTTP
+    # deadlines, terminal text, tables), the options table and the container engine
     **dict.fromkeys(
         (
             "imagegen",
@@ -37,25 +38,17 @@ FLOORS = {
     "imagegen.imagespec": 1,  # what the image is: catalog, checks, resolution
     "imagegen.render": 2,  # the Dockerfile, matrix and bake file
     "imagegen.building": 3,  # staging, bases, stand-ins
-    "imagegen.verify": 4,  # the sealed verification
+    "imagegen.verify": 4,  # the verifier in the sealed container
     "imagegen.proof": 4,  # SBOM, provenance, signing, size
-    "imagegen.oci": 5,  # the registry client
-    "imagegen.push_plan": 5,  # the push rule: where a run pushes
-    "imagegen.publish": 5,  # the push
-    **dict.fromkeys(
-        (
-            "imagegen.pipeline",
-            "imagegen.finish",
-            "imagegen.multiarch",
-            "imagegen.bake",
-            "imagegen.bake_inputs",
-            "imagegen.doctor",
-            "imagegen.compat",
-        ),
-        6,
-    ),
+    "imagegen.oci": 5,  # the registry: its client, the push plan, the push
+    "imagegen.runs": 6,  # the runs: one image, several platforms, the matrix's bake
+    "imagegen.doctor": 6,  # can this machine build and verify
+    "imagegen.compat": 6,  # ops x torch releases x toolkits
     **dict.fromkeys(("imagegen.commands", "imagegen.cli", "imagegen.__main__"), 7),
 }
+# The modules imagegen's top level may hold: the entry points and the ground floor's leaves.
+TOP_LEVEL = {"__init__", "__main__", "cli", "errors", "settings", "log", "files", "hosts", "urls",
+             "deadlines", "terminal", "tables"}  # fmt: skip
 
 
 def test_op_builder_has_no_import_circle() -> None:
@@ -69,6 +62,15 @@ def test_imagegens_rooms_import_only_downward_and_without_a_circle() -> None:
     for module, targets in graph.items():
         rooms.setdefault(room(module), set()).update(room(t) for t in targets if room(t) != room(module))
     assert cycles(rooms) == []
+
+
+def test_imagegens_top_level_holds_only_entry_points_and_the_ground_floor() -> None:
+    modules = {path.stem for path in (REPO / "imagegen").glob("*.py")}
+    assert modules <= TOP_LEVEL, sorted(modules - TOP_LEVEL)
+    assert all(FLOORS[f"imagegen.{name}"] in (0, 7) for name in TOP_LEVEL - {"__init__"})
+    # Every folder is a room with a floor of its own (a module inside one takes its folder's).
+    folders = {p.name for p in (REPO / "imagegen").iterdir() if (p / "__init__.py").is_file()}
+    assert {f"imagegen.{name}" for name in folders} <= FLOORS.keys()
 
 
 def _basenames(package: Path) -> dict[str, list[str]]:

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 # for a second when stopped.
 CHILD = """
 import sys, time
-from imagegen.verify import verify_image as verify
+from imagegen.verify import container as verify
 
 def verify_image(*args, **kwargs):
     try:

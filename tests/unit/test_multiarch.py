@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec.checks import platform_list
-from imagegen.multiarch import platform_tag
 from imagegen.oci.registry import names_registry
+from imagegen.runs.multiarch import platform_tag
 
 
 def test_platform_lists_and_tags() -> None:

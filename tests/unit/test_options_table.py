@@ -17,7 +17,7 @@ from imagegen import options
 from imagegen import settings as imagegen_settings
 from imagegen.cli import app
 from imagegen.commands import _options
-from imagegen.imagespec.image_spec import SpecInput
+from imagegen.imagespec.spec import SpecInput
 from op_builder import settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,17 +11,18 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import finish, pipeline, publish
 from imagegen.cli import app
 from imagegen.engine import BuildResult, Engine
 from imagegen.errors import BuildFailedError
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
+from imagegen.oci import publish
 from imagegen.oci.manifest import OCI_MANIFEST, Descriptor
+from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
-from imagegen.push_plan import PushPlan
-from imagegen.verify.verify_image import VerifyResult
+from imagegen.runs import finish, pipeline
+from imagegen.verify.container import VerifyResult
 from op_builder.report import OpVerification
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,8 +234,8 @@ def test_bake_finishes_an_image_with_the_same_sequence_and_report(monkeypatch: p
     # bake's builder made the image; the finish sequence and the report are `imagegen build`'s.
     import datetime
 
-    from imagegen import bake
-    from imagegen.bake_inputs import BakeRequest
+    from imagegen.runs import bake
+    from imagegen.runs.bake_inputs import BakeRequest
 
     engine = FakeEngine()
     engine.install(monkeypatch)

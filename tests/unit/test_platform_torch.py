@@ -18,7 +18,7 @@ from imagegen.cli import app
 from imagegen.engine.build_log import describe_failure
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 from imagegen.render import dockerfile as render_lib
 from imagegen.render.dockerfile import render
 from tests._script_module import load_script

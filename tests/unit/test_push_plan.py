@@ -9,10 +9,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from imagegen import bake as bake_lib
 from imagegen.cli import app
 from imagegen.errors import BadInputError
-from imagegen.push_plan import NO_PUSH, PushPlan, check_push_registry, remote_tag
+from imagegen.oci.push_plan import NO_PUSH, PushPlan, check_push_registry, remote_tag
+from imagegen.runs import bake as bake_lib
 
 runner = CliRunner()
 TAG = "imagegen:cpu-torch2.13.0-py3.11-d62ff252"

@@ -17,7 +17,7 @@ from imagegen.building.standins.plan import Image, plan, request, to_make
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 
 runner = CliRunner()
 

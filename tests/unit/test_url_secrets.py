@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from imagegen.bake import _staged
-from imagegen.bake_inputs import BakeRequest
 from imagegen.building.build_secrets import build_secrets
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec import compile_cache
-from imagegen.imagespec.image_spec import SpecInput, build_spec
 from imagegen.imagespec.inputs import TORCH_INDEX_SECRET_ID, index_url
+from imagegen.imagespec.spec import SpecInput, build_spec
+from imagegen.oci.push_plan import check_push_registry
 from imagegen.proof.seal import spec_parameters
-from imagegen.push_plan import check_push_registry
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import bake_file
+from imagegen.runs.bake import _staged
+from imagegen.runs.bake_inputs import BakeRequest
 from imagegen.urls import has_userinfo, redact
 from tests.unit.contract import DOCKERFILE, assert_reported
 from tests.unit.test_imagegen_render import stages

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from imagegen.engine import sealed
 from imagegen.errors import BadInputError
-from imagegen.verify import verify_image as ver
+from imagegen.verify import container as ver
 from imagegen.verify.table import render_table
 
 
@@ -119,17 +120,17 @@ def test_requested_ops(
 @pytest.mark.parametrize(
     ("image_user", "expected"),
     [
-        ("", ver.FALLBACK_USER),
-        ("root", ver.FALLBACK_USER),
-        ("0", ver.FALLBACK_USER),
-        ("0:0", ver.FALLBACK_USER),
-        ("root:root", ver.FALLBACK_USER),
+        ("", sealed.FALLBACK_USER),
+        ("root", sealed.FALLBACK_USER),
+        ("0", sealed.FALLBACK_USER),
+        ("0:0", sealed.FALLBACK_USER),
+        ("root:root", sealed.FALLBACK_USER),
         ("10001:10001", "10001:10001"),
         ("imagegen", "imagegen"),
     ],
 )
 def test_the_container_never_runs_as_root(image_user: str, expected: str) -> None:
-    assert ver.run_user(image_user) == expected
+    assert sealed.run_user(image_user) == expected
 
 
 def test_verify_command() -> None:
@@ -214,10 +215,10 @@ def test_bad_gpu_selections_are_bad_input(value: str) -> None:
 
 
 def test_gpus_become_device_requests() -> None:
-    assert ver.device_requests(None) == []
-    (every,) = ver.device_requests("all")
+    assert sealed.device_requests(None) == []
+    (every,) = sealed.device_requests("all")
     assert every["Count"] == -1 and every["Capabilities"] == [["gpu"]]
-    (some,) = ver.device_requests("0,1")
+    (some,) = sealed.device_requests("0,1")
     assert some["DeviceIDs"] == ["0", "1"]
 
 

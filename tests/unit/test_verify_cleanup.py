@@ -10,7 +10,7 @@ from __future__ import annotations
 import docker
 import pytest
 
-from imagegen.verify import verify_image as verify
+from imagegen.engine import sealed
 
 
 class _EngineMidCreate:
@@ -48,20 +48,20 @@ def _conflict() -> docker.errors.APIError:
 @pytest.mark.parametrize("error", [docker.errors.NotFound("No such container"), _conflict()])
 def test_a_container_still_being_created_is_removed_once_made(error: Exception) -> None:
     api = _EngineMidCreate(refusals=3, error=error)
-    verify._remove(_Client(api), "imagegen-verify-0", grace=5.0)
+    sealed.remove_container(_Client(api), "imagegen-verify-0", grace=5.0)
     assert not api.exists and api.removals == 4
 
 
 def test_a_container_never_made_is_not_waited_for() -> None:
     api = _EngineMidCreate(refusals=0, error=docker.errors.NotFound("x"))
     api.exists = False
-    verify._remove(_Client(api), "imagegen-verify-0", grace=5.0)
+    sealed.remove_container(_Client(api), "imagegen-verify-0", grace=5.0)
     assert api.removals == 1
 
 
 def test_the_wait_is_bounded() -> None:
     api = _EngineMidCreate(refusals=10**6, error=docker.errors.NotFound("x"))
-    verify._remove(_Client(api), "imagegen-verify-0", grace=0.3)
+    sealed.remove_container(_Client(api), "imagegen-verify-0", grace=0.3)
     assert api.exists and 2 <= api.removals <= 10
 
 
@@ -69,4 +69,4 @@ def test_other_engine_errors_still_raise() -> None:
     response = type("Response", (), {"status_code": 500, "reason": "Server Error"})()
     error = docker.errors.APIError("boom", response=response)  # type: ignore[arg-type]
     with pytest.raises(docker.errors.APIError):
-        verify._remove(_Client(_EngineMidCreate(refusals=1, error=error)), "imagegen-verify-0")
+        sealed.remove_container(_Client(_EngineMidCreate(refusals=1, error=error)), "imagegen-verify-0")

@@ -13,12 +13,12 @@ import pytest
 from rich.console import Console
 
 from imagegen.engine.build_log import describe_failure
+from imagegen.engine.sealed import StreamTail
 from imagegen.errors import BadInputError, VerificationFailedError
-from imagegen.verify import verify_image as verify
+from imagegen.verify import container as verify
 from imagegen.verify.failures import (
     OUTPUT_LINE_CHARS,
     OUTPUT_TAIL_LINES,
-    StreamTail,
     no_report_error,
     signal_of,
     start_error,

@@ -12,7 +12,7 @@ import pytest
 
 from imagegen import files
 from imagegen.errors import BadInputError
-from imagegen.imagespec.image_spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.render.dockerfile import render
 from tests.unit.contract import DOCKERFILE, assert_json_error, assert_reported, invoke
 

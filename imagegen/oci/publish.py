@@ -1,5 +1,5 @@
 """Stage 5, publishing: the one place imagegen pushes, where its push plan
-(``imagegen.push_plan``: made once from the run's options, with the rule that nothing unverified
+(``imagegen.oci.push_plan``: made once from the run's options, with the rule that nothing unverified
 is pushed checked as it is made) sends an image; ``publish`` pushes after a passing
 verification and does nothing otherwise. Pushing goes through the docker CLI when there is one
 (its credential helpers and ``docker login`` apply), else the Docker SDK. The image's SBOM and
@@ -30,7 +30,7 @@ from imagegen.proof.bundle import BUNDLE_FILENAME, BUNDLE_MEDIA_TYPE, attestatio
 from imagegen.proof.documents import ProofDocuments
 from imagegen.proof.image_proof import read_documents
 from imagegen.proof.signing import Signer
-from imagegen.verify.verify_image import VerifyResult
+from imagegen.verify.container import VerifyResult
 
 
 @dataclass(frozen=True)

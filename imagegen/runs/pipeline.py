@@ -1,5 +1,5 @@
 """One image build as a library call: engine -> render -> stage -> build, then the one finish
-sequence (``imagegen.finish``: seal -> size -> verify -> push).
+sequence (``imagegen.runs.finish``: seal -> size -> verify -> push).
 
 ``build(spec)`` returns a frozen ``BuildReport``; ``imagegen build`` prints it (its
 ``to_json()`` is the ``--json`` summary), and the benchmarks and integration tests call the
@@ -24,18 +24,18 @@ from imagegen.building.staging import staged_context
 from imagegen.engine import Engine, EngineKind, build_image, detect_engine, image_size
 from imagegen.engine.build_log import compile_seconds, op_sources
 from imagegen.errors import BuildFailedError
-from imagegen.finish import Built, Finished, finish
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.compile_cache import CacheStats
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
+from imagegen.oci.publish import Published
+from imagegen.oci.push_plan import NO_PUSH, PushPlan
 from imagegen.proof.seal import ProofReport, Signer, context_digests
 from imagegen.proof.seal import now as proof_now
 from imagegen.proof.size import SizeReport
-from imagegen.publish import Published
-from imagegen.push_plan import NO_PUSH, PushPlan
 from imagegen.render import cross
 from imagegen.render.dockerfile import render
-from imagegen.verify.verify_image import VerifyResult
+from imagegen.runs.finish import Built, Finished, finish
+from imagegen.verify.container import VerifyResult
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ as build arguments, credentials of the compile cache as BuildKit secrets), and r
 ``docker buildx bake --load TARGET`` per target, all at once, on the chosen builder: BuildKit
 schedules them and shares the steps they have in common, while a target that fails stops
 only itself (one bake of several targets cancels the others at the first failure). Every
-image built is then verified in the sealed container (``imagegen.verify.verify_image``) and, with a
-registry, pushed through ``imagegen.publish`` only when it passed.
+image built is then verified in the sealed container (``imagegen.verify.container``) and, with a
+registry, pushed through ``imagegen.oci.publish`` only when it passed.
 
 The docker CLI that runs bake is the one the engine probe found with buildx
 (``imagegen.engine.detect``); ``scripts/buildx-plugin.sh`` installs the plugin where none has it.
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from imagegen import log
-from imagegen.bake_inputs import BakeRequest, check_bake_file, missing_standins
 from imagegen.building.build_inputs import check_sources, source_root
 from imagegen.building.build_secrets import build_secrets
 from imagegen.building.staging import staged_context
@@ -39,16 +38,17 @@ from imagegen.engine.images import inspect_image_id, local_images
 from imagegen.engine.process import cancel_sessions
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
 from imagegen.files import write_atomic
-from imagegen.finish import Built, finish
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.compile_cache import CacheStats
-from imagegen.pipeline import BuildReport, image_report
+from imagegen.oci.push_plan import NO_PUSH, PushPlan
 from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
-from imagegen.push_plan import NO_PUSH, PushPlan
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
-from imagegen.verify.verify_image import VerifyResult
+from imagegen.runs.bake_inputs import BakeRequest, check_bake_file, missing_standins
+from imagegen.runs.finish import Built, finish
+from imagegen.runs.pipeline import BuildReport, image_report
+from imagegen.verify.container import VerifyResult
 
 BUILDX_HINT = "install Debian's buildx plugin: `bash scripts/buildx-plugin.sh` (make system-deps does it)"
 

@@ -1,11 +1,11 @@
 """One image for several platforms: each built and verified, then pushed together under one tag.
 
-``build_platforms(specs, tag=...)`` runs ``imagegen.pipeline.build`` for each platform's spec (each
+``build_platforms(specs, tag=...)`` runs ``imagegen.runs.pipeline.build`` for each platform's spec (each
 under its own local tag, ``TAG-amd64``, ``TAG-arm64``: Docker's image store holds one image per
 tag), nothing pushed yet. Only when every platform built, verified and fit its budget are they
 pushed, each by its own tag with its proof attached to its own manifest
-(``imagegen.publish.publish_image``), and then one OCI image index listing each platform's
-manifest goes under ``tag`` (``imagegen.publish.publish_index``). A platform that fails leaves
+(``imagegen.oci.publish.publish_image``), and then one OCI image index listing each platform's
+manifest goes under ``tag`` (``imagegen.oci.publish.publish_index``). A platform that fails leaves
 nothing pushed; a failure while pushing leaves the platforms' own tags but no index under ``tag``.
 """
 
@@ -17,14 +17,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from imagegen import log, pipeline
+from imagegen import log
 from imagegen.engine import detect_engine
 from imagegen.errors import BadInputError
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
 from imagegen.oci.manifest import Descriptor
+from imagegen.oci.publish import Published, publish_image, publish_index
+from imagegen.oci.push_plan import NO_PUSH, PushPlan
 from imagegen.proof.signing import Signer
-from imagegen.publish import Published, publish_image, publish_index
-from imagegen.push_plan import NO_PUSH, PushPlan
+from imagegen.runs import pipeline
 
 
 def platform_tag(tag: str, platform: str) -> str:

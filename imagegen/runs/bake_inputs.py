@@ -20,7 +20,7 @@ from imagegen.building.bases import standin_command
 from imagegen.errors import BadInputError
 from imagegen.files import output_error, refused_node
 from imagegen.imagespec import catalog
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
 
 
 def check_bake_file(path: Path | None) -> None:

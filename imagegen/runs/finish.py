@@ -20,12 +20,12 @@ from pathlib import Path
 from imagegen import log
 from imagegen.engine import Engine
 from imagegen.engine.client import docker_client
-from imagegen.imagespec.image_spec import ImageSpec
+from imagegen.imagespec.spec import ImageSpec
+from imagegen.oci.publish import Published, publish_image
+from imagegen.oci.push_plan import NO_PUSH, PushPlan
 from imagegen.proof.seal import ProofReport, Signer, seal_image
 from imagegen.proof.size import SizeReport, measure_image
-from imagegen.publish import Published, publish_image
-from imagegen.push_plan import NO_PUSH, PushPlan
-from imagegen.verify.verify_image import VerifyResult, verify_image
+from imagegen.verify.container import VerifyResult, verify_image
 
 # A step of the sequence: (name, title) -> a context that times it (pipeline's report keeps the
 # timings; bake only prints the step headers).

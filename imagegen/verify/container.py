@@ -4,48 +4,42 @@ The container has no network, a read-only root file system, no capabilities, run
 non-root user, and gets only a small tmpfs at /tmp. Inside it ``python -m op_builder
 verify --json OPS`` loads each op with JIT disabled; an op passes only if it loaded from
 its ahead-of-time module (``source == "aot"``). A requested op the image does not report
-fails too. The container is always removed, Ctrl-C and SIGTERM included.
+fails too. The container is the engine's sealed run (``imagegen.engine.sealed``), always removed,
+Ctrl-C and SIGTERM included.
 
 Why an image could not be verified is worded in ``imagegen.verify.failures``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
-import signal
 import time
-import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
-from imagegen.errors import BadInputError, VerificationFailedError
+from imagegen.engine.sealed import run_sealed
+from imagegen.errors import BadInputError
 from imagegen.imagespec.reference import check_reference
-from imagegen.verify.failures import (
-    StreamTail,
-    in_image_error,
-    no_report_error,
-    start_error,
-)
+from imagegen.verify.failures import in_image_error, no_report_error, start_error
 from op_builder import settings as op_settings
 from op_builder.errors import UnknownOpError
 from op_builder.registry import ALL_OPS
 from op_builder.report import OpVerification, VerifyReport
 from op_builder.suggest import did_you_mean
 
-VERIFY_LABEL = "io.imagegen.verify"
 OPS_LABEL = "io.imagegen.ops"
-# The user a verify container runs as when the image itself says root (or nothing).
-FALLBACK_USER = "65534:65534"
 # The longest --timeout taken: a day is far more than any image's ops need, and larger values
 # overflow the socket timeouts below them (1e11 s was reported as "no daemon answers").
 MAX_TIMEOUT_S = 86400.0
+# Every sealed run of an image's Python loads only what was built ahead of time.
+SEALED_ENV = {op_settings.DISABLE_JIT.name: "1"}
 
 
 @dataclass(frozen=True)
@@ -110,7 +104,7 @@ def parse_verify_output(
     must be reported and pass. The verifier's own error document (``{"error": ...}``: it could
     not check any op) raises VerificationFailedError with its message.
     """
-    data = _last_json_object(stdout)
+    data = last_json_object(stdout)
     if data is None:
         return None
     error = data.get("error")
@@ -132,7 +126,7 @@ def parse_verify_output(
     )
 
 
-def _last_json_object(text: str) -> dict[str, Any] | None:
+def last_json_object(text: str) -> dict[str, Any] | None:
     # The verifier prints one JSON document; anything a sitecustomize or a warning printed
     # before it is skipped by trying each "{" that starts a line, last first.
     starts = [i for i, ch in enumerate(text) if ch == "{" and (i == 0 or text[i - 1] == "\n")]
@@ -170,15 +164,6 @@ def check_image_op_names(ops: Sequence[str], labels: Mapping[str, str]) -> None:
             )
 
 
-def run_user(image_user: str) -> str:
-    """The image's own user when it is not root, else an unprivileged one."""
-    user = image_user.strip()
-    name = user.split(":", 1)[0]
-    if not user or name in ("root", "0"):
-        return FALLBACK_USER
-    return user
-
-
 def verify_command(ops: Sequence[str] | None, require_gpu: bool = False, selftest: bool = True) -> list[str]:
     options = (["--require-gpu"] if require_gpu else []) + ([] if selftest else ["--no-selftest"])
     return ["python", "-m", "op_builder", "verify", "--json", *options, *(ops or ())]
@@ -198,18 +183,6 @@ def parse_gpus(value: str | None) -> str | None:
             hint="use --gpus all, or device indexes or UUIDs: --gpus 0,1 or --gpus GPU-3f2a...",
         )
     return ",".join(items)
-
-
-def device_requests(gpus: str | None) -> list[Any]:
-    """The engine's device requests for ``gpus`` (the NVIDIA container toolkit serves them)."""
-    if gpus is None:
-        return []
-    # Deferred for the reason imagegen.engine.client gives.
-    from docker.types import DeviceRequest
-
-    if gpus == "all":
-        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    return [DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
 
 
 def check_verify_input(image: str, timeout: float) -> None:
@@ -255,7 +228,17 @@ def verify_image(
         check_image_op_names(ops or (), labels)
         wanted = requested_ops(ops, labels)
         command = verify_command(wanted, require_gpu, selftest)
-        exit_code, stdout, stderr = run_sealed(client, image, "verify", config, command, timeout, gpus)
+        exit_code, stdout, stderr = run_sealed(
+            client,
+            image,
+            "verify",
+            config,
+            command,
+            timeout,
+            gpus,
+            environment=SEALED_ENV,
+            refused=partial(start_error, image, gpus=gpus),
+        )
     finally:
         client.close()
     seconds = time.monotonic() - start
@@ -263,135 +246,3 @@ def verify_image(
     if result is None:
         raise no_report_error(image, " ".join(command), exit_code, stdout + "\n" + stderr)
     return result
-
-
-def sealed_container_options() -> dict[str, Any]:
-    """Docker SDK ``containers.create``/``run`` options of the sealed container: no network, a
-    read-only root, no capabilities or privilege gain, few processes, a small tmpfs at /tmp.
-
-    A fresh dict each call, so a caller may add to its environment.
-    """
-    return {
-        "network_mode": "none",
-        "read_only": True,
-        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=256m"},
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
-        "pids_limit": 512,
-        # HOME on the tmpfs: the image's home is read-only here and torch may cache under it.
-        "environment": {"HOME": "/tmp", "TMPDIR": "/tmp"},
-    }
-
-
-def run_sealed(
-    client: Any,
-    image: str,
-    purpose: str,
-    config: Mapping[str, Any],
-    command: Sequence[str],
-    timeout: float,
-    gpus: str | None = None,
-) -> tuple[int, str, str]:
-    """Run ``command`` in a sealed container of ``image`` (``config``: the image's Config) named
-    ``imagegen-<purpose>-<random>``; (exit code, stdout, stderr). The container is always removed:
-    by name, so a Ctrl-C that lands between its creation and any assignment still cleans up, with a
-    second Ctrl-C or SIGTERM held until that is done."""
-    name = f"imagegen-{purpose}-{uuid.uuid4().hex[:12]}"
-    try:
-        return _run_sealed(client, image, name, config, command, timeout, gpus)
-    finally:
-        with _interrupts_deferred():
-            _remove(client, name)
-
-
-def _run_sealed(
-    client: Any,
-    image: str,
-    name: str,
-    config: Mapping[str, Any],
-    command: Sequence[str],
-    timeout: float,
-    gpus: str | None,
-) -> tuple[int, str, str]:
-    import docker
-    import requests
-
-    options = sealed_container_options()
-    options["environment"][op_settings.DISABLE_JIT.name] = "1"
-    try:
-        container = client.containers.create(
-            image,
-            # The image's ENTRYPOINT (a shell, tini, a server) would get the verifier's command
-            # as its arguments: the verifier is the entrypoint instead.
-            entrypoint=list(command[:1]),
-            command=list(command[1:]),
-            device_requests=device_requests(gpus),
-            name=name,
-            user=run_user(str(config.get("User") or "")),
-            labels={VERIFY_LABEL: "1"},
-            detach=True,
-            **options,
-        )
-        container.start()
-    except docker.errors.APIError as exc:  # the edge where the engine's refusals enter: translated once
-        raise start_error(image, str(exc.explanation or exc), gpus) from exc
-    try:
-        status = container.wait(timeout=timeout)
-    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
-        raise VerificationFailedError(
-            f"verifying {image} did not finish within {timeout:.0f}s",
-            hint="an op may hang while loading; pass a longer timeout or check the image by hand",
-        ) from exc
-    stdout = _log_tail(container.logs(stdout=True, stderr=False, stream=True, follow=False))
-    stderr = _log_tail(container.logs(stdout=False, stderr=True, stream=True, follow=False))
-    return int(status.get("StatusCode", -1)), stdout, stderr
-
-
-def _log_tail(chunks: Iterable[bytes]) -> str:
-    # Streamed and cut to a tail: an image that prints hundreds of megabytes at start must not
-    # cost that much memory here, nor end up in an error message.
-    return StreamTail().feed_all(chunks).text()
-
-
-# How long a removal waits for a container the engine is still creating (see _remove).
-CREATE_GRACE_S = 10.0
-
-
-def _remove(client: Any, name: str, grace: float = CREATE_GRACE_S) -> None:
-    """Remove the verify container ``name``, whatever state it is in.
-
-    A Ctrl-C can abort the create request while the engine is still making the container: it
-    is then listed under its name but not yet removable (NotFound, or a conflict), and would
-    be left behind once made. So while the engine lists it, keep trying, for up to ``grace``
-    seconds.
-    """
-    import docker
-
-    deadline = time.monotonic() + grace
-    while True:
-        try:
-            client.api.remove_container(name, force=True)
-            return
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409 or time.monotonic() >= deadline:  # 409: still being created
-                raise
-        listed = client.api.containers(all=True, quiet=True, filters={"name": f"^/{re.escape(name)}$"})
-        if not listed or time.monotonic() >= deadline:
-            return
-        time.sleep(0.1)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """Hold a second Ctrl-C or SIGTERM until the cleanup inside is done (main thread only)."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    except (AttributeError, ValueError, OSError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
