@@ -25,7 +25,6 @@ import importlib
 import importlib.util
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -34,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal, Protocol
 
-from op_builder import settings
+from op_builder import includes, settings
 from op_builder import toolchain as tc
 from op_builder.context import (
     BuildContext,
@@ -186,31 +185,15 @@ def build_key(flags: OpFlags) -> str:
     return digest.hexdigest()[:16]
 
 
-_INCLUDE_RE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
-
-
 def included_files(flags: OpFlags) -> list[Path]:
-    """The op's sources plus every project header they include, transitively.
+    """The op's sources plus every project header they include (or name by a macro), transitively.
 
     Only headers that resolve inside the source's folder or the op's include dirs
     count: system and torch headers are covered by the torch version in the key,
     and another op's header changing must not rebuild this one.
     """
-    search = [Path(d) for d in flags.include_dirs]
-    seen: dict[Path, None] = {}
-    pending = [Path(s) for s in flags.sources]
-    while pending:
-        path = pending.pop()
-        if path in seen:
-            continue
-        seen[path] = None
-        for name in _INCLUDE_RE.findall(path.read_bytes()):
-            for folder in (path.parent, *search):
-                candidate = folder / name.decode()
-                if candidate.is_file():
-                    pending.append(candidate.resolve())
-                    break
-    return sorted(seen)
+    found = includes.scan((Path(s) for s in flags.sources), [Path(d) for d in flags.include_dirs])
+    return list(found.files)
 
 
 def extensions_root(env: Mapping[str, str]) -> Path:

@@ -13,7 +13,6 @@ Nothing here imports torch: ``op_builder.context`` takes its nvcc default from h
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from op_builder import settings
+from op_builder import includes, settings
 from op_builder.env import env_positive_int
 
 
@@ -84,7 +83,6 @@ def split_jobs(budget: int, units: Mapping[str, int], cost: Mapping[str, float] 
     return JobSplit(budget, workers, jobs, order)
 
 
-_INCLUDE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 # torch's whole C++ API (frontend, autograd, nn, pybind): a TU that includes it parses about
 # three times what one with only ATen/core/Tensor.h and torch's pybind header does (async_io
 # compiles in ~29 s here against cpu_adam's ~10 s), and the header parse is most of a CPU TU.
@@ -111,19 +109,7 @@ def op_cost(sources: Sequence[str], include_dirs: Sequence[str], archs: int = 0)
 
 def included_names(source: Path, search: Sequence[Path]) -> set[str]:
     """Every name ``source`` includes, following the project headers found in ``search``."""
-    names: set[str] = set()
-    seen: set[Path] = set()
-    pending = [source]
-    while pending:
-        path = pending.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        for raw in _INCLUDE.findall(path.read_bytes()):
-            name = raw.decode(errors="replace")
-            names.add(name)
-            pending.extend(folder / name for folder in (path.parent, *search) if (folder / name).is_file())
-    return names
+    return set(includes.scan([source], search).names)
 
 
 def default_nvcc_threads(budget: int) -> int:

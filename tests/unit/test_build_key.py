@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from op_builder import includes
 from op_builder.context import OpFlags
 from op_builder.loader import build_key, included_files
+from op_builder.registry import get_builder
 
 
 def _flags(tmp_path: Path, cxx: tuple[str, ...] = ("-O3",)) -> OpFlags:
@@ -57,3 +59,31 @@ def test_nvcc_threads_do_not_change_the_key_but_other_device_flags_do(tmp_path: 
     base = replace(_flags(tmp_path), device_compiler="nvcc", device=("-O3", "--threads=1"))
     assert build_key(base) == build_key(replace(base, device=("-O3", "--threads=4")))
     assert build_key(base) != build_key(replace(base, device=("-O2", "--threads=1")))
+
+
+def test_a_header_named_by_a_macro_is_in_the_key(tmp_path: Path) -> None:
+    # The CPU optimizers' shape: the op names its kernel header once, a shared dispatcher includes it.
+    _tree(tmp_path)
+    (tmp_path / "src" / "op.cpp").write_text('#define KERNEL "impl.h"\n#include "dispatch.h"\n')
+    (tmp_path / "inc" / "dispatch.h").write_text("#pragma once\n#include KERNEL\n")
+    (tmp_path / "inc" / "impl.h").write_text('#include "deep.h"\nint impl;\n')
+    flags = _flags(tmp_path)
+    assert {p.name for p in included_files(flags)} == {"op.cpp", "dispatch.h", "impl.h", "deep.h"}
+    base = build_key(flags)
+    (tmp_path / "inc" / "impl.h").write_text('#include "deep.h"\nint impl_changed;\n')
+    assert build_key(flags) != base
+    # A macro that is not a header's name (a version string) names nothing.
+    (tmp_path / "src" / "op.cpp").write_text('#define VERSION "1.2"\n')
+    assert {p.name for p in included_files(flags)} == {"op.cpp"}
+
+
+def test_our_cpu_optimizers_keys_follow_their_kernel_headers() -> None:
+    # Each names its kernel header by macro only (cpu_optim_dispatch.h includes it).
+    for op, kernel in (("cpu_adam", "cpu_adam_impl.h"), ("cpu_adagrad", "cpu_adagrad_impl.h"),
+                       ("cpu_lion", "cpu_lion_impl.h")):  # fmt: skip
+        builder = get_builder(op)
+        found = includes.scan(
+            [Path(s) for s in builder.source_paths()], [Path(d) for d in builder.include_paths()]
+        )
+        assert kernel in {p.name for p in found.files}, op
+        assert "torch/extension.h" in found.names or "cpu_simd.h" in found.names, op

@@ -8,10 +8,6 @@ namespace {
 using cpu_optim::AdagradArgs;
 
 #define CPU_OPTIM_KERNEL "cpu_adagrad_impl.h"
-#if 0  // never compiled: names the kernel header for the build key, which follows plain
-       // #include lines only (op_builder/loader.py included_files), not CPU_OPTIM_KERNEL
-#include "cpu_adagrad_impl.h"
-#endif
 #include "cpu_optim_dispatch.h"
 
 }  // namespace

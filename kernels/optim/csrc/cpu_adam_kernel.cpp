@@ -8,10 +8,6 @@ namespace {
 using cpu_optim::AdamArgs;
 
 #define CPU_OPTIM_KERNEL "cpu_adam_impl.h"
-#if 0  // never compiled: names the kernel header for the build key, which follows plain
-       // #include lines only (op_builder/loader.py included_files), not CPU_OPTIM_KERNEL
-#include "cpu_adam_impl.h"
-#endif
 #define CPU_OPTIM_BF16_STATE  // the moments may be kept in bf16
 #include "cpu_optim_dispatch.h"
 
