@@ -19,17 +19,20 @@ import io
 import os
 import shutil
 import tempfile
+import time
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from imagegen import settings
 from imagegen.compat.pip_config import pip_install_options
+from imagegen.deadlines import DeadlinePassed, answer_within
 from imagegen.errors import BuildFailedError, IndexUnreachableError
 from imagegen.urls import redact
 
@@ -43,7 +46,11 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # How much one ranged read asks for: the central directory (~1.5 MB) in one request, the
 # include members (~10 MB) in one or two.
 _CHUNK = 16 * 1024 * 1024
-_TIMEOUT = 120
+# Whole-answer deadlines (imagegen.deadlines): a socket timeout bounds each read only, and a host
+# that trickles bytes would hold `make compat` for ever. The index's page, one ranged window, and
+# the whole wheel when the host refuses ranges: a fixed time plus its size at 1 MiB/s.
+ANSWER_DEADLINE = 60.0
+_SLOWEST_BYTES_PER_S = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,9 @@ def session(env: Mapping[str, str] = os.environ) -> requests.Session:
     return s
 
 
-def pick_wheel(version: str, files: list[dict[str, Any]]) -> Wheel | None:
-    """The CPython 3.11 manylinux x86-64 wheel of ``version`` (the highest build tag, as pip picks)."""
+def pick_wheel(version: str, files: list[dict[str, Any]], page_url: str = "") -> Wheel | None:
+    """The CPython 3.11 manylinux x86-64 wheel of ``version`` (the highest build tag, as pip picks);
+    its URL resolved against ``page_url``, since PEP 691 lets an index give relative ones."""
     best: tuple[int, Wheel] | None = None
     for entry in files:
         name = str(entry.get("filename", ""))
@@ -98,22 +106,27 @@ def pick_wheel(version: str, files: list[dict[str, Any]]) -> Wheel | None:
         if parsed != Version(version):
             continue
         number = build[0] if build else -1
-        wheel = Wheel(name, str(entry["url"]), int(entry.get("size") or 0))
+        wheel = Wheel(name, urljoin(page_url, str(entry["url"])), int(entry.get("size") or 0))
         if best is None or number > best[0]:
             best = (number, wheel)
     return best[1] if best else None
 
 
+def size_deadline(size: int) -> float:
+    """The whole-answer deadline of ``size`` bytes: the page's, and a second per MiB."""
+    return ANSWER_DEADLINE + size / _SLOWEST_BYTES_PER_S
+
+
 def find_wheel(version: str, index_url: str, http: requests.Session) -> Wheel:
     url = index_url.rstrip("/") + "/torch/"
-    response = http.get(url, headers={"Accept": SIMPLE_JSON}, timeout=_TIMEOUT)
+    response = answer_within(http, "GET", url, ANSWER_DEADLINE, headers={"Accept": SIMPLE_JSON})
     response.raise_for_status()
     if not response.headers.get("content-type", "").startswith(SIMPLE_JSON):
         raise BuildFailedError(
             f"the index at {index_url} does not serve the JSON simple API (PEP 691)",
             hint="name an index that does with --index-url",
         )
-    wheel = pick_wheel(version, response.json().get("files", []))
+    wheel = pick_wheel(version, response.json().get("files", []), url)
     if wheel is None:
         raise BuildFailedError(f"torch {version}: no {WHEEL_TAG}*_{WHEEL_ARCH} wheel on {index_url}")
     return wheel
@@ -163,19 +176,44 @@ class RangedFile(io.RawIOBase):
 
     def _fetch(self, start: int, length: int) -> None:
         last = min(self.size, start + length) - 1
-        # Streamed, so a host that ignores the range is caught before it sends the whole wheel.
-        with self.http.get(
-            self.url, headers={"Range": f"bytes={start}-{last}"}, timeout=_TIMEOUT, stream=True
-        ) as response:
-            response.raise_for_status()
-            if response.status_code != 206:
-                raise RangesRefused(self.url)
-            self.requests += 1
-            self.window_start, self.window = start, response.content
+        # Only a 206's body is read: a host that ignores the range is caught before it sends the
+        # whole wheel.
+        import requests
+
+        try:
+            response = self._answer(start, last)
+        except requests.RequestException as exc:
+            # zipfile reads a failed read (an OSError, as requests' errors are) as "not a zip
+            # file": the host's failure is carried past it instead.
+            raise HostFailed(exc) from exc
+        if response.status_code != 206:
+            raise RangesRefused(self.url)
+        self.requests += 1
+        self.window_start, self.window = start, response.content
+
+    def _answer(self, start: int, last: int) -> requests.Response:
+        response = answer_within(
+            self.http,
+            "GET",
+            self.url,
+            size_deadline(last + 1 - start),
+            read_body=lambda status: status == 206,
+            headers={"Range": f"bytes={start}-{last}"},
+        )
+        response.raise_for_status()
+        return response
 
 
 class RangesRefused(Exception):
     """The file host answered a Range request with the whole file."""
+
+
+class HostFailed(Exception):
+    """A ranged read's request failed (``cause``: the requests error), carried out of zipfile."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _extract(archive: zipfile.ZipFile, dest: Path) -> int:
@@ -198,11 +236,17 @@ def _extract_file(path: Path, dest: Path) -> None:
 
 def _download(wheel: Wheel, http: requests.Session, folder: Path) -> Path:
     path = folder / wheel.filename
-    with http.get(wheel.url, stream=True, timeout=_TIMEOUT) as response:
+    deadline = size_deadline(wheel.size)
+    ends = time.monotonic() + deadline
+    # Streamed to disk (the whole wheel is about a gigabyte), so the deadline is checked between
+    # blocks: a trickle is cut off at most one read's timeout past it.
+    with http.get(wheel.url, stream=True, timeout=ANSWER_DEADLINE) as response:
         response.raise_for_status()
         with open(path, "wb") as out:
             for block in response.iter_content(1024 * 1024):
                 out.write(block)
+                if time.monotonic() > ends:
+                    raise DeadlinePassed(deadline)
     return path
 
 
@@ -221,10 +265,17 @@ def fetch_headers(
         return cached
     try:
         return _read_headers(version, index_url, env, http or session(env))
-    except requests.RequestException as exc:
+    except DeadlinePassed as exc:
+        raise IndexUnreachableError(
+            f"torch {version}'s headers: the package index {redact(index_url)} or its file host did not "
+            f"send an answer whole within {exc.seconds:.3g} s",
+            hint="check the network and proxy settings, or name another index with --index-url",
+        ) from None
+    except (requests.RequestException, HostFailed) as exc:
+        cause = exc.cause if isinstance(exc, HostFailed) else exc
         raise IndexUnreachableError(
             f"torch {version}'s headers: the package index {redact(index_url)} or its file host stopped "
-            f"answering ({type(exc).__name__})",
+            f"answering ({type(cause).__name__})",
             hint="check the network and proxy settings, or name another index with --index-url",
         ) from None
 

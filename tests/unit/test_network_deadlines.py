@@ -173,6 +173,49 @@ def test_a_trickling_file_host_is_cut_off_at_the_deadline(trickle: Trickle) -> N
         served.close()
 
 
+def test_torchs_headers_from_a_trickling_index_are_cut_off(
+    index: _Index, trickle: Trickle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `make compat`'s header reader: the torch page trickles its body.
+    monkeypatch.setattr(headers, "ANSWER_DEADLINE", DEADLINE)
+    trickle.paths["/simple/torch/"] = "body"
+    started = time.monotonic()
+    with pytest.raises(IndexUnreachableError, match=r"did not send an answer whole within 1 s"):
+        headers.fetch_headers("2.15.0", index.url, {"XDG_CACHE_HOME": str(tmp_path)}, headers.session({}))
+    assert time.monotonic() - started < DEADLINE + SLACK
+    assert not list(tmp_path.rglob("include")), "nothing half-written in the cache"
+
+
+def test_torchs_headers_from_a_trickling_file_host_are_cut_off(
+    trickle: Trickle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wheel's ranged reads trickle: each window's deadline is the page's plus its size's.
+    monkeypatch.setattr(headers, "ANSWER_DEADLINE", DEADLINE)
+    page = json.loads((FIXTURES / "torch.json").read_text())
+    for entry in page["files"]:
+        entry["size"] = 200
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            if self.path == "/simple/torch/":
+                self.send_body(200, json.dumps(page).encode(), headers.SIMPLE_JSON)
+            else:
+                start, end = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+                trickle.send(self, b"P" * (end - start + 1), "application/zip", "body", "206 Partial Content")
+
+    served = serve(Handler)
+    started = time.monotonic()
+    try:
+        with pytest.raises(IndexUnreachableError, match=r"within 1 s"):
+            headers.fetch_headers(
+                "2.15.0", served.root + "/simple", {"XDG_CACHE_HOME": str(tmp_path)}, headers.session({})
+            )
+    finally:
+        served.close()
+    assert time.monotonic() - started < DEADLINE + SLACK
+    assert trickle.cut.wait(3 * INTERVAL + 1)
+
+
 # ------------------------------------------------------------------ a registry
 
 
