@@ -19,7 +19,6 @@ Needs Docker and the stand-ins (scripts/ensure-docker.sh, `imagegen standins`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -30,6 +29,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from _common import write_json  # noqa: E402
 
 from imagegen.engine import Engine, detect_engine  # noqa: E402
 from imagegen.engine.client import docker_client  # noqa: E402
@@ -175,15 +176,13 @@ def main() -> int:
         "import_torch_seconds": [round(s, 3) for s in import_seconds],
         "largest_runtime_layers": _largest_layers(tags["runtime"]),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
     mib = 1024 * 1024
     print(f"runtime {sizes['runtime'] / mib:.0f} MiB, build stage {sizes['build'] / mib:.0f} MiB, "
           f"devel stage {sizes['devel'] / mib:.0f} MiB")  # fmt: skip
     print(f"runtime / devel = {ratio:.3f} (goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})")
     print(f"import torch in a sealed container: {statistics.median(import_seconds):.2f} s (median of "
           f"{len(import_seconds)}, bytecode {spec.bytecode})")  # fmt: skip
-    print(f"written to {out}")
+    write_json(out, results, "written to")
     return 0
 
 

@@ -14,7 +14,6 @@ empties the mounts first as well (for every build on this daemon), for engines t
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -27,13 +26,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from _common import write_json  # noqa: E402
+from image_size import cpu_spec  # noqa: E402
 
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
-
-sys.path.insert(0, str(REPO / "bench"))
-from image_size import cpu_spec  # noqa: E402
 
 COPIED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen")
 GOAL = 0.1
@@ -120,13 +119,10 @@ def main() -> int:
         "cold_steps": step_report(cold.log),
         "rebuild_steps": warm_steps,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
     compiled = warm_steps["ops_compiled"] or "none"
     print(f"cold {cold.build_seconds:.1f}s, rebuild after touching {args.touch} {warm.build_seconds:.1f}s")
     print(f"ratio {ratio:.3f} (goal <= {GOAL}); ops compiled in the rebuild: {compiled}")
-    print(f"written to {out}")
+    write_json(Path(args.out), results, "written to")
     return 0 if results["goal_met"] else 1
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from _common import write_json  # noqa: E402
 
 from imagegen.engine.client import docker_client  # noqa: E402
 from imagegen.proof.compare import compare  # noqa: E402
@@ -88,15 +90,12 @@ def main() -> int:
         "outside_mib_per_second": round(size / (1 << 20) / median["outside"], 1),
         "seconds": {name: [round(v, 2) for v in values] for name, values in runs.items()},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
     print(
         f"verify --key {args.image} ({size / (1 << 20):.0f} MiB): now {now:.1f} s (container "
         f"{median['container']:.1f} + outside {median['outside']:.1f}), before {before:.1f} s (probe "
         f"{median['probe']:.1f}): x{results['ratio_now_to_before']}"
     )
-    print(f"wrote {out}")
+    write_json(Path(args.out), results)
     return 0
 
 

@@ -11,13 +11,14 @@ Goal: the full verification of the four-op CPU image under 10 s (median).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from _common import write_json  # noqa: E402
 
 from bench.image_size import cpu_spec  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
@@ -61,15 +62,12 @@ def main() -> int:
         "full_seconds": [round(s, 2) for s in full],
         "load_only_seconds": [round(s, 2) for s in load_only],
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
     print(
         f"verify {spec.tag}: full {results['full_seconds_median']} s, load only "
         f"{results['load_only_seconds_median']} s (x{results['ratio_full_to_load_only']}); "
         f"goal < {GOAL_SECONDS:.0f} s: {'met' if results['goal_met'] else 'NOT met'}"
     )
-    print(f"wrote {out}")
+    write_json(Path(args.out), results)
     return 0 if results["goal_met"] else 1
 
 
