@@ -20,8 +20,9 @@ from imagegen.imagespec import catalog
 from imagegen.imagespec.spec import SpecInput
 from imagegen.oci.push_plan import PushPlan
 from imagegen.render.matrix import STANDARD_MATRIX
-from imagegen.runs.bake import BakeImage, BakeReport, bake
+from imagegen.runs.bake import bake
 from imagegen.runs.bake_inputs import BakeRequest, check_platform_options
+from imagegen.runs.report import RunImage, RunReport
 from op_builder.suggest import did_you_mean
 
 TargetsArgument = Annotated[
@@ -125,11 +126,11 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}s"
 
 
-def _size(image: BakeImage) -> str:
+def _size(image: RunImage) -> str:
     return "-" if image.size_bytes is None else f"{image.size_bytes / 2**20:.0f} MiB"
 
 
-def _table(report: BakeReport) -> Table:
+def _table(report: RunReport) -> Table:
     verdict = "all passed" if report.ok else "FAILED"
     title = f"imagegen bake: {verdict} (builder {report.builder or 'current'}, {report.driver})"
     table = Table(title=title, title_justify="left")

@@ -21,6 +21,7 @@ from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
 from imagegen.runs import multiarch, pipeline
+from imagegen.runs.report import RunReport
 from imagegen.verify.table import render_table
 
 
@@ -78,7 +79,7 @@ def build(
         specs[0], verify=not no_verify, source=source, signer=signer, max_size=budget, push=plan
     )
     if json:
-        emit_json(report.to_json())
+        emit_json(RunReport.one_image(specs[0], report).to_json())
     else:
         _print(report)
     _keep_report(report)
@@ -101,14 +102,14 @@ def _build_platforms(
     if json:
         emit_json(result.to_json())
     else:
-        for platform, report in zip(result.platforms, result.reports):
-            console().print(f"\n{platform}", markup=False)
+        for report in result.reports:
+            console().print(f"\n{report.platform}", markup=False)
             _print(report)
         if result.index is not None:
             console().print(f"\nindex  {result.tag}@{result.index.digest}", markup=False)
     for report in result.reports:
         _keep_report(report)
-    failed = [p for p, r in zip(result.platforms, result.reports) if r.verify is not None and not r.verify.ok]
+    failed = [r.platform for r in result.reports if r.verify is not None and not r.verify.ok]
     if failed:
         raise VerificationFailedError(
             f"{', '.join(failed)} failed verification; no platform was pushed",
@@ -133,7 +134,7 @@ def _check_report(report: pipeline.BuildReport, budget: int | None, json: bool) 
 
 
 def _keep_report(report: pipeline.BuildReport) -> None:
-    """The summary as JSON beside the image's SBOM and provenance on the host."""
+    """The image's own report as JSON beside its SBOM and provenance on the host."""
     if report.proof is not None:
         summary = json_module.dumps(report.to_json(), indent=2) + "\n"
         write_atomic(report.proof.directory / "build.json", summary)

@@ -4,5 +4,7 @@ with the one finish sequence (``finish``: seal -> size -> verify -> push):
 
 - ``pipeline``: one image, ``build(spec) -> BuildReport``;
 - ``multiarch``: one image per platform, then the index over them;
-- ``bake``: the matrix's targets through ``docker buildx bake`` (its inputs: ``bake_inputs``).
+- ``bake``: the matrix's targets through ``docker buildx bake`` (its inputs: ``bake_inputs``);
+- ``report``: what each returns: one image's report, and the run's, whose JSON is every
+  ``--json`` of ``imagegen build`` and ``imagegen bake``, in one shape.
 """

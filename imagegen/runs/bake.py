@@ -24,22 +24,20 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from imagegen import log
 from imagegen.building.build_inputs import check_sources, source_root
 from imagegen.building.build_secrets import build_secrets
 from imagegen.building.staging import staged_context
 from imagegen.engine import Engine, detect_engine
-from imagegen.engine.build_log import compile_seconds, describe_failure, op_sources
+from imagegen.engine.build_log import describe_failure, op_sources
 from imagegen.engine.images import inspect_image_id, local_images
 from imagegen.engine.process import cancel_sessions
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
 from imagegen.files import write_atomic
-from imagegen.imagespec import compile_cache
-from imagegen.imagespec.compile_cache import CacheStats
 from imagegen.oci.push_plan import NO_PUSH, PushPlan
 from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
@@ -47,74 +45,9 @@ from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
 from imagegen.runs.bake_inputs import BakeRequest, check_bake_file, missing_standins
 from imagegen.runs.finish import Built, finish
-from imagegen.runs.pipeline import BuildReport, image_report
-from imagegen.verify.container import VerifyResult
+from imagegen.runs.report import RunImage, RunReport, image_report
 
 BUILDX_HINT = "install Debian's buildx plugin: `bash scripts/buildx-plugin.sh` (make system-deps does it)"
-
-
-@dataclass(frozen=True)
-class BakeImage:
-    """What became of one target: built, verified, pushed, or where it stopped (``error``)."""
-
-    target: str
-    platform: str
-    tag: str
-    ok: bool
-    size_bytes: int | None = None
-    build_seconds: float | None = None
-    verify_seconds: float | None = None
-    pushed: str | None = None  # the reference pushed; None: not pushed
-    error: str | None = None
-    verify: VerifyResult | None = field(default=None, compare=False)
-    compile_seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
-    compile_cache: CacheStats | None = field(default=None, compare=False)
-    # The image's report, the one `imagegen build` returns (None: the build or its finish failed).
-    report: BuildReport | None = field(default=None, compare=False)
-
-    @property
-    def result(self) -> str:
-        if self.ok:
-            return "pushed" if self.pushed else "verified"
-        if self.verify is not None:
-            return "verify failed"
-        return "build failed" if self.build_seconds is not None else "failed"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "platform": self.platform,
-            "tag": self.tag,
-            "ok": self.ok,
-            "result": self.result,
-            "size_bytes": self.size_bytes,
-            "build_seconds": None if self.build_seconds is None else round(self.build_seconds, 1),
-            "verify_seconds": None if self.verify_seconds is None else round(self.verify_seconds, 1),
-            "pushed": self.pushed,
-            "error": self.error,
-            "compile_seconds": {op: round(s, 1) for op, s in self.compile_seconds.items()},
-            "compile_cache": None if self.compile_cache is None else self.compile_cache.to_json(),
-            "verify": None if self.verify is None else self.verify.to_json(),
-        }
-
-
-@dataclass(frozen=True)
-class BakeReport:
-    builder: str | None  # None: the current one
-    driver: str
-    images: tuple[BakeImage, ...]
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.images) and all(image.ok for image in self.images)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "builder": self.builder,
-            "driver": self.driver,
-            "images": [image.to_json() for image in self.images],
-        }
 
 
 # --------------------------------------------------------------------------- the builder
@@ -299,7 +232,7 @@ def bake(
     source: Path | None = None,
     env: Mapping[str, str] = os.environ,
     bake_file_out: Path | None = None,
-) -> BakeReport:
+) -> RunReport:
     """Build ``requests`` with ``docker buildx bake`` on ``builder``, verify each image built, and
     push those that passed as ``push`` says (``PushPlan.for_bake``: each under a registry). A
     failed target is reported, not raised.
@@ -336,7 +269,7 @@ def bake(
             runs = run_bakes({t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}, env)
     made = _Made(root, digests, started, proof_now())
     images = [_finish(engine, request, runs[request.name], verify, push, made) for request in requests]
-    return BakeReport(builder=builder, driver=driver, images=tuple(images))
+    return RunReport("bake", tuple(images), builder=builder, driver=driver)
 
 
 @dataclass(frozen=True)
@@ -351,9 +284,13 @@ class _Made:
 
 def _finish(
     engine: Engine, request: BakeRequest, run: _Run, verify: bool, push: PushPlan, made: _Made
-) -> BakeImage:
+) -> RunImage:
     """Seal, verify (and push) one target's image, or say why its build failed."""
     spec = request.spec
+
+    def stopped(why: str) -> RunImage:
+        return RunImage(request.name, spec.platform, spec.tag, None, stopped=why, seconds=run.seconds)
+
     if run.returncode != 0:
         failure = describe_failure(
             run.lines,
@@ -362,20 +299,7 @@ def _finish(
             spec.tag,
             engine_error=f"docker exited {run.returncode}",
         )
-        return BakeImage(
-            request.name, spec.platform, spec.tag, ok=False, build_seconds=run.seconds, error=failure.message
-        )
-    built = BakeImage(
-        request.name,
-        spec.platform,
-        spec.tag,
-        ok=False,
-        build_seconds=run.seconds,
-        compile_seconds=compile_seconds(run.lines),
-        compile_cache=compile_cache.stats_from_log(run.lines, op_sources(spec.registry))
-        if spec.compile_cache
-        else None,
-    )
+        return stopped(failure.message)
     try:
         # The same sequence `imagegen build` runs: seal -> size -> verify -> push what passed.
         image_id = inspect_image_id(spec.tag)
@@ -384,19 +308,9 @@ def _finish(
         )
         done = finish(engine, here, verify=verify, push=push)
     except UserFacingError as exc:  # the verifier could not run, a push failed: this target only
-        return replace(built, error=exc.message)
+        return stopped(exc.message)
     # The image's report, as `imagegen build` makes it; the table's row is read from it.
     report = image_report(
         spec, engine.kind, image_id, run.seconds, run.lines, done, size_bytes=done.size_bytes
     )
-    verified = report.verify
-    return replace(
-        built,
-        ok=report.ok,
-        size_bytes=report.size_bytes,
-        verify_seconds=report.verify_seconds,
-        pushed=done.pushed_as,
-        verify=verified,
-        error=None if report.ok or verified is None else verified.failure_summary(),
-        report=report,
-    )
+    return RunImage(request.name, spec.platform, spec.tag, report)

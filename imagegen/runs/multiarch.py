@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from imagegen import log
 from imagegen.engine import detect_engine
@@ -26,6 +25,7 @@ from imagegen.oci.publish import Published, publish_image, publish_index
 from imagegen.oci.push_plan import NO_PUSH, PushPlan
 from imagegen.proof.signing import Signer
 from imagegen.runs import pipeline
+from imagegen.runs.report import ImageReport, RunImage, RunReport
 
 
 def platform_tag(tag: str, platform: str) -> str:
@@ -35,36 +35,6 @@ def platform_tag(tag: str, platform: str) -> str:
         name, _, version = tag.rpartition(":")
     suffix = "-".join(platform.split("/")[1:])
     return f"{name}:{version}-{suffix}"
-
-
-@dataclass(frozen=True)
-class PlatformsReport:
-    """Every platform's build, and the index pushed under ``tag`` (None: not pushed)."""
-
-    tag: str | None
-    platforms: tuple[str, ...]
-    reports: tuple[pipeline.BuildReport, ...]
-    index: Descriptor | None
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.reports)
-
-    @property
-    def pushed(self) -> bool:
-        return self.index is not None
-
-    def to_json(self) -> dict[str, Any]:
-        """``imagegen build --json`` for several platforms."""
-        return {
-            "ok": self.ok,
-            "tag": self.tag,
-            "pushed": self.pushed,
-            "index": None
-            if self.index is None
-            else {"digest": self.index.digest, "media_type": self.index.media_type, "size": self.index.size},
-            "platforms": [{"platform": p, **r.to_json()} for p, r in zip(self.platforms, self.reports)],
-        }
 
 
 def build_platforms(
@@ -77,7 +47,7 @@ def build_platforms(
     env: Mapping[str, str] = os.environ,
     signer: Signer | None = None,
     max_size: int | None = None,
-) -> PlatformsReport:
+) -> RunReport:
     """Build and verify each spec (one per platform), then, as ``push`` says (an index: made by
     ``PushPlan.for_build``, which checked its rule), push them and their index under its tag,
     only when every platform passed."""
@@ -101,7 +71,7 @@ def build_platforms(
                 )
             )
     if push.kind != "index" or not all(r.ok for r in reports):
-        return PlatformsReport(tag, platforms, tuple(reports), None)
+        return _run(specs, reports, tag, None)
     assert push.target is not None and tag == push.target  # PushPlan.for_build
     published: list[tuple[str, Published]] = []
     for platform, report in zip(platforms, reports):
@@ -113,4 +83,11 @@ def build_platforms(
     with log.step(f"push the index {tag}"):
         index = publish_index(tag, published)
     reports = [replace(r, pushed=True, published=p) for r, (_, p) in zip(reports, published)]
-    return PlatformsReport(tag, platforms, tuple(reports), index)
+    return _run(specs, reports, tag, index)
+
+
+def _run(
+    specs: Sequence[ImageSpec], reports: Sequence[ImageReport], tag: str | None, index: Descriptor | None
+) -> RunReport:
+    images = tuple(RunImage.of(spec, report) for spec, report in zip(specs, reports))
+    return RunReport("platforms", images, tag=tag, index=index)

@@ -20,12 +20,11 @@ from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.oci.push_plan import remote_tag
 from imagegen.render.matrix import BakeTarget, bake_file, render_bake, standard_entries
 from imagegen.runs.bake import (
-    BakeImage,
-    BakeReport,
     BakeRequest,
     check_host_network,
     parse_driver,
 )
+from imagegen.runs.report import ImageReport, RunImage, RunReport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -140,11 +139,14 @@ def test_a_pushed_reference_is_the_tag_under_the_registry() -> None:
 
 
 def test_the_report_is_ok_only_when_every_image_is() -> None:
-    good = BakeImage(
-        "cpu", "linux/amd64", "t:1", ok=True, size_bytes=10, build_seconds=1.0, verify_seconds=2.0
-    )
-    bad = BakeImage("cpu-arm64", "linux/arm64", "t:2", ok=False, build_seconds=3.0, error="boom")
-    report = BakeReport(None, "docker", (good, bad))
+    built = ImageReport(
+        ok=True, tag="t:1", target="cpu", platform="linux/amd64", ops=("cpu_adam",), archs=(),
+        torch="2.13.0", python="3.11", engine="buildx", stage="runtime", image_id="sha256:abc",
+        size_bytes=10, build_seconds=1.0, verify=None, pushed=False, steps=(),
+    )  # fmt: skip
+    good = RunImage("cpu", "linux/amd64", "t:1", built)
+    bad = RunImage("cpu-arm64", "linux/arm64", "t:2", None, stopped="boom", seconds=3.0)
+    report = RunReport("bake", (good, bad), driver="docker")
     data = report.to_json()
     assert data["ok"] is False and [i["ok"] for i in data["images"]] == [True, False]
     assert set(data["images"][0]) >= {
@@ -157,7 +159,7 @@ def test_the_report_is_ok_only_when_every_image_is() -> None:
         "verify_seconds",
     }
     assert data["images"][1]["result"] == "build failed" and data["images"][1]["error"] == "boom"
-    assert BakeReport(None, "docker", (good,)).ok and not BakeReport(None, "docker", ()).ok
+    assert RunReport("bake", (good,)).ok and not RunReport("bake", ()).ok
 
 
 @pytest.mark.parametrize(

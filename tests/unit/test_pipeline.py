@@ -197,6 +197,14 @@ def test_build_json_prints_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert set(data) >= SUMMARY_KEYS and data["ok"] is True
+    # The run's shape too (tests/unit/test_run_report.py holds it): the image as its one entry.
+    (image,) = data["images"]
+    assert (image["target"], image["tag"], image["pushed"], image["result"]) == (
+        "cpu",
+        "it:1",
+        None,
+        "verified",
+    )
 
 
 def test_build_json_failed_verification_is_one_document_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
