@@ -35,7 +35,7 @@ from image_build import step_seconds  # noqa: E402
 from parallel_compile import CPU_OPS, machine  # noqa: E402
 
 from imagegen.engine import Engine, detect_engine  # noqa: E402
-from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec  # noqa: E402
+from imagegen.imagespec.spec import ImageSpec, build_spec, spec_input  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
 
 GOAL = 1.5
@@ -50,7 +50,8 @@ def spec(ops: str, variant: str) -> ImageSpec:
     """``amd64``, ``arm64`` (cross-compiled) or ``arm64-emulated`` (every stage on arm64)."""
     arm64 = variant != "amd64"
     return build_spec(
-        SpecInput(
+        spec_input(
+            os.environ,
             ops=ops,
             cpu=True,
             standins=True,
@@ -61,8 +62,7 @@ def spec(ops: str, variant: str) -> ImageSpec:
             build_wheelhouse=AMD64_WHEELS if variant == "arm64" else None,
             ca_cert=CA_CERT,
             tag=f"imagegen-bench/cpu:{variant}",
-        ),
-        os.environ,
+        )
     )
 
 

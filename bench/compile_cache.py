@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.imagespec import compile_cache  # noqa: E402
-from imagegen.imagespec.spec import SpecInput, build_spec  # noqa: E402
+from imagegen.imagespec.spec import build_spec, spec_input  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -74,14 +74,14 @@ def compile_step_seconds(log: Sequence[str]) -> float | None:
 def cuda_spec(cuda: str, ops: str) -> Any:
     """The CUDA image of ``ops`` from the stand-ins, torch from the index this machine's pip uses."""
     return build_spec(
-        SpecInput(
+        spec_input(
+            os.environ,
             ops=ops,
             cuda=cuda,
             standins=True,
             torch_index=os.environ.get("IMAGEGEN_BENCH_TORCH_INDEX") or pip_index_url(),
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
-        ),
-        os.environ,
+        )
     )
 
 

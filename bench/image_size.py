@@ -39,8 +39,8 @@ from imagegen.imagespec.spec import (  # noqa: E402
     BYTECODE_MODES,
     BYTECODE_TAG_SUFFIX,
     ImageSpec,
-    SpecInput,
     build_spec,
+    spec_input,
 )
 from imagegen.runs import pipeline  # noqa: E402
 
@@ -51,7 +51,8 @@ CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
 def cpu_spec(ops: str, engine: Engine, bytecode: str | None = None, tag: str | None = None) -> ImageSpec:
     """The CPU image the integration tests build, from stand-ins, torch from the local wheelhouse."""
     return build_spec(
-        SpecInput(
+        spec_input(
+            os.environ,
             ops=ops,
             cpu=True,
             standins=True,
@@ -60,8 +61,7 @@ def cpu_spec(ops: str, engine: Engine, bytecode: str | None = None, tag: str | N
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",
             bytecode=bytecode,
-        ),
-        os.environ,
+        )
     )
 
 
@@ -82,7 +82,8 @@ def cuda_spec(args: argparse.Namespace, engine: Engine) -> ImageSpec:
     a machine behind a mirror cannot reach; pip's own index is the one this machine can.
     """
     return build_spec(
-        SpecInput(
+        spec_input(
+            os.environ,
             ops=args.ops or CUDA_OPS,
             cuda="13.0",
             standins=True,
@@ -92,8 +93,7 @@ def cuda_spec(args: argparse.Namespace, engine: Engine) -> ImageSpec:
             bytecode=args.bytecode,
             ca_cert=os.environ.get("IMAGEGEN_BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt"),
             buildkit=engine.kind != "classic",
-        ),
-        os.environ,
+        )
     )
 
 

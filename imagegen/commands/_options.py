@@ -1,10 +1,12 @@
-"""The commands' options: the image options made from the one table (``imagegen.options``), and
-a few shared ``Annotated`` aliases of the commands' own.
+"""The commands' options: those made from the one table (``imagegen.options``), and a few shared
+``Annotated`` aliases of the commands' own.
 
-``image_options(command)`` gives a command every option of the table that command takes: the
-options of what the image is arrive packed in one ``SpecInput`` (the ``image`` parameter), the
-run options (``--push``, ``--sign-key``, ...) under their own names. A command declares none of
-them itself, so adding an option to the table adds it to every command that takes it.
+``table_options(command)`` gives a command every option of the table that command takes, each
+value resolved once, here (``options.resolve``: flag > ``IMAGEGEN_*`` > the row's default): the
+options of what the image is arrive packed in one ``SpecInput`` (the ``image`` parameter, for the
+commands that have one), the others (``--push``, ``--sign-key``, ``--op-source`` of ``ops``...)
+under their own names. A command declares none of them itself, so adding an option to the table
+adds it to every command that takes it.
 
 Typer reads these annotations at run time, so this module spells optional types with
 ``Optional`` (the package supports Python 3.9, where ``X | None`` cannot be evaluated).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Optional, TypeVar
 
@@ -66,20 +69,18 @@ def _default(option: ImageOption) -> Any:
     return None
 
 
-# An alias of the table's --op-source for the commands outside the four (ops, standins, ...).
-OpSourceOption = typer_annotation(options.BY_NAME["op_sources"])
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def image_options(command: str) -> Callable[[F], F]:
+def table_options(command: str) -> Callable[[F], F]:
     """Give the decorated command the table's options for ``command`` (see the module's doc)."""
     table = options.for_command(command)
-    spec_options = [o for o in table if o.spec]
-    run_options = {o.name: o for o in table if not o.spec}
 
     def decorate(func: F) -> F:
         own = inspect.signature(func)
+        packed = "image" in own.parameters  # what the image is, in one SpecInput
+        spec_options = [o for o in table if o.spec and packed]
+        run_options = {o.name: o for o in table if not (o.spec and packed)}
         parameters = []
         for param in own.parameters.values():
             if param.name == "image":
@@ -89,15 +90,17 @@ def image_options(command: str) -> Callable[[F], F]:
             else:  # the command's own: its Annotated alias, evaluated where the command is
                 parameters.append(param.replace(annotation=_evaluated(param.annotation, func)))
         missing = set(run_options) - set(own.parameters)
-        if missing or "image" not in own.parameters:
-            raise TypeError(f"{func.__name__} takes no parameter for {sorted(missing) or ['image']}")
+        if missing:
+            raise TypeError(f"{func.__name__} takes no parameter for {sorted(missing)}")
 
         @functools.wraps(func)
         def command_function(**kwargs: Any) -> Any:
-            given = {o.name: kwargs.pop(o.name) for o in spec_options}
-            if "op_sources" in given:
-                given["op_sources"] = tuple(given["op_sources"] or ())
-            return func(image=SpecInput(**given), **kwargs)
+            flags = {o.name: kwargs.pop(o.name) for o in table if o.name in kwargs}
+            # The cascade, once for this command: flag > IMAGEGEN_* variable > the row's default.
+            values = options.resolve(flags, os.environ, command)
+            if packed:
+                kwargs["image"] = SpecInput(**{o.name: values.pop(o.name) for o in spec_options})
+            return func(**kwargs, **values)
 
         signature = own.replace(parameters=parameters)
         command_function.__signature__ = signature  # type: ignore[attr-defined]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 from imagegen import log
 from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 
 
 def make_spec(inp: SpecInput) -> ImageSpec:
-    """Build and validate the spec from the command's option values and the process environment."""
-    spec = build_spec(inp, os.environ)
+    """Build and validate the spec from the command's option values (the cascade's, resolved once)."""
+    spec = build_spec(inp)
     for warning in spec.warnings:
         log.warn(warning)
     return spec

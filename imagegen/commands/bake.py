@@ -3,7 +3,6 @@ verified and, with ``--push``, pushed when it passed; one table (or JSON documen
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,8 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from imagegen import options
-from imagegen.commands._options import JsonOption, by_platform, image_options
+from imagegen.commands._options import JsonOption, by_platform, table_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
@@ -63,14 +61,14 @@ def _matrix_targets() -> dict[str, tuple[catalog.Accelerator, str | None, str]]:
     return found
 
 
-@image_options("bake")
+@table_options("bake")
 def bake_command(
     image: SpecInput,
     targets: TargetsArgument = None,
     builder: BuilderOption = None,
     push: PushRegistryOption = None,
-    platform_torch: list[str] | None = None,
-    platform_wheelhouse: list[str] | None = None,
+    platform_torch: tuple[str, ...] = (),
+    platform_wheelhouse: tuple[str, ...] = (),
     no_verify: bool = False,
     bake_file: BakeFileOption = None,
     source: Path | None = None,
@@ -86,17 +84,16 @@ def bake_command(
                 f"no target {name!r} in the matrix",
                 hint=did_you_mean(name, known) or "targets: " + ", ".join(known),
             )
-    torch_for = by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
-    wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
+    torch_for = by_platform("--platform-torch", platform_torch, "linux/arm64=2.10.0")
+    wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse, "linux/arm64=DIR")
     check_platform_options(
         {"--platform-torch": torch_for, "--platform-wheelhouse": wheels_for}, {known[n][2] for n in names}
     )
-    image = options.resolve(image, os.environ)  # flag > IMAGEGEN_*; bake's own default: all ops
-    requests = []
+    requests = []  # image: flag > IMAGEGEN_* > default (for bake, --ops all), resolved once
     for name in names:
         accelerator, version, platform = known[name]
         inp = replace(
-            image, ops=image.ops or "all", cpu=accelerator == "cpu",
+            image, cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None, rocm=version if accelerator == "rocm" else None,
             platform=platform, torch=torch_for.get(platform, image.torch),
             wheelhouse=wheels_for.get(platform, image.wheelhouse),

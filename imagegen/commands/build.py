@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json as json_module
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from imagegen import options
-from imagegen.commands._options import JsonOption, by_platform, image_options
+from imagegen.commands._options import JsonOption, by_platform, table_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
-from imagegen.imagespec.catalog import DEFAULT_PLATFORM
 from imagegen.imagespec.checks import platform_list
 from imagegen.imagespec.spec import ImageSpec, SpecInput
 from imagegen.oci.push_plan import PushPlan
@@ -25,11 +22,11 @@ from imagegen.runs.report import RunReport
 from imagegen.verify.table import render_table
 
 
-@image_options("build")
+@table_options("build")
 def build(
     image: SpecInput,
-    platform_torch: list[str] | None = None,
-    platform_wheelhouse: list[str] | None = None,
+    platform_torch: tuple[str, ...] = (),
+    platform_wheelhouse: tuple[str, ...] = (),
     no_verify: bool = False,
     push: bool = False,
     source: Path | None = None,
@@ -41,12 +38,11 @@ def build(
 
     --platform A,B: one image per platform, each verified; with --push, pushed together under
     --tag as one image index only when every platform passed."""
-    image = options.resolve(image, os.environ)  # flag > IMAGEGEN_*, before the platforms split
-    platforms: Sequence[str | None] = platform_list(image.platform) if image.platform else [None]
-    torch_for = by_platform("--platform-torch", platform_torch or [], "linux/arm64=2.10.0")
-    wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse or [], "linux/arm64=DIR")
+    platforms = platform_list(image.platform)  # image: flag > IMAGEGEN_* > default, resolved once
+    torch_for = by_platform("--platform-torch", platform_torch, "linux/arm64=2.10.0")
+    wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse, "linux/arm64=DIR")
     several = len(platforms) > 1
-    built = {p or DEFAULT_PLATFORM for p in platforms}
+    built = set(platforms)
     for option, chosen in (("--platform-torch", torch_for), ("--platform-wheelhouse", wheels_for)):
         for name in sorted(set(chosen) - built):
             raise BadInputError(
@@ -60,8 +56,8 @@ def build(
             replace(
                 image,
                 platform=p,
-                torch=torch_for.get(p or "", image.torch),
-                wheelhouse=wheels_for.get(p or "", image.wheelhouse),
+                torch=torch_for.get(p, image.torch),
+                wheelhouse=wheels_for.get(p, image.wheelhouse),
                 # A cross build's own torch is the build platform's: --wheelhouse holds it when
                 # --platform-wheelhouse gave the target another.
                 build_wheelhouse=image.build_wheelhouse or image.wheelhouse,

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from imagegen import log
-from imagegen.commands._options import image_options
+from imagegen.commands._options import table_options
 from imagegen.commands._spec import make_spec
 from imagegen.files import write_atomic
 from imagegen.imagespec.spec import SpecInput
@@ -23,7 +23,7 @@ OutputOption = Annotated[
 ]
 
 
-@image_options("dockerfile")
+@table_options("dockerfile")
 def dockerfile(image: SpecInput, output: OutputOption = None) -> None:
     """Render the multi-stage Dockerfile (devel -> build -> runtime) for the selected ops."""
     spec = make_spec(image)

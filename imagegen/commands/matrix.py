@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from imagegen import log
-from imagegen.commands._options import JsonOption, OpSourceOption
+from imagegen.commands._options import JsonOption, table_options
 from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.files import stat_input
 from imagegen.imagespec.checks import platform_name
 from imagegen.imagespec.op_packages import STAGED_DIR
-from imagegen.imagespec.spec import op_source_dirs
 from imagegen.render.matrix import stale_files, write_matrix
 
 OutDirOption = Annotated[
     Path, typer.Option("--out", metavar="DIR", help="Where to write (the repository's dockerfiles/).")
-]
-MatrixPlatformOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--platform",
-        metavar="OS/ARCH",
-        help="Write (or --check) only this platform's Dockerfiles, linux/amd64 or linux/arm64 "
-        "(repeatable); docker-bake.hcl always names the whole matrix. Default: every platform.",
-    ),
 ]
 CheckOption = Annotated[
     bool,
@@ -37,16 +26,17 @@ CheckOption = Annotated[
 ]
 
 
+@table_options("matrix")
 def matrix(
     out: OutDirOption = Path("dockerfiles"),
     check: CheckOption = False,
-    op_source: OpSourceOption = None,
-    platform: MatrixPlatformOption = None,
+    op_sources: tuple[str, ...] = (),
+    matrix_platforms: tuple[str, ...] = (),
     json: JsonOption = False,
 ) -> None:
     """Render dockerfiles/<target>[-arm64]/Dockerfile for the standard matrix, and docker-bake.hcl."""
-    sources = op_source_dirs(op_source or (), os.environ)
-    platforms = tuple(platform_name(p) for p in platform or ())
+    sources = op_sources  # flag > IMAGEGEN_OP_SOURCES, resolved once
+    platforms = tuple(platform_name(p) for p in matrix_platforms)
     found = stat_input(out, "--out")
     if found is not None and not stat.S_ISDIR(found.st_mode):
         raise BadInputError(

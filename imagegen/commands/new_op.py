@@ -30,7 +30,7 @@ from typing import Annotated, Optional
 import jinja2
 import typer
 
-from imagegen.commands._options import JsonOption
+from imagegen.commands._options import JsonOption, table_options
 from imagegen.commands._output import emit_json
 from imagegen.errors import BadInputError
 from imagegen.files import make_dirs, stat_input
@@ -40,9 +40,6 @@ from op_builder.registry import current
 NameArgument = Annotated[
     str,
     typer.Argument(metavar="NAME", help="The op's name: lower case, digits, '_' (becomes DS_BUILD_<NAME>)."),
-]
-CudaFlag = Annotated[
-    bool, typer.Option("--cuda", help="A CUDA op (device code, launcher, binding), not a C++ / OpenMP one.")
 ]
 OutputDirOption = Annotated[
     Optional[Path],
@@ -201,14 +198,15 @@ def _environment() -> jinja2.Environment:
     )
 
 
+@table_options("new-op")  # --cuda: the table's row for new-op (a CUDA op, not a target)
 def new_op(
     name: NameArgument,
-    cuda: CudaFlag = False,
+    cuda_op: bool = False,
     output: OutputDirOption = None,
     json: JsonOption = False,
 ) -> None:
     """Write a working op package to start from: builder, kernel and binding, front, self-test, tests."""
-    package = skeleton(name, output if output is not None else Path(f"{name}_ops"), cuda)
+    package = skeleton(name, output if output is not None else Path(f"{name}_ops"), cuda_op)
     write(package)
     files = sorted(package.files)
     if json:
@@ -221,7 +219,7 @@ def new_op(
             "next": list(package.next_commands()),
         })  # fmt: skip
         return
-    kind = "CUDA" if cuda else "CPU"
+    kind = "CUDA" if cuda_op else "CPU"
     print(f"wrote the op package {package.package} ({kind} op {package.op}) in {package.root}:")
     for relative in files:
         print(f"  {relative}")

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from imagegen.commands._options import JsonOption, OpSourceOption
+from imagegen.commands._options import JsonOption, table_options
 from imagegen.commands._output import console, emit_json
-from imagegen.imagespec.spec import op_source_dirs
 from op_builder.op_sources import check_package_dir
 from op_builder.registry import Registry, registry_for
 
@@ -30,11 +28,11 @@ def ops_table(registry: Registry) -> list[dict[str, Any]]:
     ]
 
 
-def ops(op_source: OpSourceOption = None, json: JsonOption = False) -> None:
+@table_options("ops")
+def ops(op_sources: tuple[str, ...] = (), json: JsonOption = False) -> None:
     """List the ops, their target (cpu: any image; gpu: --cuda/--rocm), origin and runtime packages."""
     # The registry only: listing ops reads no package's files (staging and digests are a build's).
-    dirs = op_source_dirs(op_source or (), os.environ)
-    registry = registry_for([check_package_dir(Path(d)) for d in dirs])
+    registry = registry_for([check_package_dir(Path(d)) for d in op_sources])
     rows = ops_table(registry)
     if json:
         emit_json({"ops": rows})

@@ -7,7 +7,7 @@ Exit codes: 0 made or current; 1 a recipe failed (apt, debootstrap, pip, the eng
 from __future__ import annotations
 
 import os
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -15,41 +15,22 @@ from rich.table import Table
 from imagegen.building.standins import mirrors as mirrors_lib
 from imagegen.building.standins import plan as plan_lib
 from imagegen.building.standins.make import make
-from imagegen.commands._options import JsonOption
+from imagegen.commands._options import JsonOption, table_options
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
 
-CudaVersionsOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--cuda",
-        metavar="X.Y",
-        help="Also the CUDA X.Y stand-ins (repeatable): 12.4 from Debian trixie's nvidia-cuda-toolkit, "
-        "13.0 this machine's toolkit (CUDA_HOME) when it is 13.0, other 13.x NVIDIA's compiler wheels.",
-    ),
-]
-CpuOnlyOption = Annotated[
-    bool, typer.Option("--cpu", help="Only the CPU stand-ins (the default when no --cuda is given).")
-]
-StandinPlatformOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--platform",
-        metavar="OS/ARCH",
-        help="linux/amd64 (default) or linux/arm64 (tags end in -arm64; made under qemu-user-static).",
-    ),
-]
 ForceOption = Annotated[bool, typer.Option("--force", help="Remake them even when current.")]
 MirrorsOption = Annotated[
     bool, typer.Option("--mirrors", help="Print the Debian mirrors a base would be made from, and exit.")
 ]
 
 
+@table_options("standins")  # --cuda, --cpu and --platform: the table's rows for stand-ins
 def standins(
-    cuda: CudaVersionsOption = None,
-    cpu: CpuOnlyOption = False,
-    platform: StandinPlatformOption = None,
+    standin_cudas: tuple[str, ...] = (),
+    cpu_only: bool = False,
+    standin_platform: str = "linux/amd64",
     force: ForceOption = False,
     mirrors: MirrorsOption = False,
     json: JsonOption = False,
@@ -57,9 +38,9 @@ def standins(
     """Make the stand-in bases (debootstrap + apt; cached by tag and recipe revision): the CPU pair,
     and with --cuda each version's devel and runtime pair. Environment: STANDIN_MIRROR,
     STANDIN_SECURITY_MIRROR, STANDIN_CA, STANDIN_PYTHON, STANDIN_PREFIX, CUDA_HOME."""
-    if cpu and cuda:
+    if cpu_only and standin_cudas:
         raise BadInputError("--cpu and --cuda exclude each other", hint="--cpu makes only the CPU stand-ins")
-    req = plan_lib.request(cuda or (), platform, os.environ)
+    req = plan_lib.request(standin_cudas, standin_platform, os.environ)
     if mirrors:
         found = mirrors_lib.resolve(catalog.STANDIN_DISTRO, os.environ)
         if json:

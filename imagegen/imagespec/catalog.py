@@ -48,6 +48,7 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
+from imagegen import options
 from imagegen.imagespec.torch_releases import TORCH_PYTHONS, TORCH_RELEASES
 from op_builder import archs as arch_lib
 
@@ -57,7 +58,8 @@ Accelerator = Literal["cpu", "cuda", "rocm"]
 AMD64 = "linux/amd64"
 ARM64 = "linux/arm64"
 PLATFORMS: tuple[str, ...] = (AMD64, ARM64)
-DEFAULT_PLATFORM = AMD64
+# The options table's (--platform's default, one place for it); the catalog holds it.
+DEFAULT_PLATFORM: str = options.default("platform")
 # The first CUDA release torch publishes aarch64 (sbsa) wheels for.
 ARM64_CUDA_SINCE = "12.6"
 

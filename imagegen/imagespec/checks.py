@@ -7,7 +7,7 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
-from imagegen import settings
+from imagegen import options, settings
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
 from imagegen.imagespec.catalog import Accelerator, Target
@@ -26,7 +26,7 @@ _VERSION_RE = re.compile(r"\d+\.\d+\Z")  # \Z: "$" would let a trailing newline 
 # default tag. "startup": only what a process imports to start torch and load the image's ops.
 BYTECODE_TAG_SUFFIX = {"startup": "", "all": "-allbytecode", "none": "-nobytecode"}
 BYTECODE_MODES = tuple(BYTECODE_TAG_SUFFIX)
-DEFAULT_BYTECODE = "startup"
+DEFAULT_BYTECODE: str = options.default("bytecode")
 
 
 def target(cuda: str | None, rocm: str | None, cpu: bool) -> Target:
@@ -70,6 +70,11 @@ def platform_name(value: str, option: str = "--platform") -> str:
         f"{option} {value!r} is not a platform imagegen builds for",
         hint=suggestion + "use " + " or ".join(catalog.PLATFORMS),
     )
+
+
+def build_platform(value: str) -> str:
+    """``--build-platform``'s value as one of ``catalog.PLATFORMS`` (its row's check)."""
+    return platform_name(value, "--build-platform")
 
 
 def platform_list(value: str) -> tuple[str, ...]:

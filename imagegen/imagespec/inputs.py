@@ -155,7 +155,8 @@ def index_needs_buildkit(url: str) -> BadInputError:
     )
 
 
-def op_source_paths(dirs: tuple[str, ...]) -> None:
+def op_source_paths(dirs: tuple[str, ...]) -> tuple[str, ...]:
     """Each ``--op-source`` folder can at least be looked up (a name too long is bad input here)."""
     for folder in dirs:
         stat_input(Path(folder).expanduser(), "--op-source")
+    return dirs

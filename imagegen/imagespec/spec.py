@@ -1,8 +1,9 @@
 """ImageSpec: every choice about one image, resolved and validated once from the CLI flags.
 
-Precedence, for every setting: command-line flag > ``IMAGEGEN_*`` environment variable >
-catalog default (the first two by ``imagegen.options.resolve``, the catalog's here).
-``build_spec`` is a pure function of the raw flags and an environment mapping; each problem
+Precedence, for every setting: command-line flag > ``IMAGEGEN_*`` environment variable > the
+options table's default > the catalog's default (the first three by ``imagegen.options.resolve``,
+once per command; the catalog's here, where the target is known). ``build_spec`` is a pure
+function of what the cascade found (``SpecInput``); each problem
 raises one ``BadInputError`` with a hint, so the CLI exits 2 with a clear message before
 anything is rendered or built.
 """
@@ -10,9 +11,11 @@ anything is rendered or built.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from packaging.version import Version
 
@@ -39,36 +42,56 @@ NUMPY_LOWEST = "1.22"  # a floor, as the build tools have; pip picks the newest 
 NO_NUMPY_TAG_SUFFIX = "-nonumpy"
 
 
+def _default(name: str) -> Any:
+    return options.default(name)
+
+
 @dataclass(frozen=True)
 class SpecInput:
-    """The raw flags as typed; None means 'not given' (so the environment may fill it)."""
+    """The options of what the image is, one field per row of the options table with
+    ``spec=True``, each defaulting to its row's default (a test holds the two together).
 
-    ops: str | None = None
-    cuda: str | None = None
-    rocm: str | None = None
-    cpu: bool = False
-    python: str | None = None
-    torch: str | None = None
-    arch: str | None = None
-    distro: str | None = None
-    base_devel: str | None = None
-    base_runtime: str | None = None
-    torch_index: str | None = None
-    wheelhouse: str | None = None
-    offline: bool | None = None
-    ca_cert: str | None = None
-    keep_ca_cert: bool = False
-    tag: str | None = None
-    max_jobs: int | str | None = None  # a variable's text until inputs.max_jobs checks it
-    buildkit: bool | None = None
-    standins: bool | None = None
-    bytecode: str | None = None
-    numpy: bool | None = None  # --numpy/--no-numpy
-    op_sources: tuple[str, ...] = ()  # op package folders (--op-source, repeatable)
-    platform: str | None = None  # "linux/amd64" / "linux/arm64"
-    build_platform: str | None = None  # the builder's platform; another than platform cross-compiles
-    build_wheelhouse: str | None = None  # a cross build's wheels for the build platform (its torch)
-    compile_cache: str | None = None  # --compile-cache: local, redis://, s3://, gcs://
+    ``options.resolve`` fills it from the command line (flag > ``IMAGEGEN_*`` > default), once per
+    command; ``SpecInput(...)`` in code is that, with the flags given and no variable. None: no
+    value, for the catalog to choose where the target is known (``build_spec``).
+    """
+
+    ops: str | None = _default("ops")  # required for dockerfile and build; bake: all
+    op_sources: tuple[str, ...] = _default("op_sources")  # op package folders (--op-source)
+    cuda: str | None = _default("cuda")
+    rocm: str | None = _default("rocm")
+    cpu: bool = _default("cpu")
+    platform: str = _default("platform")  # "linux/amd64" / "linux/arm64"
+    build_platform: str | None = _default("build_platform")  # another than platform cross-compiles
+    build_wheelhouse: str | None = _default("build_wheelhouse")  # a cross build's wheels for its torch
+    python: str | None = _default("python")
+    torch: str | None = _default("torch")
+    arch: str | None = _default("arch")
+    distro: str | None = _default("distro")
+    base_devel: str | None = _default("base_devel")
+    base_runtime: str | None = _default("base_runtime")
+    standins: bool = _default("standins")
+    torch_index: str | None = _default("torch_index")
+    wheelhouse: str | None = _default("wheelhouse")
+    offline: bool = _default("offline")
+    ca_cert: str | None = _default("ca_cert")
+    keep_ca_cert: bool = _default("keep_ca_cert")
+    buildkit: bool = _default("buildkit")
+    bytecode: str = _default("bytecode")
+    numpy: bool = _default("numpy")  # --numpy/--no-numpy
+    max_jobs: int | str | None = _default("max_jobs")  # a variable's text until its check
+    compile_cache: str | None = _default("compile_cache")  # local, redis://, s3://, gcs://
+    tag: str | None = _default("tag")
+
+
+def spec_input(env: Mapping[str, str], command: str = "build", **flags: Any) -> SpecInput:
+    """SpecInput for code that has no command line (benches, tests): ``flags`` as the flags
+    given, then the cascade (``options.resolve``) over ``env`` and the defaults."""
+    unknown = set(flags) - {option.name for option in options.for_command(command) if option.spec}
+    if unknown:
+        raise TypeError(f"{command} has no image option {sorted(unknown)}")
+    values = options.resolve(flags, env, command)
+    return SpecInput(**{name: value for name, value in values.items() if options.BY_NAME[name].spec})
 
 
 @dataclass(frozen=True)
@@ -213,12 +236,6 @@ def content_hash(ops: tuple[str, ...], archs: tuple[str, ...], packages: tuple[O
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def op_source_dirs(flag: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
-    """The op package folders: the flags, else ``IMAGEGEN_OP_SOURCES`` (separated by ':')."""
-    given = options.BY_NAME["op_sources"]
-    return tuple(flag) if flag else tuple(given.from_env(env) or ())
-
-
 def _used_packages(
     packages: tuple[OpPackage, ...], names: tuple[str, ...], warnings: list[str]
 ) -> tuple[OpPackage, ...]:
@@ -234,30 +251,59 @@ def _used_packages(
     return tuple(used)
 
 
-def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
-    """Resolve and validate ``inp`` against ``env`` and the catalog. Raises BadInputError.
+# The modules whose functions the options table names as checks (its rows' ``check``).
+CHECK_MODULES: Mapping[str, ModuleType] = {
+    "inputs": inputs,
+    "checks": checks,
+    "compile_cache": compile_cache_lib,
+}
 
-    The cascade is ``imagegen.options.resolve``'s, once for every option (flag > ``IMAGEGEN_*``);
-    what is still unset then takes the catalog's default here, where the target is known.
+
+def option_check(name: str) -> Callable[[Any], Any]:
+    """The function a row's ``check`` names ("inputs.max_jobs")."""
+    module, _, function = name.partition(".")
+    found: Callable[[Any], Any] = getattr(CHECK_MODULES[module], function)
+    return found
+
+
+def checked_values(inp: SpecInput) -> dict[str, Any]:
+    """Every option of ``inp``, each value its row's check took (a value given or defaulted;
+    None, no value, is left for build_spec's rules). Raises BadInputError."""
+    values: dict[str, Any] = {}
+    for option in options.OPTIONS:
+        if not option.spec:
+            continue
+        value = getattr(inp, option.name)
+        if option.check and value is not None:
+            value = option_check(option.check)(value)
+        values[option.name] = value
+    return values
+
+
+def build_spec(inp: SpecInput) -> ImageSpec:
+    """Resolve and validate ``inp`` against the catalog. Raises BadInputError.
+
+    ``inp`` holds what the cascade found (``options.resolve``: flag > ``IMAGEGEN_*`` > the row's
+    default), once per command. Each option's own check runs first (``checked_values``), then the
+    rules that join several options, and what is still unset takes the catalog's default here,
+    where the target is known.
     """
-    inp = options.resolve(inp, env)
     given_values.versions(inp)  # before anything parses one
+    values = checked_values(inp)
     target = checks.target(inp.cuda, inp.rocm, inp.cpu)
-    platform = checks.platform(inp.platform, target)
-    standins = bool(inp.standins)
+    platform = checks.platform(values["platform"], target)
+    standins = inp.standins
     standin_bases = checks.standins(target, platform) if standins else None
     distro = checks.distro(inp.distro, target, standins)
     base_devel = inp.base_devel
     base_runtime = inp.base_runtime
     python = checks.python(inp.python, target, distro, standins, base_devel, base_runtime)
-    given_index = inputs.index_url(inp.torch_index)
+    given_index: str | None = values["torch_index"]
     # Shown, rendered and sealed with its userinfo as *** (the whole URL goes as a build secret).
     torch_index_flag = None if given_index is None else redact(given_index)
     warnings: list[str] = []
     torch, variant = checks.torch(inp.torch, target, python, torch_index_flag, warnings, platform)
-    source_dirs = inp.op_sources
-    inputs.op_source_paths(source_dirs)
-    registry, packages = resolve_packages(source_dirs)
+    registry, packages = resolve_packages(values["op_sources"])
     names, from_all = checks.ops(inp.ops, target, registry)
     checks.system_packages(names, registry)
     cuda_archs, rocm_archs = checks.archs(inp.arch, target, platform)
@@ -265,12 +311,9 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         names, cuda_archs, registry, explicit=not from_all, warnings=warnings
     )
     packages = _used_packages(packages, names, warnings)
-    build_platform = (
-        catalog.DEFAULT_PLATFORM
-        if inp.build_platform is None
-        else checks.platform_name(inp.build_platform, "--build-platform")
-    )
-    buildkit = True if inp.buildkit is None else inp.buildkit
+    buildkit = inp.buildkit
+    # The builder's platform, when not named, is the one images are built for when none is named.
+    build_platform: str = values["build_platform"] or options.default("platform")
     given_values.build_platform(inp.build_platform, build_platform, platform, buildkit)
     if standin_bases is not None:
         standin_devel, standin_runtime = standin_bases
@@ -285,9 +328,9 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     for what, ref in (("--base-devel", base_devel), ("--base-runtime", base_runtime)):
         check_reference(what, ref)  # a digest pins a base: allowed
 
-    wheelhouse = inputs.existing_dir(inp.wheelhouse)
-    build_wheelhouse = inputs.existing_dir(inp.build_wheelhouse) or wheelhouse
-    offline = bool(inp.offline)
+    wheelhouse: Path | None = values["wheelhouse"]
+    build_wheelhouse: Path | None = values["build_wheelhouse"] or wheelhouse
+    offline = inp.offline
     if offline and wheelhouse is None:
         raise BadInputError(
             "--offline needs --wheelhouse: with no index, every wheel must come from it",
@@ -298,13 +341,12 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     torch_index = torch_index_flag or (None if wheelhouse is not None else catalog.torch_index(variant))
     if offline:
         torch_index = None
-    ca_cert = inputs.existing_file(inp.ca_cert)
+    ca_cert: Path | None = values["ca_cert"]
     if inp.keep_ca_cert and ca_cert is None:
         raise BadInputError("--keep-ca-cert needs --ca-cert FILE", hint="name the CA bundle to keep")
-    max_jobs = inputs.max_jobs(inp.max_jobs)
-    bytecode = checks.bytecode(inp.bytecode)
-    numpy = True if inp.numpy is None else inp.numpy
-    compile_cache = _compile_cache(inp.compile_cache, buildkit)
+    bytecode: str = values["bytecode"]
+    numpy = inp.numpy
+    compile_cache = _compile_cache(values["compile_cache"], buildkit)
     index_secret = inputs.index_secret(given_index if torch_index is not None else None, buildkit)
     archs = cuda_archs if target.accelerator == "cuda" else rocm_archs
     tag = inp.tag or (
@@ -333,7 +375,7 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
         ca_cert=ca_cert,
         keep_ca_cert=inp.keep_ca_cert,
         tag=tag,
-        max_jobs=max_jobs,
+        max_jobs=values["max_jobs"],
         buildkit=buildkit,
         bytecode=bytecode,
         warnings=tuple(warnings),
@@ -347,11 +389,11 @@ def build_spec(inp: SpecInput, env: Mapping[str, str]) -> ImageSpec:
     )
 
 
-def _compile_cache(value: str | None, buildkit: bool) -> CompileCache | None:
-    """The compile cache asked for; it needs BuildKit (its secrets and cache mounts)."""
-    if not value:
+def _compile_cache(cache: CompileCache | None, buildkit: bool) -> CompileCache | None:
+    """The compile cache asked for (its row's check parsed it); it needs BuildKit (its secrets
+    and cache mounts)."""
+    if cache is None:
         return None
-    cache = compile_cache_lib.parse(value)
     if not buildkit:
         raise BadInputError(
             "--compile-cache needs BuildKit: the classic builder has no build secrets or cache mounts",

@@ -1,25 +1,36 @@
-"""Every option of the image commands, declared once (``imagegen.options.declared``): its flag,
-how it is read, its ``IMAGEGEN_*`` variable, its help, the commands that take it and its row in
-docs/imagegen.md.
+"""Every option of the commands, declared once (``imagegen.options.declared`` and the modules it
+gathers): its flag, how it is read, its ``IMAGEGEN_*`` variable, its help, the commands that take
+it, its default value, the check of its value and its row in docs/imagegen.md.
 
-``dockerfile``, ``build``, ``bake`` and ``matrix`` get their image options from this table
-(``imagegen.commands._options.image_options``), ``imagegen.settings`` its ``IMAGEGEN_*``
-variables, scripts/settings_tables.py the docs' options table; ``resolve`` is the one cascade,
-**flag > IMAGEGEN_* variable**, for every option that has a variable (the catalog's defaults
-come after, in ``imagegen.imagespec``, where the target is known). Adding an option touches the
-table, the code that uses it and its test.
+The commands get their options from this table (``imagegen.commands._options.table_options``),
+``imagegen.settings`` its ``IMAGEGEN_*`` variables, scripts/settings_tables.py the docs' options
+table. ``resolve`` is the one cascade, **flag > IMAGEGEN_* variable > the row's default**, run
+once per command, where the command's options are parsed. What the catalog decides (the Python
+and torch of the target, its bases) comes after, in ``imagegen.imagespec.spec.build_spec``, where
+the target is known: such a row has no default value, and words in its docs cell instead.
 
-Data and one pure function: the ground floor, importing nothing of imagegen.
+Adding an option:
+
+1. Add its ``ImageOption`` to the table (declared.py, or the module of its theme): flags, form,
+   help, commands, ``default``, ``check`` (the imagespec function that checks the value alone, by
+   name) and its docs cells; ``env_kind`` to give it an ``IMAGEGEN_*`` variable.
+2. An option of what the image is (``spec=True``) also gets a field of
+   ``imagegen.imagespec.spec.SpecInput``, whose default is read from the row; a run option
+   (``spec=False``) a parameter of the commands that take it, under its name.
+3. Use it where it acts (a rule in ``build_spec`` when it joins other options, the renderer...).
+4. Test it, and run scripts/settings_tables.py (the settings and docs tables).
+
+Data and pure functions: the ground floor, importing nothing of imagegen.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from imagegen.options.declared import OPTIONS as OPTIONS
 from imagegen.options.model import BUILD as BUILD
+from imagegen.options.model import DOCS_COMMANDS as DOCS_COMMANDS
 from imagegen.options.model import DOCS_HEADING as DOCS_HEADING
 from imagegen.options.model import ENV_PREFIX as ENV_PREFIX
 from imagegen.options.model import IMAGE as IMAGE
@@ -32,6 +43,7 @@ BY_NAME: Mapping[str, ImageOption] = {option.name: option for option in OPTIONS}
 
 
 def for_command(command: str) -> tuple[ImageOption, ...]:
+    # OPTIONS, read when called: a test may add a row.
     return tuple(option for option in OPTIONS if command in option.commands)
 
 
@@ -49,7 +61,13 @@ def setting(name: str) -> Setting:
 def markdown_table() -> str:
     """docs/imagegen.md's options table (scripts/settings_tables.py writes it there)."""
     header = "| option | environment | default | meaning |\n|---|---|---|---|\n"
-    return header + "".join(option.docs_row() + "\n" for option in OPTIONS)
+    rows = (option for option in OPTIONS if option.commands & DOCS_COMMANDS)
+    return header + "".join(option.docs_row() + "\n" for option in rows)
+
+
+def default(name: str, command: str = "") -> Any:
+    """The value the option ``name`` takes when neither its flag nor its variable gives one."""
+    return BY_NAME[name].default_for(command)
 
 
 def _given(option: ImageOption, value: Any) -> bool:
@@ -61,25 +79,20 @@ def _given(option: ImageOption, value: Any) -> bool:
     return not (option.form == "repeat" and not value)
 
 
-T = TypeVar("T")
+def resolve(flags: Mapping[str, Any], env: Mapping[str, str], command: str) -> dict[str, Any]:
+    """The cascade, once for every option of ``command``: the flag when given, else its
+    ``IMAGEGEN_*`` variable, else the row's default for that command.
 
-
-def resolve(values: T, env: Mapping[str, str]) -> T:
-    """The cascade, once for every option: the flag when given, else its ``IMAGEGEN_*`` variable.
-
-    ``values`` is a dataclass whose fields are options of this table (``SpecInput``); a field
-    the flag left unset takes the variable's value (a switch or flag variable as a boolean,
-    folders split on ``:``, anything else as stripped text), else keeps its unset value for the
-    catalog's default to fill later. A garbled boolean variable is bad input naming it.
+    ``flags`` holds the values as parsed (an option missing from it was not given); the answer
+    holds every option of the command. A variable is read as its kind says (a switch or flag
+    variable as a boolean, folders split on ``:``, anything else as stripped text, a number too:
+    its check says what is wrong with it). A garbled boolean variable is bad input naming it.
     """
-    filled: dict[str, Any] = {}
-    for field in dataclasses.fields(values):  # type: ignore[arg-type]
-        option = BY_NAME.get(field.name)
-        if option is None:
-            continue
-        value = getattr(values, field.name)
+    values: dict[str, Any] = {}
+    for option in for_command(command):
+        value = flags.get(option.name)
         if not _given(option, value):
             from_env = option.from_env(env)
-            if from_env is not None:
-                filled[field.name] = tuple(from_env) if option.form == "repeat" else from_env
-    return dataclasses.replace(values, **filled) if filled else values  # type: ignore[type-var]
+            value = option.default_for(command) if from_env is None else from_env
+        values[option.name] = tuple(value or ()) if option.form == "repeat" else value
+    return values

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from imagegen.options.declared_commands import COMMAND_OPTIONS
+from imagegen.options.declared_target import TARGET_OPTIONS
 from imagegen.options.model import (
     _IMAGE_CMDS,
     _WITH_BAKE,
@@ -10,13 +12,14 @@ from imagegen.options.model import (
     BUILD_CMD,
     IMAGE,
     MATRIX,
+    OPS,
     SOURCES,
-    TARGET,
     ImageOption,
 )
 from imagegen.options.run_options import RUN_OPTIONS
 
-# What the image is (SpecInput's fields) and its tag; then how a run behaves (run_options.py).
+# What the image is (SpecInput's fields) and its tag; then how a run behaves (run_options.py);
+# then the options of the commands that make no image (declared_commands.py).
 OPTIONS: tuple[ImageOption, ...] = (
     ImageOption(
         name="ops",
@@ -31,15 +34,15 @@ OPTIONS: tuple[ImageOption, ...] = (
             'names get a "did you mean" (`ALL`: `all`)'
         ),
         env_kind="list",
+        command_defaults=(("bake", "all"),),  # bake builds every op of each target
     ),
     ImageOption(
         name="op_sources",
         flags=("--op-source",),
         form="repeat",
-        commands=_WITH_BAKE | {MATRIX},
+        commands=_WITH_BAKE | {MATRIX, OPS},
         help="An op package folder whose ops join ours (repeatable).",
         docs_option="`--op-source DIR` (repeatable)",
-        docs_default="none",
         docs_meaning=(
             "an op package whose ops `--ops` may name beside ours ([op-packages.md](op-packages.md)); only "
             "packages with a selected op are staged and built. A folder that is not an op package, a "
@@ -50,88 +53,10 @@ OPTIONS: tuple[ImageOption, ...] = (
         metavar="DIR",
         env_kind="path",
         env_note="(folders separated by `:`)",
+        default=(),
+        check="inputs.op_source_paths",
     ),
-    ImageOption(
-        name="cuda",
-        flags=("--cuda",),
-        form="value",
-        commands=_IMAGE_CMDS,
-        help="Build for this CUDA version.",
-        docs_option="`--cuda X.Y`",
-        docs_default="(exactly one of `--cuda`, `--rocm`, `--cpu`)",
-        docs_meaning="the target: this CUDA version; an unsupported one names the closest supported one",
-        panel=TARGET,
-        metavar="X.Y",
-    ),
-    ImageOption(
-        name="rocm",
-        flags=("--rocm",),
-        form="value",
-        commands=_IMAGE_CMDS,
-        help="Build for this ROCm version.",
-        docs_option="`--rocm X.Y`",
-        docs_default="(exactly one)",
-        docs_meaning="the target: this ROCm version; an unsupported one names the closest supported one",
-        panel=TARGET,
-        metavar="X.Y",
-    ),
-    ImageOption(
-        name="cpu",
-        flags=("--cpu",),
-        form="switch",
-        commands=_IMAGE_CMDS,
-        help="Build for the CPU only.",
-        docs_option="`--cpu`",
-        docs_default="(exactly one)",
-        docs_meaning="the target: the CPU only",
-        panel=TARGET,
-    ),
-    ImageOption(
-        name="platform",
-        flags=("--platform",),
-        form="value",
-        commands=_IMAGE_CMDS,
-        help=(
-            "linux/amd64 (default) or linux/arm64 (Grace Hopper / Grace Blackwell nodes; CUDA 12.6+ or the "
-            "CPU). Cross-compiled on a builder of another platform (--build-platform)."
-        ),
-        docs_option="`--platform OS/ARCH`",
-        docs_default="`linux/amd64`",
-        docs_meaning=(
-            "`linux/amd64` or `linux/arm64` (Grace Hopper / Grace Blackwell nodes, DGX Spark, Graviton): "
-            "the build's `--platform`, which picks each base's variant; the tag and the "
-            "`io.imagegen.platform` label name it. `build` takes both, `linux/amd64,linux/arm64`: [one "
-            "image for several platforms](#one-image-for-several-platforms) (an empty item or a platform "
-            "named twice exits 2). arm64 takes `--cpu` and `--cuda` 12.6 or newer (torch's aarch64 CUDA "
-            "wheels start there); ROCm and older CUDA exit 2. See "
-            "[arm64](#arm64-grace-hopper-and-grace-blackwell)"
-        ),
-        panel=TARGET,
-        metavar="OS/ARCH",
-        env_kind="text",
-    ),
-    ImageOption(
-        name="build_platform",
-        flags=("--build-platform",),
-        form="value",
-        commands=_IMAGE_CMDS,
-        help=(
-            "The platform of the machine that builds (default linux/amd64). Another --platform is "
-            "cross-compiled: only the runtime stage runs under emulation."
-        ),
-        docs_option="`--build-platform OS/ARCH`",
-        docs_default="`linux/amd64`",
-        docs_meaning=(
-            "the platform the devel and build stages run on (`FROM --platform=$BUILDPLATFORM`). When "
-            "`--platform` names another (arm64 images on an amd64 builder), the ops are "
-            "[cross-compiled](#arm64-grace-hopper-and-grace-blackwell) natively and only the runtime stage "
-            "runs the target's code (under emulation on this builder). The same platform as `--platform` "
-            "builds every stage for the target, under emulation where the builder differs. Needs BuildKit"
-        ),
-        panel=TARGET,
-        metavar="OS/ARCH",
-        env_kind="text",
-    ),
+    *TARGET_OPTIONS,
     ImageOption(
         name="build_wheelhouse",
         flags=("--build-wheelhouse",),
@@ -148,6 +73,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         panel=SOURCES,
         metavar="DIR",
         env_kind="path",
+        check="inputs.existing_dir",
     ),
     ImageOption(
         name="python",
@@ -250,7 +176,6 @@ OPTIONS: tuple[ImageOption, ...] = (
         commands=_WITH_BAKE,
         help="Use the local stand-in bases (`imagegen standins`) for the target.",
         docs_option="`--standins`",
-        docs_default="off",
         docs_meaning=(
             "use the local stand-in bases (see [containers.md](containers.md)): `--cpu` on amd64 and arm64, "
             "CUDA 12.4 (Debian trixie's toolkit, Python 3.13) and every CUDA 13.x of the catalog on amd64. "
@@ -258,6 +183,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         ),
         panel=IMAGE,
         env_kind="flag",
+        default=False,
     ),
     ImageOption(
         name="torch_index",
@@ -276,6 +202,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         panel=SOURCES,
         metavar="URL",
         env_kind="text",
+        check="inputs.index_url",
     ),
     ImageOption(
         name="wheelhouse",
@@ -284,7 +211,6 @@ OPTIONS: tuple[ImageOption, ...] = (
         commands=_WITH_BAKE,
         help="Folder of wheels (torch, ...) to install from, before any index.",
         docs_option="`--wheelhouse DIR`",
-        docs_default="none",
         docs_meaning=(
             "a folder of wheels installed first (`pip --find-links`); it replaces the torch index unless "
             "`--torch-index` is given"
@@ -292,6 +218,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         panel=SOURCES,
         metavar="DIR",
         env_kind="path",
+        check="inputs.existing_dir",
     ),
     ImageOption(
         name="offline",
@@ -300,10 +227,10 @@ OPTIONS: tuple[ImageOption, ...] = (
         commands=_WITH_BAKE,
         help="Install wheels from --wheelhouse only (pip --no-index).",
         docs_option="`--offline`",
-        docs_default="off",
         docs_meaning="with `--wheelhouse`: `pip --no-index`, every wheel must be in the wheelhouse",
         panel=SOURCES,
         env_kind="flag",
+        default=False,
     ),
     ImageOption(
         name="ca_cert",
@@ -312,7 +239,6 @@ OPTIONS: tuple[ImageOption, ...] = (
         commands=_WITH_BAKE,
         help="Extra CA bundle trusted while building (not in the runtime image).",
         docs_option="`--ca-cert FILE`",
-        docs_default="none",
         docs_meaning=(
             "extra CA bundle trusted while building (apt and pip); **not** in the runtime image. Must be a "
             "PEM file (a `-----BEGIN CERTIFICATE-----` line); a directory, a DER file or anything else "
@@ -321,6 +247,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         panel=SOURCES,
         metavar="FILE",
         env_kind="path",
+        check="inputs.existing_file",
     ),
     ImageOption(
         name="keep_ca_cert",
@@ -329,9 +256,9 @@ OPTIONS: tuple[ImageOption, ...] = (
         commands=_IMAGE_CMDS,
         help="Also trust --ca-cert in the runtime image.",
         docs_option="`--keep-ca-cert`",
-        docs_default="off",
         docs_meaning="also trust it in the runtime image",
         panel=SOURCES,
+        default=False,
     ),
     ImageOption(
         name="buildkit",
@@ -344,6 +271,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         docs_meaning="which Dockerfile variant (below)",
         panel=BUILD,
         env_kind="flag",
+        default=True,
     ),
     ImageOption(
         name="bytecode",
@@ -357,7 +285,6 @@ OPTIONS: tuple[ImageOption, ...] = (
             "torch's modules again at every start (~1 s)."
         ),
         docs_option="`--bytecode MODE`",
-        docs_default="`startup`",
         docs_meaning=(
             "which compiled `.pyc` files the runtime venv keeps. `startup`: those of the modules a process "
             "imports to start torch and load the image's ops (~750 files, 15 MB; the rest of pip's 120 MB "
@@ -369,6 +296,8 @@ OPTIONS: tuple[ImageOption, ...] = (
         panel=BUILD,
         metavar="startup|all|none",
         env_kind="text",
+        default="startup",
+        check="checks.bytecode",
     ),
     ImageOption(
         name="numpy",
@@ -388,6 +317,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         ),
         panel=IMAGE,
         env_kind="flag",
+        default=True,
     ),
     ImageOption(
         name="max_jobs",
@@ -402,6 +332,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         metavar="N",
         env_kind="int",
         value_type=int,
+        check="inputs.max_jobs",
     ),
     ImageOption(
         name="compile_cache",
@@ -423,6 +354,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         panel=BUILD,
         metavar="URL",
         env_kind="text",
+        check="compile_cache.parse",
     ),
     ImageOption(
         name="tag",
@@ -443,4 +375,5 @@ OPTIONS: tuple[ImageOption, ...] = (
         env_kind="text",
     ),
     *RUN_OPTIONS,
+    *COMMAND_OPTIONS,
 )

@@ -1,6 +1,6 @@
-"""What one option of the image commands is (``ImageOption``): its flags and form, help, the
-commands that take it, its ``IMAGEGEN_*`` variable and how that is read, its docs row; and the
-names the table uses for help panels and commands."""
+"""What one option of the commands is (``ImageOption``): its flags and form, help, the commands
+that take it, its default value and its check, its ``IMAGEGEN_*`` variable and how that is read,
+its docs row; and the names the table uses for help panels and commands."""
 
 from __future__ import annotations
 
@@ -29,8 +29,11 @@ BUILD = "Build"
 
 # Which commands take an option.
 DOCKERFILE, BUILD_CMD, BAKE, MATRIX = "dockerfile", "build", "bake", "matrix"
+OPS, STANDINS, NEW_OP = "ops", "standins", "new-op"
 _IMAGE_CMDS = frozenset({DOCKERFILE, BUILD_CMD})
 _WITH_BAKE = frozenset({DOCKERFILE, BUILD_CMD, BAKE})
+# The commands whose options docs/imagegen.md's options table lists (the others' are in --help).
+DOCS_COMMANDS = _WITH_BAKE
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,19 @@ class ImageOption:
     form: Form
     help: str  # one line of --help ("(env: ...)" is added from ``env_kind``)
     commands: frozenset[str]
-    docs_option: str  # the docs table's option cell
-    docs_default: str
-    docs_meaning: str
+    # What a command gets when neither the flag nor the variable gives a value (the cascade's
+    # last step, ``imagegen.options.resolve``). None: no value, and for what the image is, the
+    # catalog's choice where the target is known (imagegen.imagespec.spec.build_spec).
+    default: Any = None
+    command_defaults: tuple[tuple[str, Any], ...] = ()  # another default for one command
+    # The function that checks this value alone, as "module.function" of imagegen.imagespec
+    # (imagegen.imagespec.spec.CHECK_MODULES): it takes the value and returns it checked, or raises
+    # BadInputError (exit 2). A name, as this floor cannot import that one; a test resolves each.
+    # Checks that need other options (the target's, the platform's) are build_spec's rules.
+    check: str = ""
+    docs_option: str = ""  # the docs table's option cell ("": a command's own, not in that table)
+    docs_default: str = ""  # words, where the default needs them; "": written from ``default``
+    docs_meaning: str = ""
     panel: str | None = None
     metavar: str | None = None
     env_kind: Kind | None = None  # None: no IMAGEGEN_* variable
@@ -53,6 +66,9 @@ class ImageOption:
     env_note: str = ""  # after the variable in the docs ("folders separated by `:`")
     value_type: type = str  # str or int (a value's type as typed)
     spec: bool = True
+
+    def default_for(self, command: str) -> Any:
+        return dict(self.command_defaults).get(command, self.default)
 
     @property
     def flag(self) -> str:
@@ -93,8 +109,14 @@ class ImageOption:
                 else f"`{self.env_name}`"
             )
             env += f" {self.env_note}" if self.env_note else ""
-        commands = "" if self.commands >= _IMAGE_CMDS else " (" + ", ".join(sorted(self.commands)) + ")"
-        cells = (self.docs_option + commands, env, self.docs_default, self.docs_meaning)
+        commands = (
+            ""
+            if self.commands >= _IMAGE_CMDS
+            else " (" + ", ".join(sorted(self.commands & DOCS_COMMANDS)) + ")"
+        )
+        default = self.docs_default or shown_default(self.default)
+        default += "".join(f"; `{cmd}`: {shown_default(value)}" for cmd, value in self.command_defaults)
+        cells = (self.docs_option + commands, env, default, self.docs_meaning)
         return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
 
     def from_env(self, env: Mapping[str, str]) -> Any:
@@ -107,3 +129,12 @@ class ImageOption:
         if self.form == "repeat":
             return split_dirs(text) or None
         return text or None  # a number stays text: its check says what is wrong with it
+
+
+def shown_default(value: Any) -> str:
+    """A default value as the docs' table shows it: ``off`` for a switch, ``none`` for no value."""
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"`{value}`"

@@ -19,7 +19,6 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
             "platforms: each platform's image, then one image index under --tag."
         ),
         docs_option="`--push`",
-        docs_default="off",
         docs_meaning=(
             "push after verification passed (refused together with `--no-verify`), the SBOM and provenance "
             "following as [OCI referrers](#pushed-with-the-image-oci-referrers); several platforms: see "
@@ -27,6 +26,7 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
             "REGISTRY/NAME:TAG`, else exit 2)"
         ),
         spec=False,
+        default=False,
     ),
     ImageOption(
         name="no_verify",
@@ -35,12 +35,12 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
         commands=frozenset({BUILD_CMD, BAKE}),
         help="Build only: skip loading the ops in a sealed container.",
         docs_option="`--no-verify`",
-        docs_default="off",
         docs_meaning=(
             "build only: no op is loaded in a sealed container, and nothing can be pushed (`--push` with it "
             "exits 2)"
         ),
         spec=False,
+        default=False,
     ),
     ImageOption(
         name="platform_torch",
@@ -59,6 +59,7 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
         ),
         metavar="OS/ARCH=X.Y.Z",
         spec=False,
+        default=(),
     ),
     ImageOption(
         name="platform_wheelhouse",
@@ -73,6 +74,7 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
         ),
         metavar="OS/ARCH=DIR",
         spec=False,
+        default=(),
     ),
     ImageOption(
         name="max_size",
@@ -81,7 +83,6 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
         commands=frozenset({BUILD_CMD}),
         help="Fail (exit 1, not pushed) when the runtime image is larger: 2GiB, 1.5GB, 500MiB, bytes.",
         docs_option="`--max-size SIZE`",
-        docs_default="none",
         docs_meaning=(
             "fail the build (exit 1, the image kept but not pushed) when the runtime image is larger than "
             "SIZE, as the engine counts it (`docker image inspect`'s `Size`), printing its size by part: "
@@ -101,7 +102,6 @@ RUN_OPTIONS: tuple[ImageOption, ...] = (
             "`imagegen verify --key` checks it."
         ),
         docs_option="`--sign-key FILE`",
-        docs_default="none",
         docs_meaning=(
             "sign the provenance statement with this Ed25519 or ECDSA P-256 private key (PEM, "
             "unencrypted: `openssl genpkey -algorithm ed25519`, or `-algorithm EC -pkeyopt "

@@ -73,7 +73,7 @@ def standard_entries(op_sources: Sequence[str] = ()) -> tuple[MatrixEntry, ...]:
             op_sources=tuple(op_sources),
             platform=platform,
         )
-        entries.append(MatrixEntry(build_spec(inp, env={})))
+        entries.append(MatrixEntry(build_spec(inp)))  # the defaults, no IMAGEGEN_* variable
     return tuple(entries)
 
 

@@ -128,7 +128,6 @@ def test_a_failing_target_stops_only_itself(buildx: None) -> None:
             SpecInput(
                 cpu=True, ops=OPS, standins=True, wheelhouse=str(WHEELHOUSE), ca_cert=str(CA_CERT), **more
             ),
-            {},
         )
 
     good = spec()

@@ -321,14 +321,13 @@ UNCACHED_BUILD = """
 import os, sys
 from imagegen.runs import pipeline
 from imagegen.engine import detect_engine
-from imagegen.imagespec.spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec, spec_input
 
 engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
 spec = build_spec(
-    SpecInput(ops="cpu_lion", cpu=True, base_devel=sys.argv[2], base_runtime=sys.argv[3],
-              wheelhouse=sys.argv[4], ca_cert=sys.argv[5], buildkit=engine.kind != "classic",
-              tag="imagegen-it/interrupted:1"),
-    os.environ,
+    spec_input(os.environ, ops="cpu_lion", cpu=True, base_devel=sys.argv[2], base_runtime=sys.argv[3],
+               wheelhouse=sys.argv[4], ca_cert=sys.argv[5], buildkit=engine.kind != "classic",
+               tag="imagegen-it/interrupted:1"),
 )
 print("engine", engine.kind, flush=True)
 pipeline.build(spec, verify=False, engine=engine, no_cache=True)

@@ -50,7 +50,7 @@ def test_the_labels_name_the_package_op_and_its_source_digest(
 ) -> None:
     labels = docker_client.api.inspect_image(TAG)["Config"]["Labels"]
     assert labels["io.imagegen.external-ops"] == "acme_rmsnorm"
-    spec = build_spec(SpecInput(cpu=True, ops=",".join(OPS), op_sources=(str(PACKAGE),)), {})
+    spec = build_spec(SpecInput(cpu=True, ops=",".join(OPS), op_sources=(str(PACKAGE),)))
     assert labels["io.imagegen.op-packages"] == f"acme_ops={spec.op_packages[0].digest}"
     assert labels["io.imagegen.ops"] == "cpu_adam,acme_rmsnorm"
 

@@ -29,7 +29,6 @@ def test_a_torch_check_past_its_limit_fails_naming_the_step_and_the_platform(
         pytest.skip("needs a docker CLI with BuildKit (the build log's step lines)")
     spec = build_spec(
         SpecInput(cpu=True, ops="cpu_adam", standins=True, wheelhouse=str(WHEELHOUSE), ca_cert=str(CA_CERT)),
-        {},
     )
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(render(spec))

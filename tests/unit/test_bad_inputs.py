@@ -52,8 +52,8 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_tag_longer_than_docker_allows_is_refused_by_the_spec() -> None:
     with pytest.raises(BadInputError, match="128"):
-        build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen:" + "t" * 129), {})
-    build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen:" + "t" * 128), {})  # the limit itself
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen:" + "t" * 129))
+    build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen:" + "t" * 128))  # the limit itself
 
 
 # Checked against dockerd 20.10 (`docker tag`): the name limit applies to the normalized name.
@@ -98,8 +98,8 @@ def test_reference_grammar_matches_docker(ref: str, problem: str | None) -> None
 def test_a_tag_to_build_cannot_have_a_digest_but_a_base_can() -> None:
     digest = "@sha256:" + "0" * 64
     with pytest.raises(BadInputError, match="digest"):
-        build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen" + digest), {})
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", base_devel="python" + digest), {})
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", tag="imagegen" + digest))
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", base_devel="python" + digest))
     assert spec.base_devel == "python" + digest
 
 
@@ -144,7 +144,7 @@ def test_ca_cert_that_is_not_a_pem_file_is_refused_by_name(
 def test_ca_cert_pem_bundle_is_accepted(tmp_path: Path) -> None:
     ca = tmp_path / "bundle.crt"
     ca.write_text("# a comment before the first certificate\n" + PEM + PEM)
-    assert build_spec(SpecInput(cpu=True, ops="cpu_adam", ca_cert=str(ca)), {}).ca_cert == ca.resolve()
+    assert build_spec(SpecInput(cpu=True, ops="cpu_adam", ca_cert=str(ca))).ca_cert == ca.resolve()
 
 
 def test_ca_cert_that_is_a_device_is_refused_without_reading_it() -> None:
@@ -405,7 +405,7 @@ def test_all_in_another_case_is_refused_with_a_suggestion(workdir: Path) -> None
 
 def test_op_lists_keep_each_op_once_in_the_order_given() -> None:
     assert op_list("cpu_lion, cpu_adam,cpu_lion,,cpu_adam", empty_hint="-") == ("cpu_lion", "cpu_adam")
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_lion,cpu_adam,cpu_lion"), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_lion,cpu_adam,cpu_lion"))
     assert spec.ops == ("cpu_adam", "cpu_lion")  # the spec's own order: the registry's
 
 

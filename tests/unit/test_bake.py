@@ -181,7 +181,7 @@ def test_bad_input_is_exit_2_before_any_build(args: list[str], says: str) -> Non
 
 
 def _request(cache: str | None) -> BakeRequest:
-    return BakeRequest("cpu", build_spec(SpecInput(cpu=True, ops="cpu_adam", compile_cache=cache), {}))
+    return BakeRequest("cpu", build_spec(SpecInput(cpu=True, ops="cpu_adam", compile_cache=cache)))
 
 
 def test_a_loopback_cache_is_refused_where_bake_has_no_host_network() -> None:

@@ -30,7 +30,7 @@ runner = CliRunner()
 
 
 def _spec(**changes: Any) -> ImageSpec:
-    return build_spec(SpecInput(**{"cpu": True, "ops": "all", **changes}), {})
+    return build_spec(SpecInput(**{"cpu": True, "ops": "all", **changes}))
 
 
 @pytest.fixture

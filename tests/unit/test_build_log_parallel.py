@@ -131,7 +131,7 @@ def test_the_build_report_carries_each_ops_compile_seconds(monkeypatch: pytest.M
     # No image to seal or measure here: the finish sequence's steps answer for one.
     monkeypatch.setattr(finish, "measure_image", lambda tag: SizeReport(tag, 1, ()))
     monkeypatch.setattr(finish, "seal_image", lambda *args, **kw: None)
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1"), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1"))
     engine = Engine("buildkit", "/usr/bin/docker", "20.10.24")
     report = pipeline.build(spec, source=REPO, engine=engine, verify=False)
     assert report.compile_seconds == {"cpu_adam": 19.64, "cpu_lion": 20.0}

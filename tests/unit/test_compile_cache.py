@@ -122,7 +122,7 @@ def test_a_gcs_key_file_that_is_missing_is_bad_input(tmp_path: os.PathLike[str])
 
 
 def _spec(cache: str | None, **more: object) -> str:
-    return render(build_spec(SpecInput(cpu=True, ops="cpu_adam", compile_cache=cache, **more), {}))  # type: ignore[arg-type]
+    return render(build_spec(SpecInput(cpu=True, ops="cpu_adam", compile_cache=cache, **more)))  # type: ignore[arg-type]
 
 
 def test_the_build_stage_compiles_through_sccache_and_the_runtime_stage_never_sees_it() -> None:
@@ -154,7 +154,7 @@ def test_a_local_cache_lives_in_a_cache_mount_and_gcs_gets_its_key_secret() -> N
 
 def test_a_compile_cache_needs_buildkit() -> None:
     with pytest.raises(BadInputError) as caught:
-        build_spec(SpecInput(cpu=True, ops="cpu_adam", compile_cache="local", buildkit=False), {})
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", compile_cache="local", buildkit=False))
     assert "needs BuildKit" in caught.value.message
 
 

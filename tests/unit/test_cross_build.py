@@ -165,7 +165,7 @@ def test_elf_machine_of_something_else_is_bad_input(tmp_path: Path) -> None:
 
 def spec(**changes: Any) -> Any:
     fields: dict[str, Any] = {"cpu": True, "ops": "cpu_adam,async_io", **changes}
-    return build_spec(SpecInput(**fields), {})
+    return build_spec(SpecInput(**fields))
 
 
 def test_an_amd64_image_takes_no_cross_path() -> None:

@@ -173,7 +173,7 @@ def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
     from imagegen.render.dockerfile import render
 
     target = catalog.CUDA_TARGETS[version]
-    spec = build_spec(SpecInput(cuda=version, ops="all"), {})
+    spec = build_spec(SpecInput(cuda=version, ops="all"))
     text = render(spec)
     assert f"ARG BASE_DEVEL={target.base_devel(target.distros[0], spec.python)}\n" in text
     variant = target.torch_range(target.default_torch).variant  # type: ignore[union-attr]
@@ -185,7 +185,7 @@ def test_every_cuda_13_target_renders_a_dockerfile(version: str) -> None:
 def test_every_cuda_13_target_has_standins(version: str) -> None:
     from imagegen.imagespec.spec import SpecInput, build_spec
 
-    spec = build_spec(SpecInput(cuda=version, ops="all", standins=True), {})
+    spec = build_spec(SpecInput(cuda=version, ops="all", standins=True))
     assert (spec.base_devel, spec.base_runtime) == (
         f"imagegen-standin/cuda:{version}-devel",
         f"imagegen-standin/cuda:{version}-base",

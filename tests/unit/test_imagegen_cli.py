@@ -41,7 +41,7 @@ def test_ops_table_names_every_op() -> None:
 def test_dockerfile_to_stdout_is_the_rendered_text() -> None:
     result = runner.invoke(app, ["dockerfile", "--cpu", "--ops", "cpu_adam", "--no-buildkit"])
     assert result.exit_code == 0, result.output
-    expected = render(build_spec(SpecInput(cpu=True, ops="cpu_adam", buildkit=False), {}))
+    expected = render(build_spec(SpecInput(cpu=True, ops="cpu_adam", buildkit=False)))
     assert result.stdout == expected
 
 
@@ -51,7 +51,7 @@ def test_dockerfile_output_file_is_written_whole(tmp_path: Path) -> None:
     result = runner.invoke(app, ["dockerfile", "--cuda", "12.4", "--ops", "quantizer", "-o", str(target)])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
-    assert target.read_text() == render(build_spec(SpecInput(cuda="12.4", ops="quantizer"), {}))
+    assert target.read_text() == render(build_spec(SpecInput(cuda="12.4", ops="quantizer")))
     assert [p.name for p in target.parent.iterdir()] == ["Dockerfile"]  # no temp file left
 
 
@@ -111,7 +111,7 @@ def test_staged_context_holds_only_the_wheel_inputs_and_the_extras(tmp_path: Pat
     (wheels / "notes.txt").write_text("not a wheel")
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    spec = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(wheels), ca_cert=str(ca)), {})
+    spec = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(wheels), ca_cert=str(ca)))
     with staged_context(spec, REPO) as context:
         top = sorted(p.name for p in context.iterdir())
         assert top == sorted(

@@ -39,7 +39,7 @@ def _variants(tmp: Path) -> dict[str, str]:
         "standins": {"cpu": True, "ops": "cpu_adam,cpu_lion", "standins": True},
     }.items():  # fmt: skip
         for buildkit in (True, False):
-            spec = build_spec(SpecInput(buildkit=buildkit, **flags), {})  # type: ignore[arg-type]
+            spec = build_spec(SpecInput(buildkit=buildkit, **flags))  # type: ignore[arg-type]
             out[f"{name}-{'buildkit' if buildkit else 'classic'}"] = render(spec)
     return out
 
@@ -57,7 +57,7 @@ def test_rendered_dockerfiles_are_lint_clean(tmp_path: Path) -> None:
 
 
 def test_every_inline_ignore_has_a_reason_above_it() -> None:
-    text = render(build_spec(SpecInput(cuda="12.1", ops="all"), {}))
+    text = render(build_spec(SpecInput(cuda="12.1", ops="all")))
     lines = text.splitlines()
     ignores = [i for i, line in enumerate(lines) if line.startswith("# hadolint ignore=")]
     assert len(ignores) == 2  # DL3008 (apt pins) in devel and runtime, nothing else

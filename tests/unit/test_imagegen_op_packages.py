@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from imagegen.building.staging import staged_context
 from imagegen.cli import app
-from imagegen.imagespec.spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec, spec_input
 from imagegen.render.dockerfile import labels, render
 from tests.op_package_files import square_package, unique
 
@@ -43,7 +43,7 @@ PACKAGE_FILES = ["__init__.py", "builders.py", "csrc/square.cpp", "selftest.py"]
 
 def test_the_dockerfile_builds_the_package_ops_and_labels_their_sources(package: tuple[Path, str]) -> None:
     root, op = package
-    spec = build_spec(SpecInput(cpu=True, ops=f"{op},cpu_adam", op_sources=(str(root),)), {})
+    spec = build_spec(SpecInput(cpu=True, ops=f"{op},cpu_adam", op_sources=(str(root),)))
     assert spec.ops == ("cpu_adam", op)  # ours first, in registry order
     assert spec.build_variables == ("DS_BUILD_CPU_ADAM", f"DS_BUILD_{op.upper()}")
     text = render(spec)
@@ -61,21 +61,21 @@ def test_the_dockerfile_builds_the_package_ops_and_labels_their_sources(package:
 def test_the_digest_and_tag_follow_the_sources_only(package: tuple[Path, str]) -> None:
     root, op = package
     inp = SpecInput(cpu=True, ops=op, op_sources=(str(root),))
-    before = build_spec(inp, {})
+    before = build_spec(inp)
     # Build outputs and caches are not sources: neither staged nor in the digest.
     (root / "__pycache__").mkdir()
     (root / "__pycache__" / "builders.cpython-311.pyc").write_bytes(b"\0")
     (root / "build").mkdir()
     (root / "build" / "square.o").write_bytes(b"\0")
-    assert build_spec(inp, {}).tag == before.tag
+    assert build_spec(inp).tag == before.tag
     # A .dockerignore in the package leaves its patterns out too.
     (root / "notes").mkdir()
     (root / "notes" / "draft.md").write_text("scratch")
     (root / ".dockerignore").write_text("# scratch\nnotes/\n")
-    assert build_spec(inp, {}).op_packages[0].files == tuple(PACKAGE_FILES)
+    assert build_spec(inp).op_packages[0].files == tuple(PACKAGE_FILES)
     # A changed source is a new image.
     (root / "csrc" / "square.cpp").write_text((root / "csrc" / "square.cpp").read_text() + "// changed\n")
-    after = build_spec(inp, {})
+    after = build_spec(inp)
     assert after.tag != before.tag
     assert after.op_packages[0].digest == independent_digest(root, PACKAGE_FILES)
 
@@ -84,7 +84,7 @@ def test_staging_copies_exactly_the_package_files(package: tuple[Path, str]) -> 
     root, op = package
     (root / ".git").mkdir()
     (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    spec = build_spec(SpecInput(cpu=True, ops=op, op_sources=(str(root),)), {})
+    spec = build_spec(SpecInput(cpu=True, ops=op, op_sources=(str(root),)))
     with staged_context(spec, REPO) as context:
         staged = context / "_imagegen" / "op-sources" / root.name
         files = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
@@ -94,13 +94,13 @@ def test_staging_copies_exactly_the_package_files(package: tuple[Path, str]) -> 
 
 def test_the_environment_variable_names_packages_too(package: tuple[Path, str]) -> None:
     root, op = package
-    spec = build_spec(SpecInput(cpu=True, ops=op), {"IMAGEGEN_OP_SOURCES": str(root)})
+    spec = build_spec(spec_input({"IMAGEGEN_OP_SOURCES": str(root)}, cpu=True, ops=op))
     assert [p.root for p in spec.op_packages] == [root]
 
 
 def test_a_package_with_no_selected_op_is_left_out_with_a_warning(package: tuple[Path, str]) -> None:
     root, _ = package
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", op_sources=(str(root),)), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", op_sources=(str(root),)))
     assert spec.op_packages == ()
     assert "op-sources" not in render(spec)
     assert any(f"op package {root}: none of its ops" in w for w in spec.warnings)

@@ -17,7 +17,7 @@ from imagegen.engine.backend import BuildRequest
 from imagegen.engine.buildkit import cli_build_argv
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import ImageSpec, build_spec, spec_input
 from imagegen.proof.size import SizeReport
 from imagegen.render.dockerfile import labels, render
 from imagegen.render.matrix import BAKE_FILE, render_matrix, standard_entries, write_matrix
@@ -31,7 +31,7 @@ def spec(env: dict[str, str] | None = None, **changes: Any) -> ImageSpec:
     fields: dict[str, Any] = {"ops": "all", **changes}
     if not any(k in fields for k in ("cuda", "rocm", "cpu")):
         fields["cpu"] = True
-    return build_spec(SpecInput(**fields), env or {})
+    return build_spec(spec_input(env or {}, **fields))
 
 
 def label_map(s: ImageSpec) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from imagegen.imagespec.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import BYTECODE_MODES, ImageSpec, SpecInput, build_spec, spec_input
 from imagegen.render.dockerfile import expected_torch_build, render, render_classic, torch_build_check
 from op_builder import ALL_OPS
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def spec(**flags: object) -> ImageSpec:
-    return build_spec(SpecInput(**flags), {})  # type: ignore[arg-type]
+    return build_spec(SpecInput(**flags))  # type: ignore[arg-type]
 
 
 def stages(text: str) -> dict[str, str]:
@@ -339,7 +339,7 @@ def test_no_numpy_leaves_it_out_honestly_and_names_the_tag() -> None:
     assert not any(w.startswith("numpy") for w in _torch_install(stages(text)["devel"]))
     assert "filterwarnings" not in text  # torch's warning about the absent NumPy stays: it is true
     assert without.tag == with_numpy.tag + "-nonumpy"
-    assert build_spec(SpecInput(cpu=True, ops="cpu_adam"), {"IMAGEGEN_NUMPY": "0"}).numpy is False
+    assert build_spec(spec_input({"IMAGEGEN_NUMPY": "0"}, cpu=True, ops="cpu_adam")).numpy is False
 
 
 @pytest.mark.parametrize("flags", [{"cpu": True}, {"cuda": "13.0"}, {"rocm": "6.4"}])

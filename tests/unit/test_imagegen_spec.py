@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.spec import SpecInput, build_spec, content_hash
+from imagegen.imagespec.spec import SpecInput, build_spec, content_hash, spec_input
 
 runner = CliRunner()
 
@@ -136,25 +136,26 @@ def test_bad_input_with_json_prints_one_error_document(args: list[str]) -> None:
 
 def test_env_fills_what_flags_leave_out_and_flags_win() -> None:
     env = {"IMAGEGEN_TORCH": "2.12", "IMAGEGEN_PYTHON": "3.12", "IMAGEGEN_OPS": "cpu_lion"}
-    from_env = build_spec(SpecInput(cpu=True), env)
+    from_env = build_spec(spec_input(env, cpu=True))
     assert (from_env.torch, from_env.python, from_env.ops) == ("2.12.1", "3.12", ("cpu_lion",))
-    from_flags = build_spec(SpecInput(cpu=True, torch="2.13.0", python="3.11", ops="cpu_adam"), env)
+    from_flags = build_spec(spec_input(env, cpu=True, torch="2.13.0", python="3.11", ops="cpu_adam"))
     assert (from_flags.torch, from_flags.python, from_flags.ops) == ("2.13.0", "3.11", ("cpu_adam",))
-    default = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {})
+    default = build_spec(SpecInput(cpu=True, ops="cpu_adam"))
     assert (default.torch, default.python) == ("2.13.0", "3.11")
 
 
 def test_env_booleans_are_checked() -> None:
-    assert build_spec(SpecInput(cpu=True, ops="all"), {"IMAGEGEN_BUILDKIT": "0"}).buildkit is False
+    assert build_spec(spec_input({"IMAGEGEN_BUILDKIT": "0"}, cpu=True, ops="all")).buildkit is False
     assert (
-        build_spec(SpecInput(cpu=True, ops="all", buildkit=True), {"IMAGEGEN_BUILDKIT": "0"}).buildkit is True
+        build_spec(spec_input({"IMAGEGEN_BUILDKIT": "0"}, cpu=True, ops="all", buildkit=True)).buildkit
+        is True
     )
     with pytest.raises(BadInputError, match="IMAGEGEN_BUILDKIT='maybe' is not a boolean"):
-        build_spec(SpecInput(cpu=True, ops="all"), {"IMAGEGEN_BUILDKIT": "maybe"})
+        build_spec(spec_input({"IMAGEGEN_BUILDKIT": "maybe"}, cpu=True, ops="all"))
 
 
 def test_cuda_alone_gets_documented_defaults() -> None:
-    spec = build_spec(SpecInput(cuda="12.1", ops="transformer"), {})
+    spec = build_spec(SpecInput(cuda="12.1", ops="transformer"))
     assert spec.torch == "2.5.1" and spec.torch_variant == "cu121"
     assert spec.torch_requirement == "torch==2.5.1+cu121"
     assert spec.python == "3.10" and spec.distro == "ubuntu22.04"
@@ -167,16 +168,16 @@ def test_cuda_alone_gets_documented_defaults() -> None:
 def test_ops_all_means_every_op_of_the_target_in_registry_order() -> None:
     from op_builder import ALL_OPS
 
-    cpu = build_spec(SpecInput(cpu=True, ops="all"), {})
+    cpu = build_spec(SpecInput(cpu=True, ops="all"))
     assert cpu.ops == tuple(n for n, b in ALL_OPS.items() if b.target == "cpu")
-    gpu = build_spec(SpecInput(rocm="6.4", ops="all"), {})
+    gpu = build_spec(SpecInput(rocm="6.4", ops="all"))
     assert gpu.ops == tuple(ALL_OPS)
-    reordered = build_spec(SpecInput(cpu=True, ops="cpu_lion,cpu_adam,cpu_lion"), {})
+    reordered = build_spec(SpecInput(cpu=True, ops="cpu_lion,cpu_adam,cpu_lion"))
     assert reordered.ops == ("cpu_adam", "cpu_lion")
 
 
 def test_each_gpu_op_gets_its_own_arch_list() -> None:
-    spec = build_spec(SpecInput(cuda="12.8", ops="fused_adam,fp_quantizer", arch="7.5;8.6;9.0+PTX"), {})
+    spec = build_spec(SpecInput(cuda="12.8", ops="fused_adam,fp_quantizer", arch="7.5;8.6;9.0+PTX"))
     assert dict(spec.op_archs) == {
         "fused_adam": ("7.5", "8.6", "9.0+PTX"),
         "fp_quantizer": ("8.6", "9.0+PTX"),
@@ -184,69 +185,69 @@ def test_each_gpu_op_gets_its_own_arch_list() -> None:
 
 
 def test_all_drops_an_op_without_archs_and_says_so() -> None:
-    spec = build_spec(SpecInput(cuda="12.1", ops="all", arch="7.0;7.5"), {})
+    spec = build_spec(SpecInput(cuda="12.1", ops="all", arch="7.0;7.5"))
     assert "fp_quantizer" not in spec.ops and "transformer" in spec.ops
     assert len(spec.warnings) == 1 and "fp_quantizer" in spec.warnings[0]
 
 
 def test_custom_torch_index_relaxes_the_catalog_check_with_a_warning() -> None:
     index = "https://index.example.invalid/simple"
-    spec = build_spec(SpecInput(cuda="12.1", ops="quantizer", torch="2.7.1", torch_index=index), {})
+    spec = build_spec(SpecInput(cuda="12.1", ops="quantizer", torch="2.7.1", torch_index=index))
     assert spec.torch == "2.7.1" and spec.torch_index == index
     assert spec.warnings and "trusting --torch-index" in spec.warnings[0]
 
 
 def test_wheelhouse_replaces_the_torch_index_and_offline_drops_every_index(tmp_path: Path) -> None:
-    spec = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(tmp_path)), {})
+    spec = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(tmp_path)))
     assert spec.wheelhouse == tmp_path.resolve() and spec.torch_index is None
-    offline = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(tmp_path), offline=True), {})
+    offline = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(tmp_path), offline=True))
     assert offline.offline and offline.torch_index is None
 
 
 def test_standins_set_the_bases_below_explicit_flags() -> None:
-    spec = build_spec(SpecInput(cpu=True, ops="all"), {"IMAGEGEN_STANDINS": "1"})
+    spec = build_spec(spec_input({"IMAGEGEN_STANDINS": "1"}, cpu=True, ops="all"))
     assert (spec.base_devel, spec.base_runtime) == (catalog.STANDIN_DEVEL, catalog.STANDIN_RUNTIME)
     mixed = build_spec(
-        SpecInput(cpu=True, ops="all", standins=True, base_runtime="python:3.11-slim-bookworm"), {}
+        SpecInput(cpu=True, ops="all", standins=True, base_runtime="python:3.11-slim-bookworm")
     )
     assert (mixed.base_devel, mixed.base_runtime) == (catalog.STANDIN_DEVEL, "python:3.11-slim-bookworm")
 
 
 def test_each_bytecode_mode_is_its_own_image() -> None:
-    default = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {})
+    default = build_spec(SpecInput(cpu=True, ops="cpu_adam"))
     assert default.bytecode == "startup"
     tags = {default.tag}
     for mode, suffix in (("none", "-nobytecode"), ("all", "-allbytecode")):
-        spec = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {"IMAGEGEN_BYTECODE": mode.upper()})
+        spec = build_spec(spec_input({"IMAGEGEN_BYTECODE": mode.upper()}, cpu=True, ops="cpu_adam"))
         assert spec.bytecode == mode
         assert spec.tag == default.tag + suffix
         tags.add(spec.tag)
     assert len(tags) == 3  # two specs never share a tag
-    flag_wins = build_spec(SpecInput(cpu=True, ops="cpu_adam", bytecode="all"), {"IMAGEGEN_BYTECODE": "none"})
+    flag_wins = build_spec(
+        spec_input({"IMAGEGEN_BYTECODE": "none"}, cpu=True, ops="cpu_adam", bytecode="all")
+    )
     assert flag_wins.bytecode == "all"
 
 
 def test_unknown_bytecode_mode_names_the_modes() -> None:
     with pytest.raises(BadInputError) as info:
-        build_spec(SpecInput(cpu=True, ops="cpu_adam", bytecode="startp"), {})
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", bytecode="startp"))
     assert "'startp'" in info.value.message
     assert "did you mean 'startup'?" in info.value.hint and "all, or none" in info.value.hint
 
 
 def test_cuda_standins_are_the_host_toolkit_pair() -> None:
-    spec = build_spec(SpecInput(cuda="13.0", ops="all", standins=True), {})
+    spec = build_spec(SpecInput(cuda="13.0", ops="all", standins=True))
     assert (spec.base_devel, spec.base_runtime) == catalog.STANDINS[("cuda13.0", "linux/amd64")]
     assert (spec.python, spec.distro) == (catalog.STANDIN_PYTHON, catalog.STANDIN_DISTRO)
 
 
 def test_default_tag_names_target_torch_python_and_content() -> None:
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion"), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion"))
     assert spec.tag == f"imagegen:cpu-torch2.13.0-py3.11-{content_hash(('cpu_adam', 'cpu_lion'), ())}"
-    other = build_spec(SpecInput(cpu=True, ops="cpu_adam"), {})
+    other = build_spec(SpecInput(cpu=True, ops="cpu_adam"))
     assert other.tag != spec.tag
-    a = build_spec(SpecInput(cuda="12.8", ops="quantizer", arch="8.0"), {})
-    b = build_spec(SpecInput(cuda="12.8", ops="quantizer", arch="9.0"), {})
+    a = build_spec(SpecInput(cuda="12.8", ops="quantizer", arch="8.0"))
+    b = build_spec(SpecInput(cuda="12.8", ops="quantizer", arch="9.0"))
     assert a.tag != b.tag  # the arch list is part of what the tag names
-    assert build_spec(SpecInput(cpu=True, ops="all", tag="reg.example:5000/team/ops:v1"), {}).tag.endswith(
-        ":v1"
-    )
+    assert build_spec(SpecInput(cpu=True, ops="all", tag="reg.example:5000/team/ops:v1")).tag.endswith(":v1")

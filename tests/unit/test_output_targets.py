@@ -21,7 +21,7 @@ from imagegen.render.dockerfile import render
 from tests.unit.contract import DOCKERFILE, assert_reported, invoke
 
 REPO = Path(__file__).resolve().parents[2]
-RENDERED = render(build_spec(SpecInput(cpu=True, ops="cpu_adam"), {}))
+RENDERED = render(build_spec(SpecInput(cpu=True, ops="cpu_adam")))
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
 
 

@@ -112,7 +112,7 @@ UNDER_REGISTRY = PushPlan.for_bake("reg.example:5000", verify=True)
 
 
 def spec(**changes: Any) -> ImageSpec:
-    return build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1", **changes), {})
+    return build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1", **changes))
 
 
 def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from imagegen.cli import app
 from imagegen.engine.build_log import describe_failure
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec, spec_input
 from imagegen.render import dockerfile as render_lib
 from imagegen.render.dockerfile import render
 from tests._script_module import load_script
@@ -29,7 +29,7 @@ runner = CliRunner()
 
 def spec(env: dict[str, str] | None = None, **changes: Any) -> ImageSpec:
     fields: dict[str, Any] = {"ops": "all", "cpu": True, **changes}
-    return build_spec(SpecInput(**fields), env or {})
+    return build_spec(spec_input(env or {}, **fields))
 
 
 # ---------------------------------------------------------------- the catalog's data
@@ -67,7 +67,6 @@ def test_every_platforms_default_torch_has_a_build_there(target: catalog.Target,
             rocm=version if target.accelerator == "rocm" else None,
             platform=platform,
         ),
-        {},
     )
     assert resolved.torch == default
 

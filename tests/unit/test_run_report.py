@@ -62,7 +62,7 @@ PLATFORMS = {"tag": (str, NULL), "pushed": bool, "platforms": list}
 
 def spec(platform: str = "linux/amd64", **changes: Any) -> ImageSpec:
     inp = SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1", platform=platform, **changes)
-    return build_spec(inp, {})
+    return build_spec(inp)
 
 
 def verified(tag: str, failing: tuple[str, ...] = ()) -> VerifyResult:

@@ -156,11 +156,11 @@ def test_one_missing_image_of_a_cuda_pair_remakes_the_pair_only() -> None:
 
 
 def test_cuda_12_4_standins_build_with_trixies_python() -> None:
-    spec = build_spec(SpecInput(cuda="12.4", ops="all", standins=True), {})
+    spec = build_spec(SpecInput(cuda="12.4", ops="all", standins=True))
     assert (spec.base_devel, spec.base_runtime) == catalog.STANDINS[("cuda12.4", "linux/amd64")]
     assert (spec.python, spec.distro, spec.torch) == ("3.13", "trixie", "2.6.0")
     with pytest.raises(BadInputError, match=r"the stand-in bases have Python 3\.13, not 3\.11"):
-        build_spec(SpecInput(cuda="12.4", ops="all", standins=True, python="3.11"), {})
+        build_spec(SpecInput(cuda="12.4", ops="all", standins=True, python="3.11"))
 
 
 def test_two_runs_take_turns(tmp_path: Path) -> None:

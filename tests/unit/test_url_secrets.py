@@ -22,7 +22,7 @@ from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.inputs import TORCH_INDEX_SECRET_ID, index_url
-from imagegen.imagespec.spec import SpecInput, build_spec
+from imagegen.imagespec.spec import SpecInput, build_spec, spec_input
 from imagegen.oci.push_plan import check_push_registry
 from imagegen.proof.seal import spec_parameters
 from imagegen.render.dockerfile import render
@@ -101,7 +101,7 @@ def test_a_bad_compile_cache_url_without_credentials_is_still_named(value: str) 
 @pytest.mark.parametrize(("value", "fragment"), COMPILE_CACHES)
 def test_imagegen_compile_cache_from_the_environment_is_redacted_too(value: str, fragment: str) -> None:
     with pytest.raises(BadInputError, match=fragment) as caught:
-        build_spec(SpecInput(cpu=True, ops="cpu_adam"), {"IMAGEGEN_COMPILE_CACHE": value})
+        build_spec(spec_input({"IMAGEGEN_COMPILE_CACHE": value}, cpu=True, ops="cpu_adam"))
     assert PASSWORD not in _shown(caught.value) and "ter2" not in _shown(caught.value)
 
 
@@ -145,24 +145,24 @@ def test_imagegen_torch_index_from_the_environment_is_redacted_too(value: str, f
 
 
 def test_the_spec_and_its_proof_name_the_index_without_its_credentials() -> None:
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX))
     assert spec.torch_index == "https://***@index.example.com/simple"
     assert spec.torch_index_secret is not None and spec.torch_index_secret.value == INDEX
     assert PASSWORD not in repr(spec) and PASSWORD not in str(spec.torch_index_secret)
     assert PASSWORD not in repr(spec_parameters(spec))
     # What the image is does not depend on the password: the same tag, an equal spec.
-    other = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX.replace(PASSWORD, "x")), {})
+    other = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX.replace(PASSWORD, "x")))
     assert other.tag == spec.tag and other == spec
 
 
 def test_a_warning_about_the_index_names_it_without_its_credentials() -> None:
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch="2.99.0", torch_index=INDEX), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch="2.99.0", torch_index=INDEX))
     assert spec.warnings and all(PASSWORD not in w for w in spec.warnings)
     assert any("https://***@index.example.com/simple" in w for w in spec.warnings)
 
 
 def test_the_dockerfile_reads_a_credentialed_index_from_the_build_secret() -> None:
-    text = render(build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX), {}))
+    text = render(build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX)))
     assert PASSWORD not in text and "alice" not in text
     devel = stages(text)["devel"]
     assert f"--mount=type=secret,id={TORCH_INDEX_SECRET_ID}" in devel
@@ -177,7 +177,7 @@ def test_the_step_names_the_index_redacted_as_one_shell_word() -> None:
     """Its text (the layer's cache key) changes with the index, never with the password, and no
     character of the URL is run by the shell."""
     url = f"https://alice:{PASSWORD}@index.example.com:8443/a;b/simple?x=1&y=$(id)"
-    devel = stages(render(build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=url), {})))["devel"]
+    devel = stages(render(build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=url))))["devel"]
     line = next(line for line in devel.splitlines() if "echo " in line and TORCH_INDEX_SECRET_ID in line)
     echo = line.strip().split("; exit 1")[0].removeprefix("echo ")
     done = subprocess.run(
@@ -187,7 +187,7 @@ def test_the_step_names_the_index_redacted_as_one_shell_word() -> None:
 
 
 def test_an_index_without_credentials_is_rendered_as_before() -> None:
-    text = render(build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index="https://h.example/simple"), {}))
+    text = render(build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index="https://h.example/simple")))
     assert "--index-url https://h.example/simple" in text and "secret,id=torch-index" not in text
 
 
@@ -211,7 +211,7 @@ def test_the_classic_builder_refuses_an_index_with_credentials() -> None:
 
 def test_a_spec_switched_to_the_classic_builder_does_not_render() -> None:
     """``imagegen build`` falls back to the classic variant where the engine has no BuildKit."""
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX))
     with pytest.raises(BadInputError, match="BuildKit") as caught:
         render(replace(spec, buildkit=False))
     assert PASSWORD not in _shown(caught.value)
@@ -219,25 +219,25 @@ def test_a_spec_switched_to_the_classic_builder_does_not_render() -> None:
 
 def test_offline_drops_the_index_and_its_secret(tmp_path: Path) -> None:
     spec = build_spec(
-        SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX, wheelhouse=str(tmp_path), offline=True), {}
+        SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX, wheelhouse=str(tmp_path), offline=True)
     )
     assert spec.torch_index is None and spec.torch_index_secret is None
 
 
 def test_the_build_secret_holds_the_whole_url_privately_while_the_build_lasts() -> None:
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX))
     with build_secrets(spec, {}) as secrets:
         path = secrets[TORCH_INDEX_SECRET_ID]
         assert path.read_text() == INDEX  # whole, no newline: the step reads it as PIP_INDEX_URL
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert not path.exists()
-    plain = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index="https://h.example/simple"), {})
+    plain = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index="https://h.example/simple"))
     with build_secrets(plain, {}) as secrets:
         assert secrets == {}
 
 
 def test_a_bake_passes_the_index_as_a_secret_and_its_file_names_no_password() -> None:
-    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX), {})
+    spec = build_spec(SpecInput(cpu=True, ops="cpu_adam", torch_index=INDEX))
     with _staged([BakeRequest("cpu", spec)], REPO, {}, {}) as targets:
         (target,) = targets
         secrets = dict(target.secrets)
@@ -268,7 +268,7 @@ def test_a_push_registry_with_credentials_is_refused_without_showing_them(regist
 def test_an_image_given_as_a_url_with_credentials_is_shown_without_them(field: str) -> None:
     url = f"https://alice:{PASSWORD}@registry.example/ml/ops:1"
     with pytest.raises(BadInputError, match="is a URL") as caught:
-        build_spec(SpecInput(cpu=True, ops="cpu_adam", **{field: url}), {})
+        build_spec(SpecInput(cpu=True, ops="cpu_adam", **{field: url}))
     assert (
         PASSWORD not in _shown(caught.value)
         and "https://***@registry.example/ml/ops:1" in caught.value.message

@@ -59,7 +59,7 @@ def test_dockerfile_output_in_a_read_only_folder_is_bad_input(workdir: Path) -> 
 def test_dockerfile_output_dash_is_stdout(workdir: Path) -> None:
     result = invoke([*DOCKERFILE, "-o", "-"])
     assert result.exit_code == 0, result.output
-    assert result.stdout == render(build_spec(SpecInput(cpu=True, ops="cpu_adam"), {}))
+    assert result.stdout == render(build_spec(SpecInput(cpu=True, ops="cpu_adam")))
     assert list(workdir.iterdir()) == []  # no file named '-'
 
 
