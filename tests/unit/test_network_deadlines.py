@@ -146,9 +146,10 @@ def test_the_index_deadline_is_a_parameter(index: _Index, trickle: Trickle) -> N
     assert trickle.cut.wait(3 * INTERVAL + 1)
 
 
-def test_a_trickling_file_host_is_cut_off_at_the_deadline(trickle: Trickle) -> None:
-    # The newest torch's wheel is read by ranges: its file host trickles each range's answer.
-    newest = "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+@pytest.fixture
+def file_host(trickle: Trickle) -> Iterator[str]:
+    """An index whose torch wheels (200 bytes each) sit on a host that trickles every range's
+    answer: a 206 of the length asked, a byte at a time. Yields the index's URL."""
     page = json.loads((FIXTURES / "torch.json").read_text())
     for entry in page["files"]:
         entry["size"] = 200
@@ -158,19 +159,20 @@ def test_a_trickling_file_host_is_cut_off_at_the_deadline(trickle: Trickle) -> N
             if self.path == "/simple/torch/":
                 self.send_body(200, json.dumps(page).encode(), headers.SIMPLE_JSON)
             else:
-                # A 206 of the length asked (at most 200 bytes: the wheel's size below), a byte at a time.
                 start, end = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
                 trickle.send(self, b"P" * (end - start + 1), "application/zip", "body", "206 Partial Content")
 
     served = serve(Handler)
-    try:
-        project = index_reader.read_project("torch", served.root + "/simple", headers.session())
-        with pytest.raises(
-            IndexUnreachableError, match=rf"did not send bytes \d+-\d+ of {newest} within 0\.5 s"
-        ):
-            index_reader.requirements(project, "2.15.0", served.root + "/simple", headers.session(), 0.5)
-    finally:
-        served.close()
+    yield served.root + "/simple"
+    served.close()
+
+
+def test_a_trickling_file_host_is_cut_off_at_the_deadline(file_host: str) -> None:
+    # The newest torch's wheel is read by ranges: its file host trickles each range's answer.
+    newest = "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    project = index_reader.read_project("torch", file_host, headers.session())
+    with pytest.raises(IndexUnreachableError, match=rf"did not send bytes \d+-\d+ of {newest} within 0\.5 s"):
+        index_reader.requirements(project, "2.15.0", file_host, headers.session(), 0.5)
 
 
 def test_torchs_headers_from_a_trickling_index_are_cut_off(
@@ -187,31 +189,13 @@ def test_torchs_headers_from_a_trickling_index_are_cut_off(
 
 
 def test_torchs_headers_from_a_trickling_file_host_are_cut_off(
-    trickle: Trickle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    file_host: str, trickle: Trickle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The wheel's ranged reads trickle: each window's deadline is the page's plus its size's.
     monkeypatch.setattr(headers, "ANSWER_DEADLINE", DEADLINE)
-    page = json.loads((FIXTURES / "torch.json").read_text())
-    for entry in page["files"]:
-        entry["size"] = 200
-
-    class Handler(QuietHandler):
-        def do_GET(self) -> None:
-            if self.path == "/simple/torch/":
-                self.send_body(200, json.dumps(page).encode(), headers.SIMPLE_JSON)
-            else:
-                start, end = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
-                trickle.send(self, b"P" * (end - start + 1), "application/zip", "body", "206 Partial Content")
-
-    served = serve(Handler)
     started = time.monotonic()
-    try:
-        with pytest.raises(IndexUnreachableError, match=r"within 1 s"):
-            headers.fetch_headers(
-                "2.15.0", served.root + "/simple", {"XDG_CACHE_HOME": str(tmp_path)}, headers.session({})
-            )
-    finally:
-        served.close()
+    with pytest.raises(IndexUnreachableError, match=r"within 1 s"):
+        headers.fetch_headers("2.15.0", file_host, {"XDG_CACHE_HOME": str(tmp_path)}, headers.session({}))
     assert time.monotonic() - started < DEADLINE + SLACK
     assert trickle.cut.wait(3 * INTERVAL + 1)
 
