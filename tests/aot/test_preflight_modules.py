@@ -1,7 +1,7 @@
 """The preflight on modules the local nvcc compiles: what a real module holds, read from its
 file, decides whether a GPU runs it, and the message names the GPU, what the module holds and
 the arch to rebuild with. (The devices are values: this machine has no GPU; the verdicts follow
-the CUDA compatibility rules, as tests/unit/test_preflight.py tables them.)"""
+the CUDA compatibility rules, as tests/unit/op_builder/test_preflight.py tables them.)"""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from imagegen.oci.registry import RegistryClient
 from tests.integration import oci_reader
 from tests.integration.conftest import build_args, imagegen
 from tests.integration.derived import derive
-from tests.unit.test_sbom_scanners import scan
+from tests.unit.imagegen.proof.test_sbom_scanners import scan
 
 with warnings.catch_warnings():  # sigstore-protobuf-specs 0.5: a validator form pydantic 2.12 deprecates
     warnings.simplefilter("ignore", DeprecationWarning)

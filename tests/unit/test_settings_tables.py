@@ -123,7 +123,7 @@ def test_every_setting_is_read_somewhere(table: tuple[Setting, ...]) -> None:
     )
     module = settings if table is settings.SETTINGS else imagegen_settings
     # The options' IMAGEGEN_* variables are all read by the one cascade (imagegen.options.resolve),
-    # which tests/unit/test_options_table.py runs for each of them.
+    # which tests/unit/imagegen/options/test_options_table.py runs for each of them.
     for setting in (s for s in table if s not in imagegen_settings.OPTIONS):
         # Its constant, or a group of them (CA_BUNDLES) other than the whole table.
         constants = [
