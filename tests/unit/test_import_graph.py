@@ -145,3 +145,34 @@ def test_an_import_that_reaches_up_a_floor_is_found(tmp_path: Path) -> None:
         "pkg.upper: room pkg.upper has no floor", "pkg.upper.g: room pkg.upper has no floor",
     ]  # fmt: skip
     assert _basenames(package) == {"image": ["image.py", "spec/image.py"]}
+
+
+# The project-wide rules that stand at tests/unit's top; every other unit test sits in the folder
+# of the package (and, for imagegen, the room) it tests.
+PROJECT_WIDE = {"test_import_graph.py", "test_layering.py", "test_pytest_markers.py",
+                "test_settings_tables.py", "test_setup_entry.py"}  # fmt: skip
+
+
+def mirror_problems(unit: Path, repo: Path) -> list[str]:
+    """Unit tests that stand where no package or room of the repository is."""
+    problems = [
+        f"{p.name}: loose at tests/unit" for p in unit.glob("test_*.py") if p.name not in PROJECT_WIDE
+    ]
+    for path in unit.rglob("test_*.py"):
+        folder = path.parent.relative_to(unit)
+        if folder.parts and not (repo / folder).is_dir():
+            problems.append(f"{path.relative_to(unit)}: no {folder} in the repository")
+    return sorted(problems)
+
+
+def test_the_unit_tests_mirror_the_packages(tmp_path: Path) -> None:
+    assert mirror_problems(REPO / "tests" / "unit", REPO) == []
+    # Shown failing: a test loose at the top, one in a folder no package has.
+    unit = tmp_path / "unit"
+    (unit / "imagegen" / "nowhere").mkdir(parents=True)
+    (unit / "test_loose.py").write_text("")
+    (unit / "imagegen" / "nowhere" / "test_x.py").write_text("")
+    assert mirror_problems(unit, REPO) == [
+        "imagegen/nowhere/test_x.py: no imagegen/nowhere in the repository",
+        "test_loose.py: loose at tests/unit",
+    ]
