@@ -64,6 +64,10 @@ def typer_annotation(option: ImageOption) -> Any:
 
 
 def _default(option: ImageOption) -> Any:
+    """The parameter's default: None (False for a switch without a variable), so the cascade can
+    tell a flag left off; the row's default where --help shows it (``show_default``)."""
+    if option.show_default:
+        return option.default
     if option.form == "switch" and not option.env_name:
         return False
     return None

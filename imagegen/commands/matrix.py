@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Annotated
-
-import typer
 
 from imagegen import log
 from imagegen.commands._options import JsonOption, table_options
@@ -17,19 +14,11 @@ from imagegen.imagespec.checks import platform_name
 from imagegen.imagespec.op_packages import STAGED_DIR
 from imagegen.render.matrix import stale_files, write_matrix
 
-OutDirOption = Annotated[
-    Path, typer.Option("--out", metavar="DIR", help="Where to write (the repository's dockerfiles/).")
-]
-CheckOption = Annotated[
-    bool,
-    typer.Option("--check", help="Write nothing; exit 1 if the files differ from what the code renders."),
-]
 
-
-@table_options("matrix")
+@table_options("matrix")  # every option but --json: the table's rows (imagegen.options)
 def matrix(
-    out: OutDirOption = Path("dockerfiles"),
-    check: CheckOption = False,
+    matrix_out: Path = Path("dockerfiles"),
+    matrix_check: bool = False,
     op_sources: tuple[str, ...] = (),
     matrix_platforms: tuple[str, ...] = (),
     json: JsonOption = False,
@@ -37,26 +26,26 @@ def matrix(
     """Render dockerfiles/<target>[-arm64]/Dockerfile for the standard matrix, and docker-bake.hcl."""
     sources = op_sources  # flag > IMAGEGEN_OP_SOURCES, resolved once
     platforms = tuple(platform_name(p) for p in matrix_platforms)
-    found = stat_input(out, "--out")
+    found = stat_input(matrix_out, "--out")
     if found is not None and not stat.S_ISDIR(found.st_mode):
         raise BadInputError(
-            f"--out {out} is a file, not a folder",
+            f"--out {matrix_out} is a file, not a folder",
             hint="name the folder to write into, e.g. --out dockerfiles",
         )
-    if check:
-        stale = stale_files(out, sources, platforms)
+    if matrix_check:
+        stale = stale_files(matrix_out, sources, platforms)
         if json:
             emit_json({"ok": not stale, "stale": stale})
         if stale:
             raise BuildFailedError(
-                f"{len(stale)} generated file(s) under {out} are out of date: {', '.join(stale)}",
+                f"{len(stale)} generated file(s) under {matrix_out} are out of date: {', '.join(stale)}",
                 hint="run `imagegen matrix` and commit the result",
                 reported=json,  # the document above already says which
             )
         if not json:
-            log.info(f"{out} is up to date")
+            log.info(f"{matrix_out} is up to date")
         return
-    written, unchanged = write_matrix(out, sources, platforms)
+    written, unchanged = write_matrix(matrix_out, sources, platforms)
     if json:
         emit_json({"written": [str(p) for p in written], "unchanged": [str(p) for p in unchanged]})
         return

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import jinja2
 import typer
@@ -40,15 +40,6 @@ from op_builder.registry import current
 NameArgument = Annotated[
     str,
     typer.Argument(metavar="NAME", help="The op's name: lower case, digits, '_' (becomes DS_BUILD_<NAME>)."),
-]
-OutputDirOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--output",
-        "-o",
-        metavar="DIR",
-        help="The op package folder to create; its name is the package's import name. Default: ./NAME_ops",
-    ),
 ]
 
 
@@ -198,15 +189,15 @@ def _environment() -> jinja2.Environment:
     )
 
 
-@table_options("new-op")  # --cuda: the table's row for new-op (a CUDA op, not a target)
+@table_options("new-op")  # --cuda (a CUDA op, not a target) and --output: the table's rows
 def new_op(
     name: NameArgument,
     cuda_op: bool = False,
-    output: OutputDirOption = None,
+    op_output: Path | None = None,
     json: JsonOption = False,
 ) -> None:
     """Write a working op package to start from: builder, kernel and binding, front, self-test, tests."""
-    package = skeleton(name, output if output is not None else Path(f"{name}_ops"), cuda_op)
+    package = skeleton(name, op_output if op_output is not None else Path(f"{name}_ops"), cuda_op)
     write(package)
     files = sorted(package.files)
     if json:

@@ -7,9 +7,7 @@ Exit codes: 0 made or current; 1 a recipe failed (apt, debootstrap, pip, the eng
 from __future__ import annotations
 
 import os
-from typing import Annotated
 
-import typer
 from rich.table import Table
 
 from imagegen.building.standins import mirrors as mirrors_lib
@@ -20,19 +18,14 @@ from imagegen.commands._output import console, emit_json
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
 
-ForceOption = Annotated[bool, typer.Option("--force", help="Remake them even when current.")]
-MirrorsOption = Annotated[
-    bool, typer.Option("--mirrors", help="Print the Debian mirrors a base would be made from, and exit.")
-]
 
-
-@table_options("standins")  # --cuda, --cpu and --platform: the table's rows for stand-ins
+@table_options("standins")  # every option but --json: the table's rows for stand-ins
 def standins(
     standin_cudas: tuple[str, ...] = (),
     cpu_only: bool = False,
     standin_platform: str = "linux/amd64",
-    force: ForceOption = False,
-    mirrors: MirrorsOption = False,
+    standin_force: bool = False,
+    standin_mirrors: bool = False,
     json: JsonOption = False,
 ) -> None:
     """Make the stand-in bases (debootstrap + apt; cached by tag and recipe revision): the CPU pair,
@@ -41,14 +34,14 @@ def standins(
     if cpu_only and standin_cudas:
         raise BadInputError("--cpu and --cuda exclude each other", hint="--cpu makes only the CPU stand-ins")
     req = plan_lib.request(standin_cudas, standin_platform, os.environ)
-    if mirrors:
+    if standin_mirrors:
         found = mirrors_lib.resolve(catalog.STANDIN_DISTRO, os.environ)
         if json:
             emit_json({"mirror": found.main, "security_mirror": found.security})
         else:
             print(f"STANDIN_MIRROR={found.main}\nSTANDIN_SECURITY_MIRROR={found.security}")
         return
-    report = make(req, force=force, env=os.environ)
+    report = make(req, force=standin_force, env=os.environ)
     if json:
         emit_json(report.to_json())
         return

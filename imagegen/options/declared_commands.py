@@ -1,9 +1,13 @@
 """The options table's rows for the commands that make no image (``standins``, ``matrix``,
-``new-op``): flags that read like the image options' (``--cuda``, ``--cpu``, ``--platform``) but
-mean something else there, each under a name of its own and said in its help. None has an
+``new-op``): every option of theirs but ``--json`` and ``matrix --op-source`` (the image
+commands' row). Some read like the image options' (``--cuda``, ``--cpu``, ``--platform``) but mean
+something else there, each under a name of its own and said in its help; the others are each
+command's own (``matrix --out``, ``standins --force``, ``new-op --output``...). None has an
 ``IMAGEGEN_*`` variable, and docs/imagegen.md's options table lists none (``--help`` does)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from imagegen.options.declared_target import AMD64
 from imagegen.options.model import MATRIX, NEW_OP, STANDINS, ImageOption
@@ -42,6 +46,45 @@ COMMAND_OPTIONS: tuple[ImageOption, ...] = (
         spec=False,
     ),
     ImageOption(
+        name="standin_force",
+        flags=("--force",),
+        form="switch",
+        commands=frozenset({STANDINS}),
+        help="Remake them even when current.",
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="standin_mirrors",
+        flags=("--mirrors",),
+        form="switch",
+        commands=frozenset({STANDINS}),
+        help="Print the Debian mirrors a base would be made from, and exit.",
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="matrix_out",
+        flags=("--out",),
+        form="value",
+        commands=frozenset({MATRIX}),
+        help="Where to write (the repository's dockerfiles/).",
+        metavar="DIR",
+        default=Path("dockerfiles"),
+        value_type=Path,
+        show_default=True,  # --help has always said "[default: dockerfiles]"
+        spec=False,
+    ),
+    ImageOption(
+        name="matrix_check",
+        flags=("--check",),
+        form="switch",
+        commands=frozenset({MATRIX}),
+        help="Write nothing; exit 1 if the files differ from what the code renders.",
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
         name="matrix_platforms",
         flags=("--platform",),
         form="repeat",
@@ -61,6 +104,16 @@ COMMAND_OPTIONS: tuple[ImageOption, ...] = (
         commands=frozenset({NEW_OP}),
         help="A CUDA op (device code, launcher, binding), not a C++ / OpenMP one.",
         default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="op_output",
+        flags=("--output", "-o"),
+        form="value",
+        commands=frozenset({NEW_OP}),
+        help="The op package folder to create; its name is the package's import name. Default: ./NAME_ops",
+        metavar="DIR",
+        value_type=Path,  # no default value: new-op names the folder after the op
         spec=False,
     ),
 )

@@ -64,8 +64,12 @@ class ImageOption:
     env_kind: Kind | None = None  # None: no IMAGEGEN_* variable
     env_suffix: str = ""  # IMAGEGEN_<suffix>; default: the name upper-cased
     env_note: str = ""  # after the variable in the docs ("folders separated by `:`")
-    value_type: type = str  # str or int (a value's type as typed)
+    value_type: type = str  # str, int or Path (a value's type as typed)
     spec: bool = True
+    # --help shows ``default`` ("[default: dockerfiles]"): the command's parameter then defaults to
+    # it, so a flag left off reads as given at that value. Only for a row without a variable (the
+    # variable would never be read); tests/unit/imagegen/options holds that.
+    show_default: bool = False
 
     def default_for(self, command: str) -> Any:
         return dict(self.command_defaults).get(command, self.default)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import typer
@@ -300,3 +300,75 @@ def test_an_option_added_to_the_table_reaches_the_command(monkeypatch: pytest.Mo
     assert "--retries" in CliRunner().invoke(probe, ["--help"]).output
     assert "| `--retries N` (build) |  | 0 | retry a failed step |" not in options.markdown_table()
     assert "| `--retries N` (build) | | 0 | retry a failed step |" in options.markdown_table()
+
+
+# Every option of every command is a row of the table, but these, each with why. Click adds
+# --help when it parses (it is no parameter of a command), and a positional argument is no option.
+NOT_ROWS: dict[str, str] = {
+    "--json": "the output format of every command, one alias (commands/_options.JsonOption) whose "
+    "callback tells the error handler to answer in JSON; no command's setting",
+}
+# The commands whose own options are still declared in their files: each flag named, so the list
+# shrinks as they move, and an option added by hand elsewhere fails below. (bake and dockerfile
+# are docs/imagegen.md's options-table commands: a row of theirs joins that table.)
+OWN_OPTIONS: dict[str, frozenset[str]] = {
+    "bake": frozenset({"--builder", "--push", "--bake-file"}),  # --push: a registry, not build's
+    "catalog": frozenset({"--check-upstream", "--index-url"}),
+    "dockerfile": frozenset({"--output"}),
+    "sbom": frozenset({"--provenance", "--signature", "--output"}),
+    "verify": frozenset({"--ops", "--timeout", "--gpus", "--key", "--require-gpu"}),
+}
+
+
+def _row_flags(option: options.ImageOption) -> set[str]:
+    return set(option.flags[0].split("/") + list(option.flags[1:]))
+
+
+def _not_from_the_table(command: str, params: list[Any]) -> list[str]:
+    """The options among ``params`` (a command's click parameters) that are neither the table's
+    row for ``command`` (by name and flags) nor a named exception."""
+    rows = {option.name: _row_flags(option) for option in options.for_command(command)}
+    allowed = set(NOT_ROWS) | OWN_OPTIONS.get(command, frozenset())
+    return [
+        param.opts[0]
+        for param in params
+        if param.param_type_name == "option"
+        and rows.get(param.name) != set(param.opts) | set(param.secondary_opts)
+        and param.opts[0] not in allowed
+    ]
+
+
+@pytest.mark.parametrize("command", sorted(get_command(app).commands))  # type: ignore[attr-defined]
+def test_every_option_of_every_command_is_a_row_or_a_named_exception(command: str) -> None:
+    params = get_command(app).commands[command].params  # type: ignore[attr-defined]
+    assert _not_from_the_table(command, params) == [], command
+    flags = {flag for param in params for flag in param.opts}
+    assert OWN_OPTIONS.get(command, frozenset()) <= flags, "a named exception is gone: drop it"
+
+
+def test_a_hand_declared_option_is_found() -> None:
+    @_options.table_options("matrix")
+    def command(
+        matrix_out: Path = Path("dockerfiles"),
+        matrix_check: bool = False,
+        op_sources: tuple[str, ...] = (),
+        matrix_platforms: tuple[str, ...] = (),
+        verbose: Annotated[bool, typer.Option("--verbose")] = False,
+        json: _options.JsonOption = False,
+    ) -> None: ...
+
+    probe = typer.Typer(add_completion=False)  # one command: the app is that command
+    probe.command()(command)
+    params = get_command(probe).params
+    assert _not_from_the_table("matrix", params) == ["--verbose"]
+    # A parameter under a row's name but with other flags is declared by hand too.
+    renamed = [p for p in params if p.name == "matrix_check"]
+    renamed[0].opts = ["--verify-only"]
+    assert _not_from_the_table("matrix", renamed) == ["--verify-only"]
+
+
+def test_a_shown_default_is_the_rows_and_only_a_row_without_a_variable_shows_one() -> None:
+    shown = [option for option in options.OPTIONS if option.show_default]
+    assert shown and all(option.env_name is None and option.default is not None for option in shown)
+    assert "[default: dockerfiles]" in CliRunner().invoke(app, ["matrix", "--help"]).output
+    assert options.resolve({}, {}, "matrix")["matrix_out"] == Path("dockerfiles")
