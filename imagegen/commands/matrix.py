@@ -24,7 +24,6 @@ def matrix(
     json: JsonOption = False,
 ) -> None:
     """Render dockerfiles/<target>[-arm64]/Dockerfile for the standard matrix, and docker-bake.hcl."""
-    sources = op_sources  # flag > IMAGEGEN_OP_SOURCES, resolved once
     platforms = tuple(platform_name(p) for p in matrix_platforms)
     found = stat_input(matrix_out, "--out")
     if found is not None and not stat.S_ISDIR(found.st_mode):
@@ -33,7 +32,7 @@ def matrix(
             hint="name the folder to write into, e.g. --out dockerfiles",
         )
     if matrix_check:
-        stale = stale_files(matrix_out, sources, platforms)
+        stale = stale_files(matrix_out, op_sources, platforms)
         if json:
             emit_json({"ok": not stale, "stale": stale})
         if stale:
@@ -45,14 +44,14 @@ def matrix(
         if not json:
             log.info(f"{matrix_out} is up to date")
         return
-    written, unchanged = write_matrix(matrix_out, sources, platforms)
+    written, unchanged = write_matrix(matrix_out, op_sources, platforms)
     if json:
         emit_json({"written": [str(p) for p in written], "unchanged": [str(p) for p in unchanged]})
         return
     for path in written:
         log.info(f"wrote {path}")
     log.info(f"{len(written)} written, {len(unchanged)} unchanged")
-    for folder in sources:
+    for folder in op_sources:
         name = Path(folder).resolve().name
         log.info(
             f"the build context needs {STAGED_DIR}/{name}/, a copy of {folder} (imagegen build stages it)"

@@ -77,8 +77,8 @@ def run_sealed(
     timeout: float,
     gpus: str | None = None,
     *,
-    environment: Mapping[str, str] | None = None,
-    refused: Callable[[str], UserFacingError] | None = None,
+    environment: Mapping[str, str],
+    refused: Callable[[str], UserFacingError],
 ) -> tuple[int, str, str]:
     """Run ``command`` in a sealed container of ``image`` (``config``: the image's Config) named
     ``imagegen-<purpose>-<random>``; (exit code, stdout, stderr), each cut to its tail.
@@ -89,7 +89,7 @@ def run_sealed(
     a second Ctrl-C or SIGTERM held until that is done."""
     name = f"imagegen-{purpose}-{uuid.uuid4().hex[:12]}"
     try:
-        return _run(client, image, name, purpose, config, command, timeout, gpus, environment or {}, refused)
+        return _run(client, image, name, purpose, config, command, timeout, gpus, environment, refused)
     finally:
         with interrupts_deferred():
             remove_container(client, name)
@@ -105,7 +105,7 @@ def _run(
     timeout: float,
     gpus: str | None,
     environment: Mapping[str, str],
-    refused: Callable[[str], UserFacingError] | None,
+    refused: Callable[[str], UserFacingError],
 ) -> tuple[int, str, str]:
     import docker
     import requests
@@ -128,10 +128,7 @@ def _run(
         )
         container.start()
     except docker.errors.APIError as exc:  # the edge where the engine's refusals enter: translated once
-        explanation = str(exc.explanation or exc)
-        if refused is None:
-            raise VerificationFailedError(f"could not start a container of {image}: {explanation}") from exc
-        raise refused(explanation) from exc
+        raise refused(str(exc.explanation or exc)) from exc
     try:
         status = container.wait(timeout=timeout)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:

@@ -11,7 +11,6 @@ import tarfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,8 @@ from imagegen.proof.facts import ImageFacts
 from imagegen.proof.outside import check_layers
 from imagegen.proof.runtime import signed_runtime
 from imagegen.proof.signing import check_envelope
-from imagegen.verify.container import SEALED_ENV, last_json_object
-from imagegen.verify.failures import no_report_error, start_error
+from imagegen.verify.container import last_json_object, run_python
+from imagegen.verify.failures import no_report_error
 
 
 def probe_text() -> str:
@@ -51,16 +50,7 @@ def probe_image(image: str, with_torch: bool = False, timeout: float = 300) -> I
     command = ["python", "-c", probe_text(), *(["--torch"] if with_torch else [])]
     try:
         config = inspect_local(client, image).get("Config") or {}
-        code, stdout, stderr = sealed.run_sealed(
-            client,
-            image,
-            "proof",
-            config,
-            command,
-            timeout,
-            environment=SEALED_ENV,
-            refused=partial(start_error, image),
-        )
+        code, stdout, stderr = run_python(client, image, "proof", config, command, timeout)
     finally:
         client.close()
     data = last_json_object(stdout)

@@ -22,18 +22,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
-from imagegen.engine.sealed import run_sealed
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference, reference_problem
 from imagegen.proof import size_probe
-from imagegen.verify.container import SEALED_ENV
-from imagegen.verify.failures import start_error
+from imagegen.verify.container import run_python
 
 KINDS = ("base", "torch", "python", "cuda", "op", "other")
 TARGET_LABEL = "io.imagegen.target"
@@ -398,16 +395,7 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
                     int(base_info.get("Size") or 0),
                 )
         try:
-            exit_code, stdout, stderr = run_sealed(
-                client,
-                image,
-                "size",
-                config,
-                probe_command(),
-                timeout,
-                environment=SEALED_ENV,
-                refused=partial(start_error, image),
-            )
+            exit_code, stdout, stderr = run_python(client, image, "size", config, probe_command(), timeout)
         except VerificationFailedError as exc:  # no python, or the container did not start
             raise VerificationFailedError(f"could not measure {image}: {exc.message}", hint=exc.hint) from exc
     finally:

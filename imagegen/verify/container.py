@@ -39,7 +39,7 @@ OPS_LABEL = "io.imagegen.ops"
 # overflow the socket timeouts below them (1e11 s was reported as "no daemon answers").
 MAX_TIMEOUT_S = 86400.0
 # Every sealed run of an image's Python loads only what was built ahead of time.
-SEALED_ENV = {op_settings.DISABLE_JIT.name: "1"}
+_SEALED_ENV = {op_settings.DISABLE_JIT.name: "1"}
 
 
 @dataclass(frozen=True)
@@ -228,17 +228,7 @@ def verify_image(
         check_image_op_names(ops or (), labels)
         wanted = requested_ops(ops, labels)
         command = verify_command(wanted, require_gpu, selftest)
-        exit_code, stdout, stderr = run_sealed(
-            client,
-            image,
-            "verify",
-            config,
-            command,
-            timeout,
-            gpus,
-            environment=SEALED_ENV,
-            refused=partial(start_error, image, gpus=gpus),
-        )
+        exit_code, stdout, stderr = run_python(client, image, "verify", config, command, timeout, gpus)
     finally:
         client.close()
     seconds = time.monotonic() - start
@@ -246,3 +236,21 @@ def verify_image(
     if result is None:
         raise no_report_error(image, " ".join(command), exit_code, stdout + "\n" + stderr)
     return result
+
+
+def run_python(
+    client: Any,
+    image: str,
+    purpose: str,
+    config: Mapping[str, Any],
+    command: Sequence[str],
+    timeout: float,
+    gpus: str | None = None,
+) -> tuple[int, str, str]:
+    """``command`` (the image's ``python``: the verifier, the proof's probe, the size probe) in the
+    engine's sealed run (``imagegen.engine.sealed.run_sealed``), with JIT builds off and the
+    engine's refusal to start it worded as the verifier's (``failures.start_error``)."""
+    return run_sealed(
+        client, image, purpose, config, command, timeout, gpus,
+        environment=_SEALED_ENV, refused=partial(start_error, image, gpus=gpus),
+    )  # fmt: skip
