@@ -251,7 +251,8 @@ def test_the_registry_deadline_is_a_parameter(trickle: Trickle) -> None:
 
 def test_an_upload_has_more_time_by_its_size() -> None:
     # A registry that answers each PUT a second after it has the body: past a half-second
-    # deadline for a small manifest, inside it for one of 256 KiB (one second more).
+    # deadline for a small manifest, inside it for one of 768 KiB (three seconds more: a margin
+    # that holds on a loaded machine, where the half-second one alone would still fail it).
     class Slow(QuietHandler):
         def do_PUT(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
@@ -268,7 +269,8 @@ def test_an_upload_has_more_time_by_its_size() -> None:
             ):
                 client.put_manifest("ops/cpu", "small", b"{}", kind)
             assert (
-                client.put_manifest("ops/cpu", "large", b" " * registry.UPLOAD_RATE, kind).status_code == 201
+                client.put_manifest("ops/cpu", "large", b" " * (3 * registry.UPLOAD_RATE), kind).status_code
+                == 201
             )
     finally:
         served.close()
