@@ -15,6 +15,9 @@
 #   binfmt-support            so arm64 programs run inside chroots and containers: the arm64
 #                             stand-ins and `make images PLATFORM=linux/arm64`
 #   docker-buildx             (scripts/buildx-plugin.sh) the buildx CLI plugin `imagegen bake` runs
+#   cosign                    (scripts/cosign.sh) Debian's cosign 3 (sid) and 2 (trixie), fetched with
+#                             a private apt configuration, at /usr/local/lib/imagegen/cosign-{3,2}/:
+#                             the real verifier of pushed images (tests/integration/test_cosign.py)
 # Idempotent and quiet when everything is present. Needs root (or sudo) for apt.
 set -euo pipefail
 
@@ -26,11 +29,15 @@ missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-# Debian's docker buildx plugin (from trixie: bookworm has none), for `imagegen bake`; quiet when present.
-buildx_plugin() {
-  if command -v apt-get >/dev/null; then bash "$(dirname "$0")/buildx-plugin.sh"; fi
+# Debian's docker buildx plugin (from trixie: bookworm has none), for `imagegen bake`, and Debian's
+# cosign binaries (sid, trixie); each quiet when present.
+from_other_suites() {
+  if command -v apt-get >/dev/null; then
+    bash "$(dirname "$0")/buildx-plugin.sh"
+    bash "$(dirname "$0")/cosign.sh"
+  fi
 }
-[ ${#missing[@]} -eq 0 ] && { buildx_plugin; exit 0; }
+[ ${#missing[@]} -eq 0 ] && { from_other_suites; exit 0; }
 
 if ! command -v apt-get >/dev/null; then
   echo "system-deps: missing ${missing[*]}; install them with your package manager" >&2
@@ -45,4 +52,4 @@ echo "system-deps: installing ${missing[*]}"
 $SUDO apt-get update -qq
 # docker-registry's postinst starts a service where systemd runs; tests start their own.
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-buildx_plugin
+from_other_suites
