@@ -59,22 +59,27 @@ def _entry(
     mode = info.st_mode
     if stat.S_ISCHR(mode) and info.st_rdev == 0:
         return [LayerEntry(path, "whiteout")]
+    permissions, uid, gid = stat.S_IMODE(mode), info.st_uid, info.st_gid
     if stat.S_ISDIR(mode):
-        entries = [LayerEntry(path, "dir")]
+        entries = [LayerEntry(path, "dir", mode=permissions, uid=uid, gid=gid)]
         try:
             opaque = os.getxattr(real, _OPAQUE_ATTRIBUTE, follow_symlinks=False) == b"y"
         except OSError:
             opaque = False
         return [*entries, LayerEntry(path, "opaque")] if opaque else entries
     if stat.S_ISLNK(mode):
-        return [LayerEntry(path, "symlink", target=os.readlink(real))]
+        return [LayerEntry(path, "symlink", target=os.readlink(real), mode=permissions, uid=uid, gid=gid)]
     if stat.S_ISREG(mode):
         keep = info.st_size <= DATA_LIMIT and keep_data(path)
         sha256 = data = None
         if keep or hash_file(path):
             sha256, data = _digest(real, keep)
-        return [LayerEntry(path, "file", info.st_size, sha256=sha256, data=data)]
-    return [LayerEntry(path, "other")]
+        return [
+            LayerEntry(
+                path, "file", info.st_size, sha256=sha256, data=data, mode=permissions, uid=uid, gid=gid
+            )
+        ]
+    return [LayerEntry(path, "other", mode=permissions, uid=uid, gid=gid)]
 
 
 def read_dir_layer(diff_id: str, folder: str, hash_file: Select, keep_data: Select) -> Layer:

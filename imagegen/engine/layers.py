@@ -7,6 +7,13 @@ tars, in either layout engines write (Docker's ``<id>/layer.tar`` or an OCI layo
 and its tar headers are parsed, so what a layer adds, replaces or deletes is known without
 running anything the image holds: no code of the image's is asked about its own files.
 
+Each member is read the way the engine applies it (moby's ``UnpackLayer``): its name cleaned
+(``./a//b/../c`` is ``/a/c``; nothing climbs above the root), a folder the layer leaves out but
+holds something in made as the engine makes it (root's, 0755), a hard link to a file earlier in
+the layer read as that file, ``.wh.<name>`` as the deletion of ``<name>`` and ``.wh..wh..opq`` as
+an opaque folder. The other reader (``imagegen.engine.layer_dirs``) reads the folders the engine
+wrote when it applied them; both give the same entries for the same layer.
+
 Nothing is written to disk; memory holds the entries' headers (not their data), and the
 SHA-256 of the regular files ``hash_file`` selects.
 """
@@ -15,10 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any, Literal
 
 from imagegen.errors import VerificationFailedError
@@ -40,9 +48,17 @@ class LayerEntry:
     path: str
     kind: Kind
     size: int = 0
-    target: str = ""  # a link's target, as the tar has it
+    target: str = ""  # a symbolic link's target, as the tar has it; a hard link's file, cleaned
     sha256: str | None = None  # a regular file's content digest, when it was asked for
     data: bytes | None = None  # a regular file's content, when it was asked for (small files)
+    mode: int = 0o755  # permission bits (with set-id and sticky), as the engine applies them
+    uid: int = 0
+    gid: int = 0
+
+    @property
+    def writable_by_others(self) -> bool:
+        """Whether a user other than its owner may change what it holds (group or other write)."""
+        return bool(self.mode & 0o022)
 
 
 @dataclass(frozen=True)
@@ -52,27 +68,42 @@ class Layer:
 
 
 def normalize(name: str) -> str:
-    """A tar member name as an absolute path: ``./usr//lib/`` -> ``/usr/lib``."""
-    parts = [part for part in name.split("/") if part not in ("", ".")]
-    return "/" + "/".join(parts)
+    """A tar member name as the absolute path the engine writes it to: ``./usr//lib/`` ->
+    ``/usr/lib``, ``usr/../opt/x`` -> ``/opt/x`` (moby cleans each name; ``..`` above the root
+    stays at the root, where the engine refuses the layer instead)."""
+    return posixpath.normpath("/" + name.lstrip("/"))
 
 
 def entry_of(member: tarfile.TarInfo, sha256: str | None = None, data: bytes | None = None) -> LayerEntry:
     path = normalize(member.name)
     folder, _, base = path.rpartition("/")
+    # A symbolic link's own mode is always 0777 on Linux (the engine cannot change it).
+    mode, uid, gid = 0o777 if member.issym() else member.mode & 0o7777, member.uid, member.gid
     if base == OPAQUE_MARKER:
         return LayerEntry(folder or "/", "opaque")
     if base.startswith(WHITEOUT_PREFIX):
         return LayerEntry(f"{folder}/{base[len(WHITEOUT_PREFIX) :]}", "whiteout")
     if member.isreg():
-        return LayerEntry(path, "file", member.size, sha256=sha256, data=data)
+        return LayerEntry(path, "file", member.size, sha256=sha256, data=data, mode=mode, uid=uid, gid=gid)
     if member.isdir():
-        return LayerEntry(path, "dir")
+        return LayerEntry(path, "dir", mode=mode, uid=uid, gid=gid)
     if member.issym():
-        return LayerEntry(path, "symlink", target=member.linkname)
+        return LayerEntry(path, "symlink", target=member.linkname, mode=mode, uid=uid, gid=gid)
     if member.islnk():
-        return LayerEntry(path, "hardlink", target=normalize(member.linkname))
-    return LayerEntry(path, "other")
+        return LayerEntry(path, "hardlink", target=normalize(member.linkname), mode=mode, uid=uid, gid=gid)
+    return LayerEntry(path, "other", mode=mode, uid=uid, gid=gid)
+
+
+def implied_folders(path: str, seen: set[str]) -> list[LayerEntry]:
+    """The folders above ``path`` that a layer holds something in but lists no entry for, top
+    first: the engine makes them (``MkdirAll``, 0755, root's), so the layer's folder holds them."""
+    missing = []
+    folder = posixpath.dirname(path)
+    while folder != "/" and folder not in seen:
+        seen.add(folder)
+        missing.append(LayerEntry(folder, "dir"))
+        folder = posixpath.dirname(folder)
+    return missing[::-1]
 
 
 class _Chunks(io.RawIOBase):
@@ -163,9 +194,12 @@ def _content(handle: IO[bytes] | None, keep: bool) -> tuple[str, bytes | None]:
 
 
 def read_layer(stream: IO[bytes], head: bytes, hash_file: Select, keep_data: Select = nothing) -> Layer:
-    """One layer tar (``head``: its first bytes, already read from ``stream``)."""
+    """One layer tar (``head``: its first bytes, already read from ``stream``), its members read
+    as the engine applies them (see the module's doc)."""
     layer = _LayerStream(stream, head)
-    entries = []
+    entries: list[LayerEntry] = []
+    folders: set[str] = set()
+    names: dict[str, list[int]] = {}  # a file's path -> the indexes of its names (hard links)
     with tarfile.open(fileobj=io.BufferedReader(layer, _BLOCK), mode="r|", bufsize=_BLOCK) as tar:
         for member in tar:
             digest = data = None
@@ -173,7 +207,24 @@ def read_layer(stream: IO[bytes], head: bytes, hash_file: Select, keep_data: Sel
             keep = member.isreg() and member.size <= DATA_LIMIT and keep_data(path)
             if member.isreg() and (keep or hash_file(path)):
                 digest, data = _content(tar.extractfile(member), keep)
-            entries.append(entry_of(member, digest, data))
+            entry = entry_of(member, digest, data)
+            # An opaque marker stands for its folder, which the engine makes too when it is not listed.
+            entries += implied_folders(entry.path + "/" if entry.kind == "opaque" else entry.path, folders)
+            if entry.kind == "dir":
+                folders.add(entry.path)
+            elif entry.kind == "file":
+                names[entry.path] = [len(entries)]
+            elif entry.kind == "hardlink" and entry.target in names:
+                # One more name of that file: its content; the engine then applies this member's
+                # mode and owner to the file, which every name of it shares.
+                group = names[entry.target]
+                for index in group:
+                    entries[index] = replace(entries[index], mode=entry.mode, uid=entry.uid, gid=entry.gid)
+                first = entries[group[0]]
+                entry = replace(first, path=entry.path, target=entry.target)
+                group.append(len(entries))
+                names[entry.path] = group
+            entries.append(entry)
     return Layer(layer.drain(), tuple(entries))
 
 
