@@ -10,7 +10,7 @@ import typer
 
 from imagegen.commands._options import JsonOption
 from imagegen.commands._output import console, emit_json
-from imagegen.errors import VerificationFailedError
+from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.checks import op_list
 from imagegen.proof import image_proof as proof_lib
 from imagegen.proof.signing import load_public_key
@@ -45,6 +45,15 @@ KeyOption = Annotated[
         help="Ed25519 or ECDSA P-256 public key (PEM): the provenance must be signed with its private key.",
     ),
 ]
+DerivedOption = Annotated[
+    bool,
+    typer.Option(
+        "--derived",
+        help="With --key: IMAGE is built FROM a signed image. Prove what the signature still covers (the "
+        "signed layers, intact, and the op modules they hold) and list every added layer, file and setting "
+        "as not covered. Without it, only the signed image itself passes.",
+    ),
+]
 RequireGpuOption = Annotated[
     bool,
     typer.Option("--require-gpu", help="A GPU op's self-test skipped for want of a GPU fails verification."),
@@ -58,6 +67,7 @@ def verify(
     gpus: GpusOption = None,
     require_gpu: RequireGpuOption = False,
     key: KeyOption = None,
+    derived: DerivedOption = False,
     json: JsonOption = False,
 ) -> None:
     """Verify IMAGE: every op loads ahead of time, passes its self-test, and holds its planned GPU code."""
@@ -68,11 +78,16 @@ def verify(
     # package's, which only the image knows (verify_image checks them against its labels).
     check_op_names([n for n in names or () if n in ALL_OPS or closest(n, ALL_OPS)])
     selected = verify_lib.parse_gpus(gpus)
+    if derived and key is None:
+        raise BadInputError(
+            "--derived without --key: it says what a signature covers of an image built on a signed one",
+            hint="add --key PUBLIC_KEY.pem (the signed image's key)",
+        )
     public_key = None if key is None else load_public_key(key)  # a bad key file: exit 2 before the engine
     verify_lib.check_verify_input(image, timeout)  # so is a bad reference or timeout
     # The proof first: with --key it is read from outside the image, and decides whether the image
     # is the signed one whatever its own Python does when it runs (below).
-    proof = proof_lib.check_image(image, public_key, timeout=timeout)
+    proof = proof_lib.check_image(image, public_key, timeout=timeout, derived=derived)
     try:
         result = verify_lib.verify_image(
             image, ops=names, timeout=timeout, gpus=selected, require_gpu=require_gpu
@@ -84,7 +99,7 @@ def verify(
         raise VerificationFailedError(
             f"{image} failed verification: SBOM: {proof.summary()}; and its ops could not be "
             f"checked in it: {exc.message}",
-            hint="its op modules or documents are not what its build made: rebuild it, do not ship it",
+            hint=proof.hint,
         ) from None
     ok = result.ok and (proof is None or proof.ok)
     if json:
@@ -95,11 +110,12 @@ def verify(
         out.print(proof_lib.proof_line(proof), markup=False)
     if not ok:
         failures = [result.failure_summary()] if not result.ok else []
-        failures += [f"SBOM: {proof.summary()}"] if proof is not None and not proof.ok else []
+        what = "proof" if proof is not None and proof.signed is not None else "SBOM"
+        failures += [f"{what}: {proof.summary()}"] if proof is not None and not proof.ok else []
         raise VerificationFailedError(
             f"{image} failed verification: {'; '.join(failures)}",
             hint="the table above has each op's load, self-test and device-code result"
-            if not result.ok
-            else "its op modules or documents are not what its build made: rebuild it, do not ship it",
+            if not result.ok or proof is None
+            else proof.hint,
             reported=json,  # the result document already says which op failed and why
         )

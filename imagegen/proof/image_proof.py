@@ -164,33 +164,47 @@ class ProofCheck:
     sbom_digest: str | None
     signed: bool | None  # None: no key given
     mismatches: tuple[Mismatch, ...]
-    # With a key: what later layers added that cannot run before a signed file, and the settings
-    # changed since the signing (None: not read, without a key or when the signature failed).
-    derived: Judgement | None = None
+    # With a key whose signature verified: the image held to the signed statement, exactly or (with
+    # --derived) as derived from it (None: not read, without a key or when the signature failed).
+    judgement: Judgement | None = None
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
+
+    @property
+    def exact(self) -> bool | None:
+        """True: the image is exactly the signed one; False: it is not (or was read as derived)."""
+        if self.judgement is None:
+            return None
+        return self.ok and not self.judgement.derived
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "sbom_digest": self.sbom_digest,
             "signed": self.signed,
+            "exact": self.exact,
             "mismatches": [m.to_json() for m in self.mismatches],
-            "added": None if self.derived is None else list(self.derived.added),
-            "settings": None if self.derived is None else list(self.derived.settings),
+            "derived": None if self.judgement is None else self.judgement.to_json(),
         }
 
     def summary(self) -> str:
         return "; ".join(str(m) for m in self.mismatches)
 
+    @property
+    def hint(self) -> str:
+        """What to do about the mismatches."""
+        found = self.judgement.hint if self.judgement is not None else None
+        return found or "its op modules or documents are not what its build made: rebuild it, do not ship it"
 
-def check_signed(image: str, statement: bytes, sbom: bytes | None) -> tuple[list[Mismatch], Judgement | None]:
+
+def check_signed(
+    image: str, statement: bytes, documents: ImageDocuments, derived: bool = False
+) -> tuple[list[Mismatch], Judgement | None]:
     """The image against its signed statement, read from outside it: the SBOM the statement names,
-    the image's layers starting with the signed runtime's, and what it added judged
-    (``imagegen.proof.derived``)."""
-    document, found = compare_statement(statement, sbom)
+    then the image's layers and settings (``imagegen.proof.outside.check_layers``)."""
+    document, found = compare_statement(statement, documents.files.get(SBOM.filename))
     problems = list(found)
     if document is None:
         return problems, None
@@ -207,19 +221,22 @@ def check_signed(image: str, statement: bytes, sbom: bytes | None) -> tuple[list
             )
         )
         return problems, None
-    judgement = check_layers(image, runtime, signed_modules(document))
+    judgement = check_layers(image, runtime, signed_modules(document), documents.files, derived)
     problems += [Mismatch(f.op, f.problem) for f in judgement.problems]
     return problems, judgement
 
 
-def check_image(image: str, public_key: Any = None, timeout: float = 300) -> ProofCheck | None:
+def check_image(
+    image: str, public_key: Any = None, timeout: float = 300, derived: bool = False
+) -> ProofCheck | None:
     """Check ``image``'s proof; None for an image without an SBOM when no key is given (an image
     built before images carried one).
 
     With ``public_key`` (``signing.load_public_key``'s), the signed statement is the root and
-    everything is read from outside the image (``check_signed``). Without one, the SBOM is
-    compared with the op modules as the image's own Python reports them (``probe_image``): a
-    check of consistency, not of trust, since the image answers it.
+    everything is read from outside the image (``check_signed``): the image must be exactly the
+    signed one, or with ``derived`` built on it, its additions listed as not covered. Without a
+    key, the SBOM is compared with the op modules as the image's own Python reports them
+    (``probe_image``): a check of consistency, not of trust, since the image answers it.
     """
     documents = read_documents(image)
     if SBOM.label not in documents.labels:
@@ -247,7 +264,7 @@ def check_image(image: str, public_key: Any = None, timeout: float = 300) -> Pro
     sbom_bytes = documents.files.get(SBOM.filename)
     judgement: Judgement | None = None
     if signed_statement is not None:
-        found, judgement = check_signed(image, signed_statement, sbom_bytes)
+        found, judgement = check_signed(image, signed_statement, documents, derived)
         problems += found
     elif sbom_bytes is not None:
         try:
@@ -262,21 +279,41 @@ def check_image(image: str, public_key: Any = None, timeout: float = 300) -> Pro
 
 
 def proof_line(check: ProofCheck | None) -> str:
-    """One line for ``imagegen verify``'s text output."""
+    """The proof's lines of ``imagegen verify``'s text output."""
     if check is None:
         return "SBOM: none in this image (built without one): not checked"
     if not check.ok:
-        return "SBOM: MISMATCH: " + check.summary()
-    if check.derived is None:
+        what = "SBOM" if check.signed is None else "proof"
+        return f"{what}: MISMATCH: " + check.summary()
+    judgement = check.judgement
+    if judgement is None:
         return f"SBOM {check.sbom_digest}: every op module matches"
-    line = (
-        f"SBOM {check.sbom_digest}: every op module matches; provenance signature verified; "
-        "the image's layers and Python are the signed ones, read from outside the image"
+    line = f"SBOM {check.sbom_digest}: every op module matches; provenance signature verified"
+    if not judgement.derived:
+        return (
+            f"{line}; this is exactly the signed image: its {judgement.signed_layers} signed layers, its "
+            "proof layer and its settings, read from outside the image"
+        )
+    line += (
+        f"\nderived from the signed image: its {judgement.signed_layers} signed layers are its first, in "
+        "order and intact, and hold the op modules it runs"
     )
-    added, settings = check.derived.added, check.derived.settings
-    if added:
-        shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5 else "")
-        line += f"\nadded on top of the signed runtime (nothing that runs before a signed file): {shown}"
-    if settings:
-        line += "\nsettings changed since the signing: " + "; ".join(settings)
+    added = judgement.added
+    if judgement.layers or judgement.settings:
+        line += (
+            f"\nNOT covered by the signature ({len(judgement.layers)} layer(s) added; the deriver's to "
+            f"sign): {_shown([a.what for a in added]) or 'no files'}"
+        )
+    if judgement.settings:
+        line += "\nsettings NOT covered by the signature: " + "; ".join(a.what for a in judgement.settings)
+    risky = judgement.risky
+    if risky:
+        line += (
+            f"\nflagged, {len(risky)} that may run before a signed file (a warning list, not a complete one):"
+        )
+        line += "".join(f"\n  {a.what}: {a.risk}" for a in risky)
     return line
+
+
+def _shown(items: list[str], most: int = 5) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")

@@ -2,16 +2,17 @@
 
 At the seal: what the statement signs (``runtime_record``: the runtime image's layers, its
 settings, the digests of the interpreter's files and of each distribution's). At verification
-with a key: whether the image still holds it (``check_layers``: its layers start with the signed
-ones, and what it added on top is judged by ``imagegen.proof.derived``). Nothing here runs code
-of the image's: its files are read from the engine's export of it.
+with a key: whether the image is the signed one (``check_layers``: the signed layers, the proof
+layer holding only the proof, the signed settings: ``imagegen.proof.exact``), or, asked for by
+name, what a derived image adds to it (``imagegen.proof.derived``). Nothing here runs code of the
+image's: its files are read from the engine's layer folders or its export of it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from imagegen.engine.client import docker_client
@@ -19,8 +20,18 @@ from imagegen.engine.images import inspect_local
 from imagegen.engine.layer_dirs import dir_links, layer_dirs, read_dir_layer
 from imagegen.engine.layers import Layer, Select, image_layers, nothing
 from imagegen.errors import VerificationFailedError
-from imagegen.proof.derived import Finding, Judgement, Links, judge
-from imagegen.proof.runtime import PythonLayout, SignedRuntime, make_runtime, merge, subjects
+from imagegen.proof import exact
+from imagegen.proof.derived import Judgement, Links, judge
+from imagegen.proof.documents import PROOF_DIR
+from imagegen.proof.runtime import (
+    PythonLayout,
+    SignedRuntime,
+    image_settings,
+    make_runtime,
+    merge,
+    subjects,
+    within,
+)
 
 
 @dataclass(frozen=True)
@@ -90,31 +101,44 @@ def runtime_record(image: str, layout: PythonLayout, module_paths: tuple[str, ..
         )
     view = merge(layers[layer] for layer in ids)
     digests = {path: entry.sha256 for path in module_paths if (entry := view.get(path)) and entry.sha256}
-    return RuntimeRecord(
-        make_runtime(layout, ids, info.get("Config") or {}, view), tuple(subjects(layout, view)), digests
-    )
+    return RuntimeRecord(make_runtime(layout, ids, info, view), tuple(subjects(layout, view)), digests)
 
 
-def check_layers(image: str, runtime: SignedRuntime, modules: Mapping[str, tuple[str, str]]) -> Judgement:
-    """Judge ``image`` against the signed ``runtime`` (``modules``: op module path -> (op, sha256))."""
+def check_layers(
+    image: str,
+    runtime: SignedRuntime,
+    modules: Mapping[str, tuple[str, str]],
+    documents: Mapping[str, bytes],
+    derived: bool = False,
+) -> Judgement:
+    """Hold ``image`` to the signed ``runtime`` (``modules``: op module path -> (op, sha256);
+    ``documents``: the proof's file name -> the bytes whose signature and digests were checked).
+    ``derived``: list what layers and settings it adds instead of failing on them."""
     client = docker_client(os.environ, timeout=600)
     try:
         info = inspect_local(client, image)
         ids = _layer_ids(info)
+        problems = exact.layer_problems(runtime, ids)
+        if problems:
+            return Judgement(tuple(problems), len(runtime.layers))
         signed = len(runtime.layers)
-        for index, expected in enumerate(runtime.layers):
-            found = ids[index] if index < len(ids) else None
-            if found != expected:
-                problem = f"layer {index + 1} is {found or 'missing'}; the signed runtime's is {expected}"
-                finding = Finding(f"the image is not built on the signed runtime: {problem}")
-                return Judgement((finding,), (), ())
-        layers, links = read_layers(client, image, info, ids[signed:], hash_file=lambda path: path in modules)
+        # Without --derived only the proof layer is read: any layer above it fails unread.
+        wanted = ids[signed:] if derived else ids[signed : signed + 1]
+        layers, links = read_layers(
+            client, image, info, wanted, hash_file=lambda path: within(path, PROOF_DIR) or path in modules
+        )
     finally:
         client.close()
-    added = [layers[layer] for layer in ids[signed:] if layer in layers]
-    if len(added) != len(ids) - signed:
+    if any(layer not in layers for layer in wanted):
         raise VerificationFailedError(
             f"the engine's export of {image} lacks some of its layers",
             hint="check the engine (`docker save IMAGE | tar -t`); verify again",
         )
-    return judge(runtime, added, info.get("Config") or {}, modules, links)
+    problems = exact.proof_layer_problems(layers[ids[signed]], documents)
+    settings = image_settings(info)
+    if not derived:
+        additions = exact.added_layers_problem(runtime, ids) + exact.settings_problems(runtime, settings)
+        hint = exact.DERIVED_HINT if additions else None
+        return Judgement(tuple(problems + additions), signed, hint=hint)
+    judgement = judge(runtime, [layers[layer] for layer in ids[signed + 1 :]], settings, modules, links)
+    return replace(judgement, problems=(*problems, *judgement.problems))

@@ -5,8 +5,9 @@ Made at the seal from the runtime image's layers, read by imagegen itself
 
 - ``layers``: the runtime image's layer digests (diff_ids), in order. A verified image must start
   with exactly these, so every file they hold is the file that was signed;
-- ``config``: the settings that decide what runs first (``Env``, ``Entrypoint``, ``Cmd``,
-  ``WorkingDir``, ``User``);
+- ``settings``: the image's configuration as the engine reports it, every field that decides what
+  a container of it runs and how (``SIGNED_SETTINGS``, and the platform); a verified image must
+  have exactly these;
 - ``python``: where the interpreter imports from (the probe's layout): its own files, the
   ``sys.path`` folders (the standard library's, sealed as a whole; the site folders, where a later
   layer may add a distribution but change nothing signed), the venv's ``bin``, and the names each
@@ -27,13 +28,37 @@ from typing import Any
 
 from imagegen.engine.layers import Layer, LayerEntry
 
-FORMAT = 1
+# Format 2 signs the image's whole configuration but its labels; format 1 (imagegen before
+# 2026-11-29) signed five settings, too few to say an image is the signed one, and is refused.
+FORMAT = 2
 # Where the section sits in the statement: predicate.buildDefinition.internalParameters[KEY].
 KEY = "runtime"
 DISTRIBUTION = "imagegen:distribution"
 FOLDER = "imagegen:folder"
 # The dynamic loader reads this file before any program runs: an image that adds one preloads it.
 LD_PRELOAD_FILE = "/etc/ld.so.preload"
+# The configuration fields a signature covers: each field of the OCI image configuration's
+# ``config`` and Docker's additions to it (Healthcheck, OnBuild, Shell) that a container runtime or
+# a later build reads, i.e. everything that decides what runs, as whom, where and with what. Not
+# signed: ``Labels`` (the proof's own step adds them, and a label runs nothing), the fields the
+# engine's inspect shows beside these that only a container sets (Hostname, Domainname, Attach*,
+# Tty, OpenStdin, StdinOnce) and builder bookkeeping (``Image``, the parent's id). Empty values
+# (null, "", [], {}, false) read as one, since engines and builders write emptiness differently.
+SIGNED_SETTINGS = (
+    "Entrypoint",
+    "Cmd",
+    "Env",
+    "WorkingDir",
+    "User",
+    "Healthcheck",
+    "Shell",
+    "StopSignal",
+    "Volumes",
+    "ExposedPorts",
+    "OnBuild",
+    "ArgsEscaped",
+)
+PLATFORM = "Platform"
 
 
 @dataclass(frozen=True)
@@ -121,26 +146,28 @@ class SignedRuntime:
     """The statement's runtime section (see the module's doc)."""
 
     layers: tuple[str, ...]
-    env: tuple[str, ...]
-    entrypoint: tuple[str, ...] | None
-    cmd: tuple[str, ...] | None
-    working_dir: str
-    user: str
+    settings: Mapping[str, Any]  # ``image_settings`` of the runtime image
     python: PythonLayout
     names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder -> its entries' names
+
+    @property
+    def env(self) -> tuple[str, ...]:
+        return _strings(self.settings.get("Env")) or ()
+
+    @property
+    def entrypoint(self) -> tuple[str, ...] | None:
+        return _strings(self.settings.get("Entrypoint"))
+
+    @property
+    def working_dir(self) -> str:
+        return str(self.settings.get("WorkingDir") or "")
 
     def to_json(self) -> dict[str, Any]:
         layout = self.python
         return {
             "format": FORMAT,
             "layers": list(self.layers),
-            "config": {
-                "env": list(self.env),
-                "entrypoint": None if self.entrypoint is None else list(self.entrypoint),
-                "cmd": None if self.cmd is None else list(self.cmd),
-                "working_dir": self.working_dir,
-                "user": self.user,
-            },
+            "settings": dict(self.settings),
             "python": {
                 "executable": layout.executable,
                 "bin_dir": layout.bin_dir,
@@ -155,20 +182,26 @@ class SignedRuntime:
     def from_json(cls, raw: object) -> SignedRuntime:
         """ValueError for anything that is not this section (the statement was signed, so a
         malformed one was signed malformed: say so rather than guess)."""
-        if not isinstance(raw, Mapping) or raw.get("format") != FORMAT:
+        found = raw.get("format") if isinstance(raw, Mapping) else None
+        if found == 1:
+            raise ValueError(
+                "its runtime section is format 1, made by an imagegen before 2026-11-29, which signed "
+                "five of the image's settings, not its whole configuration: rebuild the image"
+            )
+        if not isinstance(raw, Mapping) or found != FORMAT:
             raise ValueError(f"its runtime section is not format {FORMAT}")
-        config, python = raw.get("config"), raw.get("python")
+        settings, python = raw.get("settings"), raw.get("python")
         layers = raw.get("layers")
-        if not isinstance(config, Mapping) or not isinstance(python, Mapping) or not isinstance(layers, list):
-            raise ValueError("its runtime section lacks layers, config or python")
+        if (
+            not isinstance(settings, Mapping)
+            or not isinstance(python, Mapping)
+            or not isinstance(layers, list)
+        ):
+            raise ValueError("its runtime section lacks layers, settings or python")
         names = python.get("names")
         return cls(
             layers=tuple(str(layer) for layer in layers),
-            env=_strings(config.get("env")) or (),
-            entrypoint=_strings(config.get("entrypoint")),
-            cmd=_strings(config.get("cmd")),
-            working_dir=str(config.get("working_dir") or ""),
-            user=str(config.get("user") or ""),
+            settings={key: settings.get(key) for key in (*SIGNED_SETTINGS, PLATFORM)},
             python=PythonLayout.from_json(python),
             names={
                 str(folder): _strings(items) or ()
@@ -191,15 +224,26 @@ def _strings(value: object) -> tuple[str, ...] | None:
     return tuple(str(v) for v in value) if isinstance(value, list) else None
 
 
-def config_fields(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The image configuration's settings the section signs, from the engine's ``Config``."""
-    return {
-        "env": tuple(config.get("Env") or ()),
-        "entrypoint": _strings(config.get("Entrypoint")),
-        "cmd": _strings(config.get("Cmd")),
-        "working_dir": str(config.get("WorkingDir") or ""),
-        "user": str(config.get("User") or ""),
-    }
+def _setting(value: Any) -> Any:
+    return None if value in (None, "", [], {}, False) else value
+
+
+def image_settings(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The signed settings of an image, from the engine's inspect of it (``Config`` and platform)."""
+    config = info.get("Config") or {}
+    found = {key: _setting(config.get(key)) for key in SIGNED_SETTINGS}
+    parts = (info.get("Os"), info.get("Architecture"), info.get("Variant"))
+    found[PLATFORM] = "/".join(str(p) for p in parts if p) or None
+    return found
+
+
+def changed_settings(signed: Mapping[str, Any], now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Each signed setting whose value ``now`` differs: (name, signed value, value now)."""
+    return [
+        (key, signed.get(key), now.get(key))
+        for key in (*SIGNED_SETTINGS, PLATFORM)
+        if _setting(signed.get(key)) != _setting(now.get(key))
+    ]
 
 
 def folder_names(view: Mapping[str, LayerEntry], folders: Sequence[str]) -> dict[str, tuple[str, ...]]:
@@ -214,11 +258,15 @@ def folder_names(view: Mapping[str, LayerEntry], folders: Sequence[str]) -> dict
 
 
 def make_runtime(
-    layout: PythonLayout, layer_ids: Sequence[str], config: Mapping[str, Any], view: Mapping[str, LayerEntry]
+    layout: PythonLayout, layer_ids: Sequence[str], info: Mapping[str, Any], view: Mapping[str, LayerEntry]
 ) -> SignedRuntime:
+    """The runtime section of the image the engine describes as ``info`` (its inspect)."""
     folders = tuple(dict.fromkeys((*layout.sys_path, layout.bin_dir)))
     return SignedRuntime(
-        layers=tuple(layer_ids), python=layout, names=folder_names(view, folders), **config_fields(config)
+        layers=tuple(layer_ids),
+        settings=image_settings(info),
+        python=layout,
+        names=folder_names(view, folders),
     )
 
 

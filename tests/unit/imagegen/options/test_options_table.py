@@ -316,7 +316,7 @@ OWN_OPTIONS: dict[str, frozenset[str]] = {
     "catalog": frozenset({"--check-upstream", "--index-url"}),
     "dockerfile": frozenset({"--output"}),
     "sbom": frozenset({"--provenance", "--signature", "--output"}),
-    "verify": frozenset({"--ops", "--timeout", "--gpus", "--key", "--require-gpu"}),
+    "verify": frozenset({"--ops", "--timeout", "--gpus", "--key", "--derived", "--require-gpu"}),
 }
 
 
