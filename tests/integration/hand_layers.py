@@ -60,14 +60,15 @@ def layer_tar(members: Sequence[Member]) -> bytes:
     return out.getvalue()
 
 
-def image_archive(layers: Sequence[bytes], tag: str) -> bytes:
-    """A `docker load` archive (Docker's layout) of an image made of ``layers``, bottom first."""
+def image_archive(layers: Sequence[bytes], tag: str, config: dict[str, Any] | None = None) -> bytes:
+    """A `docker load` archive (Docker's layout) of an image made of ``layers``, bottom first,
+    with ``config`` as its configuration's ``config`` (default: ``Cmd`` true)."""
     diff_ids = ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]
     config = json.dumps(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Cmd": ["true"]},
+            "config": config if config is not None else {"Cmd": ["true"]},
             "rootfs": {"type": "layers", "diff_ids": diff_ids},
             "history": [{"created_by": "hand-made layer"} for _ in layers],
         }
