@@ -128,11 +128,15 @@ def artifact_manifest(
     *,
     filename: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    created: str | None = None,
 ) -> Artifact:
     """The manifest that attaches ``data`` (of ``media_type``) to ``subject``.
 
     ``artifactType`` is the document's media type: image-spec 1.1 requires it when the config is
     the empty descriptor, and it is what a referrers query filters on (``?artifactType=``).
+    ``created`` (RFC 3339) becomes the ``org.opencontainers.image.created`` annotation, which
+    cosign writes on its referrers and ORAS shows; given the build's time rather than the push's,
+    the same document attached again is the same manifest, which a referrers list holds once.
     """
     layer = Descriptor.of(media_type, data, annotations={TITLE_ANNOTATION: filename} if filename else {})
     document: dict[str, Any] = {
@@ -143,8 +147,9 @@ def artifact_manifest(
         "layers": [layer.to_json()],
         "subject": Descriptor(subject.media_type, subject.digest, subject.size).to_json(),
     }
-    if annotations:
-        document["annotations"] = dict(annotations)
+    found = {**({CREATED_ANNOTATION: created} if created else {}), **(annotations or {})}
+    if found:
+        document["annotations"] = found
     return Artifact(encode(document), (EMPTY_JSON, data))
 
 

@@ -4,9 +4,12 @@ is pushed checked as it is made) sends an image; ``publish`` pushes after a pass
 verification and does nothing otherwise. Pushing goes through the docker CLI when there is one
 (its credential helpers and ``docker login`` apply), else the Docker SDK. The image's SBOM and
 provenance (and the provenance's signature) then follow it as OCI referrers of the manifest just
-pushed (``imagegen.oci.referrers``), with a signing key also as cosign v3's attestation bundles
-(``imagegen.proof.bundle``), and ``publish_index`` puts several platforms' pushed
-manifests under one tag as an OCI image index.
+pushed (``imagegen.oci.referrers``), each annotated with the build's time. With a signing key the
+manifest is also signed for cosign: its signature, provenance and SBOM as cosign 3's bundles
+(``imagegen.proof.bundle``) among the referrers, and as cosign 2's ``.sig`` / ``.att`` tags
+(``imagegen.oci.cosign_tags``). ``publish_index`` puts several platforms' pushed manifests under
+one tag as an OCI image index, signed the same way when there is a key: cosign and Kyverno resolve
+a tag to the index's digest, and look for signatures of that digest.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from imagegen.engine.client import docker_client
@@ -22,11 +25,13 @@ from imagegen.engine.process import stream_process
 from imagegen.engine.progress import LogView
 from imagegen.engine.types import Engine
 from imagegen.errors import BadInputError, BuildFailedError
+from imagegen.oci.cosign_bundles import bundles, created, statements
+from imagegen.oci.cosign_tags import put_legacy
 from imagegen.oci.manifest import OCI_INDEX, Descriptor, image_index, oci_platform
 from imagegen.oci.referrers import Attached, Document, attach
 from imagegen.oci.registry import Reference, RegistryClient, parse_reference
 from imagegen.proof import documents as docs
-from imagegen.proof.bundle import BUNDLE_FILENAME, BUNDLE_MEDIA_TYPE, attestations, bundle
+from imagegen.proof.bundle import PLATFORM_ANNOTATION, Subject, signature
 from imagegen.proof.documents import ProofDocuments
 from imagegen.proof.image_proof import read_documents
 from imagegen.proof.signing import Signer
@@ -40,6 +45,8 @@ class Published:
     reference: str  # the tag pushed
     manifest: Descriptor  # of the pushed manifest, as the registry serves it
     proof: Attached | None  # None: the image carries no SBOM or provenance
+    # The documents attached, for the index's statements (``publish_index``); not in the report.
+    documents: ProofDocuments | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,23 +83,8 @@ def publish_image(
     return attach_proof(tag, documents, signer)
 
 
-def _proof_documents(
-    reference: Reference, manifest: Descriptor, proof: ProofDocuments, signer: Signer | None
-) -> list[Document]:
-    """The documents as the image holds them, and with a signer, cosign v3's bundles of the
-    provenance and the SBOM about the manifest pushed (``imagegen.proof.bundle``)."""
-    found = [Document(doc.data, doc.type.media_type, doc.type.filename) for doc in proof.all()]
-    if signer is None:
-        return found
-    name = f"{reference.registry}/{reference.repository}"
-    for attestation in attestations(name, manifest.digest, proof.provenance.data, proof.sbom.data):
-        envelope = signer.envelope(attestation.statement)
-        found.append(
-            Document(
-                bundle(envelope, signer.keyid), BUNDLE_MEDIA_TYPE, BUNDLE_FILENAME, attestation.annotations
-            )
-        )
-    return found
+def _name(reference: Reference) -> str:
+    return f"{reference.registry}/{reference.repository}"
 
 
 def attach_proof(
@@ -113,16 +105,21 @@ def attach_proof(
             )
         attached = None
         if proof is not None:
+            found = [Document(doc.data, doc.type.media_type, doc.type.filename) for doc in proof.all()]
+            # With a key, what cosign reads too: its signature of the manifest, the provenance and
+            # the SBOM, as cosign 3's bundles among the referrers and in cosign 2's tags.
+            signed = () if signer is None else statements([Subject(_name(reference), manifest.digest)], proof)
             try:
-                attached = attach(
-                    client,
-                    reference.repository,
-                    manifest,
-                    _proof_documents(reference, manifest, proof, signer),
-                )
+                if signer is not None:
+                    found += bundles(client, reference.repository, manifest.digest, signed, signer)
+                attached = attach(client, reference.repository, manifest, found, created=created(proof))
+                if signer is not None:
+                    put_legacy(
+                        client, reference.repository, _name(reference), manifest.digest, signed, signer
+                    )
             except BuildFailedError as exc:
                 raise proof_refused(tag, manifest, exc) from None
-    return Published(tag, manifest, attached)
+    return Published(tag, manifest, attached, proof)
 
 
 def proof_refused(tag: str, manifest: Descriptor, exc: BuildFailedError) -> BuildFailedError:
@@ -140,10 +137,13 @@ def proof_refused(tag: str, manifest: Descriptor, exc: BuildFailedError) -> Buil
     )
 
 
-def publish_index(tag: str, platforms: Sequence[tuple[str, Published]]) -> Descriptor:
+def publish_index(
+    tag: str, platforms: Sequence[tuple[str, Published]], signer: Signer | None = None
+) -> Descriptor:
     """Put one OCI image index under ``tag`` listing each (platform, pushed image) pair; its descriptor.
 
-    Every image must be in ``tag``'s repository (an index names its manifests by digest only)."""
+    Every image must be in ``tag``'s repository (an index names its manifests by digest only).
+    With ``signer`` the index is signed for cosign as a platform's manifest is (``sign_index``)."""
     reference = parse_reference(tag)
     entries = []
     for platform, published in platforms:
@@ -154,9 +154,52 @@ def publish_index(tag: str, platforms: Sequence[tuple[str, Published]]) -> Descr
             )
         entries.append(replace(published.manifest, platform=oci_platform(platform)))
     body = image_index(entries)
+    index = Descriptor.of(OCI_INDEX, body)
     with RegistryClient(reference.registry) as client:
         client.put_manifest(reference.repository, reference.ref, body, OCI_INDEX)
-    return Descriptor.of(OCI_INDEX, body)
+        if signer is not None:
+            try:
+                sign_index(client, reference, index, platforms, signer)
+            except BuildFailedError as exc:
+                raise BuildFailedError(
+                    f"the index {tag} was pushed ({index.digest}), but the registry refused its "
+                    f"signatures, so `cosign verify {tag}` fails: {exc.message}",
+                    hint="each platform's image is signed; push again to sign the index, or verify a "
+                    "platform's digest",
+                ) from None
+    return index
+
+
+def sign_index(
+    client: RegistryClient,
+    reference: Reference,
+    index: Descriptor,
+    platforms: Sequence[tuple[str, Published]],
+    signer: Signer,
+) -> Attached:
+    """The index's cosign signature, and each platform's provenance and SBOM as statements whose
+    subjects are the index and that platform's manifest (annotated with its platform), as bundle
+    referrers of the index and in its ``.sig`` / ``.att`` tags: what ``cosign verify TAG`` and
+    ``verify-attestation TAG`` check, having resolved the tag to the index's digest. The platforms'
+    own manifests keep theirs."""
+    name = _name(reference)
+    signed = [signature(Subject(name, index.digest))]
+    times = []
+    for platform, published in platforms:
+        if published.documents is None:
+            continue  # an image pushed without its proof: nothing of it to attest
+        subjects = [
+            Subject(name, index.digest),
+            Subject(name, published.manifest.digest, {PLATFORM_ANNOTATION: platform}),
+        ]
+        signed.extend(statements(subjects, published.documents)[1:])
+        times.append(created(published.documents))
+    # The newest platform's build time: when the last part of what the index lists was made.
+    when = max((t for t in times if t is not None), default=None)
+    found = bundles(client, reference.repository, index.digest, signed, signer)
+    attached = attach(client, reference.repository, index, found, created=when)
+    put_legacy(client, reference.repository, name, index.digest, signed, signer)
+    return attached
 
 
 def _repo_digest(tag: str, reference: Reference) -> str | None:

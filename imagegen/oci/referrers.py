@@ -66,8 +66,11 @@ def attach(
     subject: Descriptor,
     documents: Sequence[Document],
     annotations: dict[str, str] | None = None,
+    *,
+    created: str | None = None,
 ) -> Attached:
-    """Put each document as a referrer of ``subject`` (a manifest in ``repository``)."""
+    """Put each document as a referrer of ``subject`` (a manifest in ``repository``); ``created``:
+    the time their referrer manifests say they were made (RFC 3339)."""
     put: list[Descriptor] = []
     api = False
     for document in documents:
@@ -77,6 +80,7 @@ def attach(
             subject,
             filename=document.filename,
             annotations={**(annotations or {}), **document.annotations},
+            created=created,
         )
         for blob in artifact.blobs:
             client.put_blob(repository, blob)

@@ -81,7 +81,7 @@ def build_platforms(
         assert done is not None  # verified: every report is ok
         published.append((platform, done))
     with log.step(f"push the index {tag}"):
-        index = publish_index(tag, published)
+        index = publish_index(tag, published, signer)
     reports = [replace(r, pushed=True, published=p) for r, (_, p) in zip(reports, published)]
     return _run(specs, reports, tag, index)
 

@@ -65,6 +65,30 @@ def test_an_artifact_manifest_has_every_field_the_spec_requires() -> None:
     assert listed.artifact_type == "application/vnd.cyclonedx+json" and listed.media_type == OCI_MANIFEST
 
 
+def test_an_artifact_manifest_says_when_the_build_made_it() -> None:
+    made = artifact_manifest(
+        SBOM,
+        "application/vnd.cyclonedx+json",
+        SUBJECT,
+        annotations={"a": "b"},
+        created="2026-11-29T06:13:42Z",
+    )
+    assert json.loads(made.manifest)["annotations"] == {
+        "org.opencontainers.image.created": "2026-11-29T06:13:42Z",
+        "a": "b",
+    }
+    # The build's time, not the push's: the same document attached again is the same manifest.
+    again = artifact_manifest(
+        SBOM,
+        "application/vnd.cyclonedx+json",
+        SUBJECT,
+        annotations={"a": "b"},
+        created="2026-11-29T06:13:42Z",
+    )
+    assert again.manifest == made.manifest and made.descriptor.annotations["a"] == "b"
+    assert "annotations" not in json.loads(artifact_manifest(SBOM, "x/y", SUBJECT).manifest)
+
+
 def test_an_image_index_lists_each_platform() -> None:
     other = Descriptor(DOCKER_MANIFEST, "sha256:" + "b" * 64, 10)
     body = image_index(

@@ -142,7 +142,10 @@ def test_several_platforms_keep_platforms_and_add_images(monkeypatch: pytest.Mon
     monkeypatch.setattr(multiarch, "detect_engine", lambda env, prefer_buildkit: ENGINE)
     monkeypatch.setattr(pipeline, "build", lambda image, **kw: report(image))
     index = Descriptor.of(OCI_INDEX, b"{}")
-    monkeypatch.setattr(multiarch, "publish_index", lambda tag, published: index)
+    signers = []
+    monkeypatch.setattr(
+        multiarch, "publish_index", lambda tag, published, signer: signers.append(signer) or index
+    )
     monkeypatch.setattr(
         multiarch,
         "publish_image",
@@ -160,6 +163,7 @@ def test_several_platforms_keep_platforms_and_add_images(monkeypatch: pytest.Mon
     assert [e["target"] for e in data["images"]] == ["cpu", "cpu-arm64"]
     assert [e["pushed"] for e in data["images"]] == [f"{tag}-amd64", f"{tag}-arm64"]
     assert [p["pushed"] for p in data["platforms"]] == [True, True]
+    assert signers == [None]  # the run's signer (none here) signs the index too
     # Not pushed: no index, and the same keys.
     unpushed = printed(multiarch.build_platforms([spec(), spec("linux/arm64")], tag=None, source=Path(".")))
     assert_shape(unpushed, {**RUN, **PLATFORMS}, "build --platform, not pushed")
