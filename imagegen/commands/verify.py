@@ -97,7 +97,7 @@ def verify(
             raise
         # The ops could not be checked at all; what the proof found says more about why.
         raise VerificationFailedError(
-            f"{image} failed verification: SBOM: {proof.summary()}; and its ops could not be "
+            f"{image} failed verification: {_proof_name(proof)}: {proof.summary()}; and its ops could not be "
             f"checked in it: {exc.message}",
             hint=proof.hint,
         ) from None
@@ -110,8 +110,7 @@ def verify(
         out.print(proof_lib.proof_line(proof), markup=False)
     if not ok:
         failures = [result.failure_summary()] if not result.ok else []
-        what = "proof" if proof is not None and proof.signed is not None else "SBOM"
-        failures += [f"{what}: {proof.summary()}"] if proof is not None and not proof.ok else []
+        failures += [f"{_proof_name(proof)}: {proof.summary()}"] if proof is not None and not proof.ok else []
         raise VerificationFailedError(
             f"{image} failed verification: {'; '.join(failures)}",
             hint="the table above has each op's load, self-test and device-code result"
@@ -119,3 +118,8 @@ def verify(
             else proof.hint,
             reported=json,  # the result document already says which op failed and why
         )
+
+
+def _proof_name(proof: proof_lib.ProofCheck) -> str:
+    """What failed: the proof against a key, or (without one) the SBOM's consistency."""
+    return "SBOM" if proof.signed is None else "proof"

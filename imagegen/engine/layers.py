@@ -49,6 +49,7 @@ class LayerEntry:
     kind: Kind
     size: int = 0
     target: str = ""  # a symbolic link's target, as the tar has it; a hard link's file, cleaned
+    # (a hard link to a file earlier in its layer reads as that file: see ``read_layer``)
     sha256: str | None = None  # a regular file's content digest, when it was asked for
     data: bytes | None = None  # a regular file's content, when it was asked for (small files)
     mode: int = 0o755  # permission bits (with set-id and sticky), as the engine applies them
@@ -221,7 +222,7 @@ def read_layer(stream: IO[bytes], head: bytes, hash_file: Select, keep_data: Sel
                 for index in group:
                     entries[index] = replace(entries[index], mode=entry.mode, uid=entry.uid, gid=entry.gid)
                 first = entries[group[0]]
-                entry = replace(first, path=entry.path, target=entry.target)
+                entry = replace(first, path=entry.path)
                 group.append(len(entries))
                 names[entry.path] = group
             entries.append(entry)

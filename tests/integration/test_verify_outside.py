@@ -1,8 +1,14 @@
-"""`imagegen verify --key` reads the image from outside it: forgeries that make the image's own
-Python answer for it (a `.pth` hook, a `sitecustomize` on `PYTHONPATH`, a package shadowing a
-module, a changed Python front, a changed torch file) each fail naming the path, and an image
-derived from a signed one that only adds an app folder still verifies, listing what it added.
-The two readers of an image's layers (the engine's export, the local layer folders) agree."""
+"""`imagegen verify --key` on a real signed image and images derived from it, read from outside.
+
+The signed image passes as exactly the signed one. Every derived image fails (exit 1) unless
+`--derived` is asked for: the red-team's routes to code that runs before the op loads (a `.pth`
+hook, `sitecustomize` on `PYTHONPATH`, a `[torch.backends]` entry point, Debian's
+`apport_python_hook`, `/etc/python3.11/sitecustomize.py`, the interpreter's link chain,
+OpenSSL's configuration, `ld.so.conf.d`, `BASH_ENV`, `DS_OP_SOURCES`, a `HEALTHCHECK`, a folder
+opened to everyone, a working folder spelt otherwise, ...) are each such an image. With
+`--derived` each addition is listed as not covered, those a rule knows flagged, and a replaced op
+module still fails. The two readers of an image's layers (the engine's export, the local layer
+folders) agree."""
 
 from __future__ import annotations
 
@@ -65,10 +71,15 @@ def signed(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def _derive(
-    client: Any, signed: dict[str, Any], name: str, files: dict[str, bytes], lines: tuple[str, ...] = ()
+    client: Any,
+    signed: dict[str, Any],
+    name: str,
+    files: dict[str, bytes],
+    lines: tuple[str, ...] = (),
+    links: dict[str, str] | None = None,
 ) -> str:
     tag = f"imagegen-it/outside-{name}:1"
-    derive(client, tag, SIGNED, files, {}, lines)
+    derive(client, tag, SIGNED, files, links or {}, lines)
     signed["made"].append(tag)
     return tag
 
@@ -93,129 +104,132 @@ def _forged_module(signed: dict[str, Any]) -> dict[str, bytes]:
     return {signed["modules"]["cpu_lion"]: b"\x7fELF forged"}
 
 
-def test_the_signed_image_verifies_from_outside_with_nothing_added(signed: dict[str, Any]) -> None:
+def test_the_signed_image_verifies_as_exactly_the_signed_one(signed: dict[str, Any]) -> None:
     runtime = signed["statement"]["predicate"]["buildDefinition"]["internalParameters"]["runtime"]
-    assert runtime["layers"] and runtime["python"]["site_dirs"] == [SITE]
+    assert runtime["format"] == 2 and runtime["layers"] and runtime["python"]["site_dirs"] == [SITE]
+    assert runtime["settings"]["User"] and "Labels" not in runtime["settings"]
     names = {s["name"].split("@")[0] for s in signed["statement"]["subject"]}
     assert {"pkg:pypi/torch", "pkg:pypi/imagegen", "pkg:pypi/numpy"} <= names  # every distribution
     result = imagegen("verify", SIGNED, "--key", signed["public"], "--json")
     assert result.returncode == 0, result.stderr[-2000:]
     proof = result.json()["proof"]
-    assert proof["signed"] is True and proof["ok"] is True
-    assert proof["added"] == [] and proof["settings"] == []
+    assert proof["signed"] is True and proof["ok"] is True and proof["exact"] is True
+    assert proof["derived"] is None
+    text = imagegen("verify", SIGNED, "--key", signed["public"])
+    assert text.returncode == 0 and "this is exactly the signed image" in text.stdout
+
+
+# The red-team's routes, each a derived image: (name, files, links, Dockerfile lines, what the
+# --derived listing names, whether a rule flags it).
+RED_TEAM: list[tuple[str, dict[str, bytes], dict[str, str], tuple[str, ...], str, bool]] = [
+    ("pth", {f"{SITE}/zz_hook.pth": b"import zz_hook\n", f"{SITE}/zz_hook.py": HOOK}, {}, (),
+     f"{SITE}/zz_hook.pth", True),
+    ("pythonpath", {"/opt/hooks/sitecustomize.py": HOOK}, {}, ("ENV PYTHONPATH=/opt/hooks",),
+     "environment PYTHONPATH=/opt/hooks", True),
+    ("entry-point", {f"{SITE}/evil-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: evil\n",
+                     f"{SITE}/evil-1.0.dist-info/entry_points.txt": b"[torch.backends]\nevil = evil:hook\n",
+                     f"{SITE}/evil.py": HOOK}, {}, (),
+     f"{SITE}/evil-1.0.dist-info/entry_points.txt", True),
+    ("apport", {"/usr/lib/python3/dist-packages/apport_python_hook.py": HOOK}, {}, (),
+     "/usr/lib/python3/dist-packages/apport_python_hook.py", True),
+    ("etc-sitecustomize", {"/etc/python3.11/sitecustomize.py": HOOK}, {}, (),
+     "/etc/python3.11/sitecustomize.py", True),
+    ("interpreter-link", {"/opt/evil/python3": b"#!/bin/sh\n"}, {"/usr/bin/python3": "/opt/evil/python3"}, (),
+     "/usr/bin/python3", True),
+    ("openssl", {"/etc/ssl/openssl.cnf": b"openssl_conf = evil\n"}, {}, (), "/etc/ssl/openssl.cnf", True),
+    ("openssl-env", {"/opt/evil.cnf": b"x"}, {}, ("ENV OPENSSL_CONF=/opt/evil.cnf",),
+     "environment OPENSSL_CONF=/opt/evil.cnf", True),
+    ("ld-conf", {"/etc/ld.so.conf.d/evil.conf": b"/opt/evil\n"}, {}, (), "/etc/ld.so.conf.d/evil.conf", True),
+    ("ds-op-sources", {"/opt/ops/x.py": HOOK}, {}, ("ENV DS_OP_SOURCES=/opt/ops",),
+     "environment DS_OP_SOURCES=/opt/ops", True),
+    ("bash-env", {"/opt/env.sh": b"echo\n"}, {}, ("ENV BASH_ENV=/opt/env.sh",), "environment BASH_ENV", True),
+    ("path-link", {"/opt/evil/python": b"#!/bin/sh\n"}, {"/app/bin": "/opt/evil"},
+     ("ENV PATH=/app/bin:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",),
+     "environment PATH=/app/bin", True),
+    ("workdir-slash", {"/home/imagegen/torch.py": HOOK}, {}, ("WORKDIR /home/imagegen/.",),
+     "/home/imagegen/torch.py", True),
+    ("healthcheck", {}, {}, ('HEALTHCHECK CMD ["python", "-c", "open(\'/tmp/x\', \'w\')"]',),
+     "Healthcheck", True),
+    ("torch", {f"{SITE}/torch/__init__.py": HOOK}, {}, (), f"{SITE}/torch/__init__.py", True),
+    ("front", {f"{SITE}/kernels/optim/cpu.py": b"raise SystemExit('forged')\n"}, {}, (),
+     f"{SITE}/kernels/optim/cpu.py", True),
+    ("open-folder", {}, {}, ("USER root", f"RUN chmod 0777 {SITE}", "USER 10001:10001"), SITE, True),
+    ("app", {"/app/main.py": b"import kernels\n"}, {}, ("WORKDIR /app", 'CMD ["python", "/app/main.py"]'),
+     "/app/main.py", False),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def red_team(docker_client: Any, signed: dict[str, Any]) -> dict[str, str]:
+    return {
+        name: _derive(docker_client, signed, name, files, lines, links)
+        for name, files, links, lines, _, _ in RED_TEAM
+    }
+
+
+@pytest.mark.parametrize(("name", "listed", "flagged"), [(c[0], c[4], c[5]) for c in RED_TEAM])
+def test_every_derived_image_fails_and_is_listed_not_covered_as_derived(
+    signed: dict[str, Any], red_team: dict[str, str], name: str, listed: str, flagged: bool
+) -> None:
+    public = load_public_key(Path(signed["public"]))
+    check = check_image(red_team[name], public)
+    assert check is not None and check.signed is True and not check.ok and check.exact is False
+    assert "above the signed image's" in check.summary() or "setting is not the signed one" in check.summary()
+    derived = check_image(red_team[name], public, derived=True)
+    assert derived is not None and derived.ok, derived.summary() if derived else None
+    document = derived.to_json()["derived"]
+    assert document["covered"] is False
+    items = [*document["added"], *document["settings"]]
+    assert all(item["covered"] is False for item in items)
+    found = [item for item in items if listed in str(item.get("path") or item.get("setting"))]
+    assert found, (name, items)
+    assert any(item["risk"] for item in found) == flagged, (name, found)
+
+
+def test_the_cli_refuses_a_derived_image_and_lists_it_when_asked(
+    signed: dict[str, Any], red_team: dict[str, str]
+) -> None:
+    plain = imagegen("verify", red_team["pth"], "--key", signed["public"])
+    assert (
+        plain.returncode == 1 and "above the signed image's" in plain.stderr and "--derived" in plain.stderr
+    )
+    # The .pth hook silences the image's Python, so its ops cannot be checked: that fails too.
+    assert imagegen("verify", red_team["pth"], "--key", signed["public"], "--derived").returncode == 1
+    asked = imagegen("verify", red_team["ld-conf"], "--key", signed["public"], "--derived")
+    assert asked.returncode == 0, asked.stderr[-2000:]
+    assert "NOT covered by the signature" in asked.stdout and "/etc/ld.so.conf.d/evil.conf" in asked.stdout
+    assert "nothing that runs before" not in asked.stdout
+    document = imagegen("verify", red_team["app"], "--key", signed["public"], "--derived", "--json").json()
+    assert document["ok"] is True and document["proof"]["derived"]["covered"] is False
+    assert imagegen("verify", red_team["app"], "--derived").returncode == 2  # --derived needs --key
 
 
 @pytest.mark.parametrize(
-    ("name", "extra", "lines", "named"),
+    ("name", "extra", "lines"),
     [
-        # A module replaced, and a .pth hook to make the image's Python lie about it.
-        (
-            "pth",
-            {f"{SITE}/zz_hook.pth": b"import zz_hook\n", f"{SITE}/zz_hook.py": HOOK},
-            (),
-            f"{SITE}/zz_hook.pth",
-        ),
-        # The same through PYTHONPATH and a sitecustomize there.
-        (
-            "pythonpath",
-            {"/opt/hooks/sitecustomize.py": HOOK},
-            ("ENV PYTHONPATH=/opt/hooks",),
-            "PYTHONPATH=/opt/hooks",
-        ),
-        # A sitecustomize in the site folder itself.
-        ("sitecustomize", {f"{SITE}/sitecustomize.py": HOOK}, (), f"{SITE}/sitecustomize.py"),
+        ("module-pth", {f"{SITE}/zz_hook.pth": b"import zz_hook\n", f"{SITE}/zz_hook.py": HOOK}, ()),
+        ("module-pythonpath", {"/opt/hooks/sitecustomize.py": HOOK}, ("ENV PYTHONPATH=/opt/hooks",)),
     ],
 )
-def test_a_replaced_module_with_a_hook_fails_naming_both(
-    docker_client: Any,
-    signed: dict[str, Any],
-    name: str,
-    extra: dict[str, bytes],
-    lines: tuple[str, ...],
-    named: str,
+def test_a_replaced_module_fails_even_as_derived(
+    docker_client: Any, signed: dict[str, Any], name: str, extra: dict[str, bytes], lines: tuple[str, ...]
 ) -> None:
     tag = _derive(docker_client, signed, name, {**_forged_module(signed), **extra}, lines)
-    code, problems, text = _verify(signed, tag)
-    assert code == 1
-    module = signed["modules"]["cpu_lion"]
-    assert named in problems and f"cpu_lion: module {module} is not the one that was signed" in problems
-    assert named in text and module in text
-
-
-@pytest.mark.parametrize(
-    ("name", "path", "data"),
-    [
-        # A package folder beside the module: imported instead of it, running its own code.
-        ("shadow", f"{SITE}/kernels/_ops/cpu_lion/__init__.py", b"from . import real\n"),
-        # The Python front that runs at import.
-        ("front", f"{SITE}/kernels/optim/cpu.py", b"raise SystemExit('forged')\n"),
-        # A trojaned torch.
-        ("torch", f"{SITE}/torch/__init__.py", HOOK),
-        # A bytecode file standing in for a signed source.
-        ("pycache", f"{SITE}/__pycache__/typing_extensions.cpython-311.pyc", b"forged"),
-        # A module named like a signed one in the folder scripts run from.
-        ("workdir", "/home/imagegen/torch.py", HOOK),
-    ],
-)
-def test_a_changed_signed_file_fails_naming_its_path(
-    docker_client: Any, signed: dict[str, Any], name: str, path: str, data: bytes
-) -> None:
-    tag = _derive(docker_client, signed, name, {path: data})
-    code, problems, text = _verify(signed, tag)
-    assert code == 1 and path in problems, text[-2000:]
-    assert path in text
-
-
-def test_a_trojaned_torch_with_a_new_distribution_fails_and_lists_the_distribution(
-    docker_client: Any, signed: dict[str, Any]
-) -> None:
-    # A file torch does not import at start, so the ops still run and the whole report comes back.
-    files = {
-        f"{SITE}/torch/utils/trojan.py": HOOK,
-        f"{SITE}/extra-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: extra\nVersion: 1.0\n",
-        f"{SITE}/extra.py": b"VALUE = 1\n",
-    }
-    tag = _derive(docker_client, signed, "torch-extra", files)
-    result = imagegen("verify", tag, "--key", signed["public"], "--json")
+    result = imagegen("verify", tag, "--key", signed["public"], "--derived", "--json")
     assert result.returncode == 1
-    proof = result.json()["proof"]
-    assert [m["problem"].split(":")[0] for m in proof["mismatches"]] == [f"{SITE}/torch/utils/trojan.py"]
-    assert f"{SITE}/extra.py" in proof["added"] and f"{SITE}/extra-1.0.dist-info/METADATA" in proof["added"]
+    proof = result.json().get("proof")
+    problems = " | ".join(f"{m['op']}: {m['problem']}" for m in proof["mismatches"]) if proof else ""
+    problems = problems or result.json()["error"]["message"]
+    module = signed["modules"]["cpu_lion"]
+    assert f"cpu_lion: module {module} is not the one that was signed" in problems or module in problems
 
 
-def test_an_app_folder_on_top_still_verifies_and_is_listed(
-    docker_client: Any, signed: dict[str, Any]
-) -> None:
-    files = {"/app/main.py": b"import kernels\n", "/app/helpers.py": b"X = 1\n"}
-    tag = _derive(
-        docker_client,
-        signed,
-        "app",
-        files,
-        ("WORKDIR /app", 'CMD ["python", "/app/main.py"]', "USER 10001:10001"),
-    )
-    result = imagegen("verify", tag, "--key", signed["public"], "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
-    proof = result.json()["proof"]
-    assert proof["ok"] is True and proof["signed"] is True
-    assert proof["added"] == ["/app/main.py", "/app/helpers.py"] or sorted(proof["added"]) == [
-        "/app/helpers.py",
-        "/app/main.py",
-    ]
-    assert any(s.startswith("cmd ") for s in proof["settings"]) and any(
-        s.startswith("working_dir ") for s in proof["settings"]
-    )
-    text = imagegen("verify", tag, "--key", signed["public"])
-    assert text.returncode == 0 and "/app/main.py" in text.stdout and "added on top" in text.stdout
-
-
-def _entries(layer: Layer) -> set[tuple[str, str, int, str, str | None]]:
-    # A hard link is a file of its own in a layer's folder, a link to an earlier member in the
-    # export's tar: compared by path only (below); the tar's root entry has no folder.
+def _entries(layer: Layer) -> set[tuple[str, str, int, str, str | None, int, int, int]]:
+    # The tar's root entry, where a layer has one, has no folder of its own in the layer's folder.
     return {
-        (e.path, e.kind, e.size, e.target, e.sha256)
+        (e.path, e.kind, e.size, e.target, e.sha256, e.mode, e.uid, e.gid)
         for e in layer.entries
-        if e.path != "/" and e.kind != "hardlink"
+        if e.path != "/"
     }
 
 
@@ -230,21 +244,16 @@ def test_the_export_and_the_layer_folders_read_the_same_layers(
     exported = image_layers(docker_client, SIGNED, lambda p: p in wanted or p.endswith(".py"))
     for layer, folder in zip(ids, folders, strict=True):
         read = read_dir_layer(layer, folder, lambda p: p in wanted or p.endswith(".py"), lambda _: False)
-        assert _entries(read) >= _entries(exported[layer]), layer
-        hard = {e.path for e in exported[layer].entries if e.kind == "hardlink"}
-        assert {e[0] for e in _entries(read) - _entries(exported[layer])} <= hard, layer
+        assert _entries(read) == _entries(exported[layer]), layer
 
 
-@pytest.mark.parametrize("reader", ["folders", "export"])
-def test_both_readers_judge_a_derived_image_the_same(
-    docker_client: Any, signed: dict[str, Any], monkeypatch: pytest.MonkeyPatch, reader: str
+@pytest.mark.parametrize("name", ["pth", "interpreter-link", "open-folder"])
+def test_the_export_lists_a_derived_image_as_the_layer_folders_do(
+    signed: dict[str, Any], red_team: dict[str, str], monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    tag = _derive(
-        docker_client, signed, f"both-{reader}", {f"{SITE}/zz_hook.pth": b"import os\n", "/app/a.py": b""}
-    )
-    if reader == "export":
-        monkeypatch.setattr(outside, "layer_dirs", lambda info: None)
-    check = check_image(tag, load_public_key(Path(signed["public"])))
-    assert check is not None and check.signed is True
-    assert [m.problem.split(":")[0] for m in check.mismatches] == [f"{SITE}/zz_hook.pth"]
-    assert check.derived is not None and check.derived.added == ("/app/a.py",)
+    public = load_public_key(Path(signed["public"]))
+    folders = check_image(red_team[name], public, derived=True)
+    monkeypatch.setattr(outside, "layer_dirs", lambda info: None)
+    exported = check_image(red_team[name], public, derived=True)
+    assert folders is not None and exported is not None
+    assert folders.to_json() == exported.to_json()
