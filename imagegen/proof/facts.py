@@ -1,7 +1,8 @@
 """What the probe (``imagegen.proof.probe``) found inside an image, read back on the host.
 
 Read leniently (an image may be damaged or old) but typed: each op's module, hash, device code
-and CPU code paths, the OS and Python packages, the manifest and torch. ``from_json`` raises
+and CPU code paths, the OS and Python packages (with what each declares of its license, absent
+from facts an older probe wrote), the manifest and torch. ``from_json`` raises
 ValueError for a document that is not the probe's.
 """
 
@@ -63,12 +64,37 @@ class OpModule:
 
 
 @dataclass(frozen=True)
+class DeclaredLicense:
+    """What a package's own files say of its license, as the probe read them (the SBOM maps it:
+    ``imagegen.proof.licenses``). Empty when they say nothing, or the facts predate licenses."""
+
+    expression: str = ""  # PEP 639 License-Expression (an SPDX expression)
+    text: str = ""  # the METADATA License field, its head when `cut`
+    cut: bool = False  # the License field went on past `text` (a whole license pasted in)
+    classifiers: tuple[str, ...] = ()  # the "License :: ..." trove classifiers
+    names: tuple[str, ...] = ()  # a deb's DEP-5 copyright License short names, Files: * first
+
+    @classmethod
+    def from_json(cls, raw: object) -> DeclaredLicense:
+        if not isinstance(raw, Mapping):
+            return cls()
+        return cls(
+            expression=str(raw.get("expression") or ""),
+            text=str(raw.get("text") or ""),
+            cut=raw.get("cut") is True,
+            classifiers=_names(raw, "classifiers"),
+            names=_names(raw, "names"),
+        )
+
+
+@dataclass(frozen=True)
 class Package:
     name: str
     version: str
     architecture: str = ""
     source: str = ""  # a deb's source package, where dpkg names one other than itself
     source_version: str = ""  # its version, where it differs from the package's
+    license: DeclaredLicense = DeclaredLicense()
 
 
 @dataclass(frozen=True)
@@ -107,6 +133,7 @@ class ImageFacts:
                     str(p.get("architecture") or ""),
                     str(p.get("source") or ""),
                     str(p.get("source_version") or ""),
+                    DeclaredLicense.from_json(p.get("license")),
                 )
                 for p in items
                 if isinstance(p, Mapping) and p.get("name")

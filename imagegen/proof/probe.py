@@ -6,8 +6,10 @@ modules (``binary``, ``manifest``), which every image built by imagegen carries.
 JSON document (``FORMAT``):
 
 - ``os``: ``/etc/os-release``'s ID, VERSION_ID and PRETTY_NAME; ``machine``: ``uname -m``;
-- ``deb_packages``: every installed package of dpkg's status file (name, version, architecture);
-- ``python_packages``: every distribution on the venv's ``sys.path`` (name, version);
+- ``deb_packages``: every installed package of dpkg's status file (name, version, architecture),
+  with the ``License`` short names of its machine-readable copyright file (``license.names``);
+- ``python_packages``: every distribution on the venv's ``sys.path`` (name, version), with what its
+  METADATA declares of its license (``license``: ``expression``, ``text``, ``cut``, ``classifiers``);
 - ``manifest``: the installed-ops manifest as written by the build, and its path;
 - ``ops``: per op of the manifest, its compiled module's path, sha256 and size, the device code
   in it (``op_builder.binary.read_device_code``: SASS, PTX, gfx), the CPU instruction-set paths
@@ -35,6 +37,11 @@ from typing import Any
 
 FORMAT = 1
 DPKG_STATUS = Path("/var/lib/dpkg/status")
+DOC_ROOT = Path("/usr/share/doc")  # <package>/copyright: dpkg's slim path-excludes keep it
+# The one machine-readable copyright format (DEP-5); files in any other shape are prose.
+DEP5_FORMAT = re.compile(r"https?://www\.debian\.org/doc/packaging-manuals/copyright-format/1\.0/?")
+# Characters of a METADATA License field the facts keep: a name fits, a pasted license does not.
+LICENSE_HEAD = 200
 OS_RELEASE = Path("/etc/os-release")
 # Each architecture's CPU code paths, as op_builder's self-test names them (selftest --isa).
 ISA_BY_MACHINE = {62: ("scalar", "avx2", "avx512"), 183: ("scalar", "neon", "sve")}  # e_machine
@@ -59,8 +66,9 @@ def os_release(path: Path = OS_RELEASE) -> dict[str, str]:
     return found
 
 
-def deb_packages(path: Path = DPKG_STATUS) -> list[dict[str, str]]:
-    """Installed packages from dpkg's status file (paragraphs of ``Field: value``)."""
+def deb_packages(path: Path = DPKG_STATUS, doc: Path = DOC_ROOT) -> list[dict[str, Any]]:
+    """Installed packages from dpkg's status file (paragraphs of ``Field: value``), each with the
+    license names of ``doc``/<package>/copyright where that file is DEP-5."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
@@ -75,25 +83,106 @@ def deb_packages(path: Path = DPKG_STATUS) -> list[dict[str, str]]:
         if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
             # "Source: openssl" or "Source: glibc (2.36-9)": the source package advisories name.
             source, _, rest = fields.get("Source", "").partition(" ")
-            packages.append(
-                {
-                    "name": fields["Package"],
-                    "version": fields.get("Version", ""),
-                    "architecture": fields.get("Architecture", ""),
-                    "source": source,
-                    "source_version": rest.strip().strip("()") if source else "",
-                }
-            )
+            package: dict[str, Any] = {
+                "name": fields["Package"],
+                "version": fields.get("Version", ""),
+                "architecture": fields.get("Architecture", ""),
+                "source": source,
+                "source_version": rest.strip().strip("()") if source else "",
+            }
+            # One doc folder per package name, whatever the architecture (a multiarch pair shares
+            # it); a folder may be a link to another package's (libgcc-s1 -> gcc-12-base).
+            names = dep5_license_names(_read(doc / fields["Package"] / "copyright"))
+            if names:
+                package["license"] = {"names": names}
+            packages.append(package)
     return sorted(packages, key=lambda p: (p["name"], p["architecture"]))
 
 
-def python_packages() -> list[dict[str, str]]:
-    found = {}
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):  # missing, unreadable, a folder, a name the OS refuses
+        return ""
+
+
+def dep5_license_names(text: str) -> list[str]:
+    """The ``License`` short names of a machine-readable copyright file (DEP-5), the ``Files: *``
+    stanza's first, each once; [] for any other text: a prose copyright file names no license
+    that could be read without guessing."""
+    paragraphs: list[dict[str, str]] = []
+    fields: dict[str, str] = {}
+    key = ""
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                paragraphs.append(fields)
+            fields, key = {}, ""
+        elif line.startswith("#"):
+            continue
+        elif line[0] in " \t":
+            if key:  # a continuation: a file list, or the license's text after its name
+                fields[key] += "\n" + line.strip()
+        else:
+            name, sep, value = line.partition(":")
+            key = name.strip().lower() if sep else ""
+            if key in fields:  # a field given twice: the first one counts
+                key = ""
+            elif key:
+                fields[key] = value.strip()
+    if fields:
+        paragraphs.append(fields)
+    if not paragraphs or not DEP5_FORMAT.fullmatch(paragraphs[0].get("format", "").split("\n")[0]):
+        return []
+    names: dict[str, None] = {}
+    # A stable sort: the stanza for every file (Files: *) first, the others as the file has them.
+    for paragraph in sorted(paragraphs, key=lambda p: "*" not in p.get("files", "").split()):
+        # The field's first line is the short name (or an expression of them); the text follows.
+        name = " ".join(paragraph.get("license", "").split("\n")[0].split())
+        if name and len(name) <= LICENSE_HEAD:
+            names[name] = None
+    return list(names)
+
+
+def python_packages() -> list[dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
     for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
+        metadata = dist.metadata
+        name = metadata["Name"]
         if name and name not in found:  # the first on sys.path is the one imported
-            found[name] = str(dist.version)
-    return [{"name": n, "version": v} for n, v in sorted(found.items(), key=lambda i: i[0].lower())]
+            found[name] = {"name": name, "version": str(dist.version)}
+            declared = python_license(metadata)
+            if declared:
+                found[name]["license"] = declared
+    return [found[n] for n in sorted(found, key=str.lower)]
+
+
+def python_license(metadata: Any) -> dict[str, Any]:
+    """What a distribution's METADATA declares of its license, unmapped (the host maps it):
+    PEP 639's ``License-Expression``; the ``License`` field, its first ``LICENSE_HEAD`` characters
+    (``cut`` when it went on: a whole license pasted in); the ``License ::`` classifiers."""
+
+    def first(field: str) -> str:
+        values = metadata.get_all(field) or []
+        return str(values[0]).strip() if values else ""
+
+    declared: dict[str, Any] = {}
+    expression = " ".join(first("License-Expression").split())
+    if expression:
+        declared["expression"] = expression
+    text = first("License")
+    if text:
+        declared["text"] = text[:LICENSE_HEAD]
+        if len(text) > LICENSE_HEAD:
+            declared["cut"] = True
+    classifiers = [
+        " ".join(str(c).split())
+        for c in metadata.get_all("Classifier") or []
+        if str(c).startswith("License ::")
+    ]
+    if classifiers:
+        declared["classifiers"] = classifiers
+    return declared
 
 
 def module_file(module: str) -> str | None:

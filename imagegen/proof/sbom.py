@@ -7,6 +7,11 @@ packages (``pkg:pypi``: torch and the ``nvidia-*`` wheels among them), and each 
 compiled module as a ``file`` component whose SHA-256 is the file's as it is in the image and
 whose ``imagegen:*`` properties say what it was built for and what it holds (``OP_PROPERTIES``).
 ``imagegen verify`` reads those back (``imagegen.proof.compare``).
+
+Each package carries the licenses its own files declare (``imagegen.proof.licenses``: a Python
+distribution's METADATA, a Debian package's machine-readable copyright file), acknowledged as
+``declared``: what the package says, not what anyone concluded. Trivy's license scanner (``trivy
+sbom --scanners license``) lists them per package.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagegen.proof.facts import ImageFacts, OpModule, Package
+from imagegen.proof.licenses import declared_licenses
 
 # The properties of an op module component (CycloneDX property names, namespaced imagegen:).
 OP = "imagegen:op"
@@ -123,6 +129,22 @@ def _source_properties(pkg: Package) -> list[Any]:
     ]
 
 
+def _licenses(pkg: Package) -> list[Any]:
+    """The package's declared licenses as the library's models: one expression, or ids and names
+    (CycloneDX allows no mixing)."""
+    from cyclonedx.model.license import DisjunctiveLicense, LicenseAcknowledgement, LicenseExpression
+
+    declared = LicenseAcknowledgement.DECLARED
+    return [
+        LicenseExpression(choice.value, acknowledgement=declared)
+        if choice.kind == "expression"
+        else DisjunctiveLicense(id=choice.value, acknowledgement=declared)
+        if choice.kind == "id"
+        else DisjunctiveLicense(name=choice.value, acknowledgement=declared)
+        for choice in declared_licenses(pkg.license)
+    ]
+
+
 def make_sbom(data: SbomInput) -> bytes:
     """The CycloneDX 1.6 JSON document, as bytes (the ones the image and its label's digest hold)."""
     # Deferred: only `imagegen build` and `imagegen sbom` need the library (the cli extra).
@@ -192,6 +214,7 @@ def make_sbom(data: SbomInput) -> bytes:
                     ),
                     *_source_properties(pkg),
                 ],
+                licenses=_licenses(pkg),
                 purl=PackageURL(
                     type="deb",
                     namespace=distro,
@@ -211,6 +234,7 @@ def make_sbom(data: SbomInput) -> bytes:
                 version=pkg.version,
                 type=ComponentType.LIBRARY,
                 bom_ref=_bom_ref("pypi", normalized),
+                licenses=_licenses(pkg),
                 purl=PackageURL(type="pypi", name=normalized, version=pkg.version),
             )
         )

@@ -112,6 +112,12 @@ def test_the_cpu_image_carries_its_sbom_and_provenance(
     assert any(p.startswith("pkg:pypi/torch@2.") for p in purls)
     assert any(p.startswith("pkg:deb/debian/python3@") for p in purls)
     assert any(c["type"] == "container" and c["name"] == STANDIN_RUNTIME for c in document["components"])
+    # Licenses as the packages declare them: torch's METADATA, bash's DEP-5 copyright file (the
+    # runtime keeps /usr/share/doc/*/copyright); libc6's copyright file is prose, so it has none.
+    licensed = {c["purl"].split("@")[0]: c.get("licenses") for c in document["components"] if c.get("purl")}
+    assert "BSD-3-Clause" in json.dumps(licensed["pkg:pypi/torch"])
+    assert {"license": {"name": "GPL-3+", "acknowledgement": "declared"}} in licensed["pkg:deb/debian/bash"]
+    assert licensed["pkg:deb/debian/libc6"] is None
 
     provenance = imagegen("sbom", CPU_TAG, "--provenance", "--json")
     assert provenance.returncode == 0 and provenance.stdout.encode() == statement

@@ -43,12 +43,14 @@ FACTS: dict[str, Any] = {
     "machine": "x86_64",
     "os": {"id": "ubuntu", "version_id": "24.04", "pretty_name": "Ubuntu 24.04 LTS"},
     "deb_packages": [
-        {"name": "libaio1t64", "version": "0.3.113-6", "architecture": "amd64"},
+        {"name": "libaio1t64", "version": "0.3.113-6", "architecture": "amd64",
+         "license": {"names": ["LGPL-2.1+", "GPL-2+ or LGPL-2.1+"]}},
         {"name": "python3", "version": "3.12.3-0ubuntu2", "architecture": "amd64"},
     ],
     "python_packages": [
-        {"name": "torch", "version": "2.15.0"},
-        {"name": "nvidia-cublas", "version": "13.2.1.1"},
+        {"name": "torch", "version": "2.15.0", "license": {"expression": "BSD-3-Clause AND MIT"}},
+        {"name": "nvidia-cublas", "version": "13.2.1.1",
+         "license": {"classifiers": ["License :: Other/Proprietary License"]}},
         {"name": "nvidia_cuda_runtime", "version": "13.2.51"},
     ],
     "manifest_path": f"{SITE}/manifest.json",
@@ -126,6 +128,16 @@ def test_sbom_is_valid_cyclonedx_1_6_with_every_part() -> None:
         "pkg:pypi/nvidia-cublas@13.2.1.1",
         "pkg:pypi/nvidia-cuda-runtime@13.2.51",
     } <= purls
+    # Licenses in both of the schema's shapes: one expression, or a list of ids and names.
+    licensed = {c["name"]: c["licenses"] for c in document["components"] if "licenses" in c}
+    assert licensed == {
+        "torch": [{"expression": "BSD-3-Clause AND MIT", "acknowledgement": "declared"}],
+        "nvidia-cublas": [{"license": {"name": "Other/Proprietary License", "acknowledgement": "declared"}}],
+        "libaio1t64": [
+            {"license": {"id": "LGPL-2.1+", "acknowledgement": "declared"}},
+            {"license": {"name": "GPL-2+ or LGPL-2.1+", "acknowledgement": "declared"}},
+        ],
+    }
     bases = [c for c in document["components"] if c["type"] == "container"]
     assert sorted((c["name"], c["hashes"][0]["content"]) for c in bases) == [
         ("nvidia/cuda:13.0.0-base-ubuntu24.04", "2" * 64),
@@ -381,7 +393,8 @@ def test_dpkg_status_and_os_release_are_read(tmp_path: Path) -> None:
         "Source: gcc-12 (12.2.0-14+deb12u1)\n"
     )
     amd64 = {"architecture": "amd64"}
-    assert probe.deb_packages(tmp_path / "status") == [
+    # No copyright files here (test_licenses reads them): no licenses, whatever the host has.
+    assert probe.deb_packages(tmp_path / "status", tmp_path / "doc") == [
         {"name": "libc6", "version": "2.36-9", **amd64, "source": "glibc", "source_version": ""},
         {"name": "libgcc-s1", "version": "12.2.0-14", **amd64, "source": "gcc-12",
          "source_version": "12.2.0-14+deb12u1"},

