@@ -16,8 +16,9 @@ OCI image manifest (config: an OCI image config listing the layers; one layer pe
 
 (sigstore/cosign ``pkg/oci/remote`` ``SignatureTag`` / ``AttestationTag``, ``pkg/oci/static``,
 ``pkg/types``.) Another signer's layers already under a tag stay: the tag is read, our layers
-added and the manifest put back, as cosign does; a layer of ours with the same claim, from an
-earlier push of the same image, is replaced rather than repeated.
+added and the manifest put back, as cosign does; where the tag already holds our signature of the
+same claim (an earlier push of the same image), it is kept as it is, and a push of the same image
+again leaves both tags unchanged.
 """
 
 from __future__ import annotations
@@ -146,18 +147,19 @@ def put_signatures(
     layers: Sequence[Layer],
     same: Callable[[Descriptor, Layer], bool],
 ) -> str:
-    """Add ``layers`` to the legacy tag ``<digest>.<suffix>``, each replacing any listed layer
-    ``same`` says is an earlier copy of it; the tag."""
+    """Add ``layers`` to the legacy tag ``<digest>.<suffix>``, but for those ``same`` says the tag
+    lists already (an earlier push's): the tag is then left as it is. The tag."""
     where = tag(digest, suffix)
     current = client.get_manifest(repository, where, accept=(OCI_MANIFEST, DOCKER_MANIFEST))
     try:
-        kept = existing_layers(current)
+        listed = existing_layers(current)
     except ValueError as exc:
         raise client.malformed(f"the signature tag {repository}:{where}", str(exc)) from None
-    kept = [old for old in kept if not any(same(old, new) for new in layers)]
-    listed = [*kept, *(layer.descriptor for layer in layers)]
-    manifest, config = signature_manifest(listed)
-    for blob in (config, *(layer.data for layer in layers)):
+    added = [new for new in layers if not any(same(old, new) for old in listed)]
+    if not added:
+        return where
+    manifest, config = signature_manifest([*listed, *(layer.descriptor for layer in added)])
+    for blob in (config, *(layer.data for layer in added)):
         client.put_blob(repository, blob)
     client.put_manifest(repository, where, manifest, OCI_MANIFEST)
     return where
@@ -177,8 +179,9 @@ def put_legacy(
     ``.sig`` tag's simple signing payload says what it says."""
     public = signer.private_key.public_key()
 
+    # An earlier push's layer is recognised by what it signs and the key that signed it: an ECDSA
+    # signature differs at each signing, so the layers themselves differ.
     def same_signature(old: Descriptor, new: Layer) -> bool:
-        # The same payload, signed by this key before (ECDSA signatures differ at each signing).
         signed = old.annotations.get(SIGNATURE_ANNOTATION, "")
         return old.digest == new.descriptor.digest and _signed_by(public, signed, new.data)
 

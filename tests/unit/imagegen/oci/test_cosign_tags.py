@@ -1,5 +1,5 @@
 """Signing a pushed manifest for cosign, against an in-memory registry: cosign 2's `.sig` / `.att`
-tags keep another signer's layers and replace imagegen's own from an earlier push, pushing the
+tags keep another signer's layers and are left as they are when they hold imagegen's own, pushing the
 same image again reuses its cosign 3 bundles rather than adding three more referrers, and an index
 is signed with each platform's statements."""
 
@@ -85,13 +85,16 @@ def _layers(registry: _Registry, suffix: str) -> list[dict[str, Any]]:
     return layers
 
 
-def test_the_legacy_tags_keep_other_signers_and_replace_our_own(tmp_path: Path) -> None:
+def test_the_legacy_tags_keep_other_signers_and_our_own_earlier_ones(tmp_path: Path) -> None:
     ours, theirs = _signer(tmp_path / "ours.pem"), _signer(tmp_path / "theirs.pem")
     registry: Any = _Registry()
     signed = statements([Subject(NAME, SUBJECT.digest)], PROOF)
     cosign_tags.put_legacy(registry, REPOSITORY, NAME, SUBJECT.digest, signed, theirs)
-    for _ in range(2):  # pushed twice: the second replaces the first's layers
-        sig, att = cosign_tags.put_legacy(registry, REPOSITORY, NAME, SUBJECT.digest, signed, ours)
+    sig, att = cosign_tags.put_legacy(registry, REPOSITORY, NAME, SUBJECT.digest, signed, ours)
+    before = dict(registry.manifests)
+    # Pushed again: our signatures are there already, so neither tag changes.
+    assert cosign_tags.put_legacy(registry, REPOSITORY, NAME, SUBJECT.digest, signed, ours) == (sig, att)
+    assert registry.manifests == before
     assert (sig, att) == (cosign_tags.tag(SUBJECT.digest, "sig"), cosign_tags.tag(SUBJECT.digest, "att"))
     # Another key's signature of the same payload stays beside ours; ours is there once.
     assert len(_layers(registry, "sig")) == 2

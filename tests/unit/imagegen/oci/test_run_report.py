@@ -153,7 +153,10 @@ def test_several_platforms_keep_platforms_and_add_images(monkeypatch: pytest.Mon
     )
     tag = "reg.example:5000/ops/cpu:1"
     push = PushPlan.for_build(push=True, verify=True, tag=tag, platforms=2)
-    run = multiarch.build_platforms([spec(), spec("linux/arm64")], tag=tag, push=push, source=Path("."))
+    key: Any = object()  # a signer, passed along as it is
+    run = multiarch.build_platforms(
+        [spec(), spec("linux/arm64")], tag=tag, push=push, source=Path("."), signer=key
+    )
     data = printed(run)
     assert_shape(data, {**RUN, **PLATFORMS}, "build --platform")
     assert data["pushed"] is True and data["tag"] == tag and data["index"]["digest"] == index.digest
@@ -163,7 +166,7 @@ def test_several_platforms_keep_platforms_and_add_images(monkeypatch: pytest.Mon
     assert [e["target"] for e in data["images"]] == ["cpu", "cpu-arm64"]
     assert [e["pushed"] for e in data["images"]] == [f"{tag}-amd64", f"{tag}-arm64"]
     assert [p["pushed"] for p in data["platforms"]] == [True, True]
-    assert signers == [None]  # the run's signer (none here) signs the index too
+    assert signers == [key]  # the run's signer signs the index too
     # Not pushed: no index, and the same keys.
     unpushed = printed(multiarch.build_platforms([spec(), spec("linux/arm64")], tag=None, source=Path(".")))
     assert_shape(unpushed, {**RUN, **PLATFORMS}, "build --platform, not pushed")
