@@ -145,8 +145,11 @@ def test_a_p256_signed_push_carries_cosigns_bundles_and_a_cyclonedx_referrer(
         [layer] = artifact["layers"]
         artifacts.append((artifact, layer, oci_reader.blob(local_registry, repository, layer["digest"])))
     bundles = [a for a in artifacts if a[0]["artifactType"] == BUNDLE]
+    # cosign's own signature statement (what `cosign verify` reads) and the two attestations; the
+    # real cosign reads them in tests/integration/test_cosign.py.
     assert sorted(a[0]["annotations"]["dev.sigstore.bundle.predicateType"] for a in bundles) == [
         "https://cyclonedx.org/bom",
+        "https://sigstore.dev/cosign/sign/v1",
         "https://slsa.dev/provenance/v1",
     ]
     verifier = serialization.load_pem_public_key(public.read_bytes())
@@ -156,6 +159,8 @@ def test_a_p256_signed_push_carries_cosigns_bundles_and_a_cyclonedx_referrer(
             layer["mediaType"] == BUNDLE
             and artifact["annotations"]["dev.sigstore.bundle.content"] == "dsse-envelope"
         )
+        # The build's time, not the push's: the same referrers when the image is pushed again.
+        assert artifact["annotations"]["org.opencontainers.image.created"].endswith("Z")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             parsed = Bundle.from_dict(json.loads(data))  # Sigstore's schema of a bundle
