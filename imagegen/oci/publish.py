@@ -192,6 +192,7 @@ def sign_index(
             Subject(name, index.digest),
             Subject(name, published.manifest.digest, {PLATFORM_ANNOTATION: platform}),
         ]
+        # Its provenance and SBOM: the index has one signature statement, its own (above).
         signed.extend(statements(subjects, published.documents)[1:])
         times.append(created(published.documents))
     # The newest platform's build time: when the last part of what the index lists was made.
