@@ -127,17 +127,20 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
 
 
 @pytest.fixture(scope="module")
-def signed(local_registry: str, keys: Keys) -> dict[str, Any]:
+def signed(local_registry: str, keys: Keys, docker_client: Any) -> Iterator[dict[str, Any]]:
     """The CPU image, built, signed and pushed once by the CLI; its summary."""
     _binary(3), _binary(2)  # before the build: without cosign there is nothing to check
     started = time.monotonic()
-    result = imagegen(
-        *build_args(f"{local_registry}/{REPOSITORY}:1"), "--sign-key", str(keys.private), "--push"
-    )
+    tag = f"{local_registry}/{REPOSITORY}:1"
+    result = imagegen(*build_args(tag), "--sign-key", str(keys.private), "--push")
     print(f"\nimagegen build --sign-key --push: {time.monotonic() - started:.0f} s", file=sys.stderr)
-    assert result.returncode == 0, result.stderr[-5000:]
-    summary: dict[str, Any] = result.json()
-    return summary
+    try:
+        assert result.returncode == 0, result.stderr[-5000:]
+        yield result.json()
+    finally:
+        # The registry's port differs at each session: a tag left behind would never be reused.
+        if docker_client.images.list(name=tag):
+            docker_client.api.remove_image(tag, force=True)
 
 
 @pytest.fixture(scope="module")
