@@ -12,8 +12,11 @@ from pathlib import Path
 
 from imagegen.errors import BadInputError
 from imagegen.files import stat_input
+from imagegen.render.dockerfile import SPLIT_SCRIPT
 
-SOURCE_FILES = ("setup.py", "pyproject.toml", "README.md")
+# The build stage's inputs: the wheel's, and the script that splits the venv into the runtime's
+# layers (copied after the wheel is built, so a change to it compiles nothing again).
+SOURCE_FILES = ("setup.py", "pyproject.toml", "README.md", SPLIT_SCRIPT)
 SOURCE_DIRS = ("op_builder", "kernels")
 # Build outputs and caches a checkout may hold; never part of the inputs.
 _IGNORE = shutil.ignore_patterns(
@@ -39,6 +42,7 @@ def copy_build_inputs(root: Path, dest: Path) -> Path:
     """Copy the build inputs of the checkout at ``root`` into ``dest`` (created if needed)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in SOURCE_FILES:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, dest / name)
     for name in SOURCE_DIRS:
         shutil.copytree(root / name, dest / name, ignore=_IGNORE)

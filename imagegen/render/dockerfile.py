@@ -36,6 +36,9 @@ BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 
 # Puts the op packages' folder on sys.path, so `import acme_ops` works in every process.
 OP_SOURCES_PTH = "imagegen-op-sources.pth"
+# The script that splits the build stage's venv into the runtime's layers, at its place in the
+# checkout and so in the build context (imagegen.building.build_inputs stages it there too).
+SPLIT_SCRIPT = "imagegen/render/split_layers.py"
 
 # The devel stage's torch check is bounded: in an arm64 image built under qemu, torch's aarch64
 # CUDA build sat in `import torch` for 26 minutes at under 1% CPU until it was stopped. A CPU
@@ -296,6 +299,9 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "per_job_gib": _GIB_PER_JOB[spec.accelerator],
         "labels": _stage_labels(spec),
         **_compile_cache_context(spec),
+        "split_script": SPLIT_SCRIPT,
+        "venv_site": f"/opt/venv/lib/python{spec.python}/site-packages",
+        "devel_site_list": "/tmp/imagegen-devel-site",
         "cross": spec.cross,
         **cross.context(spec),
         "build_torch_source": cross.build_torch_source(spec, _pip_sources(spec, None)),

@@ -66,7 +66,7 @@ class FakeEngine:
 
     def build_image(self, engine: Engine, context: Path, text: str, tag: str, **kw: Any) -> BuildResult:
         self.calls.append(f"build {tag} {kw['target']} no_cache={kw['no_cache']}")
-        self.context_files = sorted(p.name for p in context.iterdir())
+        self.context_files = sorted(str(p.relative_to(context)) for p in context.rglob("*") if p.is_file())
         if self.build_error is not None:
             raise self.build_error
         return BuildResult(tag, "sha256:abc", 12.34, log=self.log)
@@ -123,7 +123,10 @@ def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.Monke
         "detect", "build it:1 runtime no_cache=False", "proof it:1 from sha256:abc",
         "size it:1", "verify it:1",
     ]  # fmt: skip
-    assert "setup.py" in engine.context_files and "imagegen" not in engine.context_files  # staged
+    # Staged: the build inputs, and of imagegen only the script that splits the runtime's layers.
+    staged = engine.context_files
+    assert "setup.py" in staged and ".venv" not in {f.split("/")[0] for f in staged}
+    assert [f for f in staged if f.startswith("imagegen/")] == ["imagegen/render/split_layers.py"]
     data = report.to_json()
     assert set(data) >= SUMMARY_KEYS
     assert data["ok"] is True and data["pushed"] is False
