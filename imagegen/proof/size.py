@@ -20,16 +20,19 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
+from imagegen.engine.layer_dirs import layer_dirs
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference, reference_problem
 from imagegen.proof import size_probe
+from imagegen.proof.layer_sizes import LayerSize, layer_sizes
+from imagegen.proof.outside import read_layers
 from imagegen.verify.container import run_python
 
 KINDS = ("base", "torch", "python", "cuda", "op", "other")
@@ -136,6 +139,7 @@ class SizeReport:
     base: str | None = None  # the runtime base image the labels name
     cuda: str | None = None  # the toolkit the ops were built with (io.imagegen.cuda)
     notes: tuple[str, ...] = ()
+    layers: tuple[LayerSize, ...] = ()  # bottom first: what each holds, and costs a node with those below
 
     def by_kind(self, kind: str) -> tuple[SizePart, ...]:
         return tuple(part for part in self.parts if part.kind == kind)
@@ -154,6 +158,7 @@ class SizeReport:
             "parts": [part.to_json() for part in self.parts],
             "advice": list(self.advice()),
             "notes": list(self.notes),
+            "layers": [layer.to_json() for layer in self.layers],
         }
 
     def lines(self) -> list[str]:
@@ -176,7 +181,22 @@ class SizeReport:
             ).rstrip()
             for row in rows
         ]
-        return text + [f"note: {note}" for note in self.notes] + list(self.advice())
+        return text + self._layer_lines() + [f"note: {note}" for note in self.notes] + list(self.advice())
+
+    def _layer_lines(self) -> list[str]:
+        """Each layer, bottom first, and what a node that holds the layers below it pulls for it."""
+        if not self.layers:
+            return []
+        rows = [("layer", "holds", "size", "digest")]
+        rows += [
+            (str(n), layer.holds, format_bytes(layer.bytes), layer.diff_id[:19])
+            for n, layer in enumerate(self.layers, 1)
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines = [
+            f"{r[0].rjust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].rjust(widths[2])}  {r[3]}" for r in rows
+        ]
+        return ["", "each layer, bottom first: a node holding the layers below one pulls its size", *lines]
 
 
 def _detail(part: SizePart) -> str:
@@ -381,6 +401,7 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
             )
         base = labels.get(BASE_LABEL) or None
         base_bytes = None
+        base_count = 0
         # A label is the image's word, not ours: one the engine would refuse as a reference
         # (`Foo/bar`) names no base here, as a base that is gone does.
         if base is not None and reference_problem(base) is None:
@@ -389,11 +410,13 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
             except docker.errors.ImageNotFound:
                 base_info = None
             if base_info is not None:
+                base_count = len((base_info.get("RootFS") or {}).get("Layers") or [])
                 base_bytes = base_bytes_of(
                     (info.get("RootFS") or {}).get("Layers") or [],
                     (base_info.get("RootFS") or {}).get("Layers") or [],
                     int(base_info.get("Size") or 0),
                 )
+        layers = _layers(client, image, info, base_count if base_bytes is not None else 0)
         try:
             exit_code, stdout, stderr = run_python(client, image, "size", config, probe_command(), timeout)
         except VerificationFailedError as exc:  # no python, or the container did not start
@@ -408,4 +431,19 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
             hint="the image needs python and op_builder on PATH, as `imagegen verify` does; last output:\n"
             + tail,
         )
-    return attribute(image, int(info.get("Size") or 0), document, base, base_bytes, labels.get(CUDA_LABEL))
+    report = attribute(image, int(info.get("Size") or 0), document, base, base_bytes, labels.get(CUDA_LABEL))
+    if not layers:
+        note = "layer sizes are read from a local overlay2 engine's layer folders; this engine has none"
+        return replace(report, notes=(*report.notes, note))
+    return replace(report, layers=layers)
+
+
+def _layers(client: Any, image: str, info: Mapping[str, Any], base_layers: int) -> tuple[LayerSize, ...]:
+    """Each layer's bytes and what it holds, where the engine's layer folders are here to read
+    (streaming the whole image through the engine's export would cost more than the rest of the
+    measurement: nothing, then)."""
+    if layer_dirs(info) is None:
+        return ()
+    ids = [str(layer) for layer in (info.get("RootFS") or {}).get("Layers") or []]
+    read, _ = read_layers(client, image, info, ids, hash_file=lambda _: False)
+    return layer_sizes([read[i] for i in ids if i in read], base_layers)

@@ -78,7 +78,29 @@ def test_size_text(cpu_image: dict[str, Any]) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].split()[:4] == ["part", "kind", "size", "share"]
-    assert any(line.startswith("torch ") for line in lines) and lines[-1].startswith("total")
+    assert any(line.startswith("torch ") for line in lines) and any(
+        line.startswith("total") for line in lines
+    )
+    assert "a node holding the layers below one pulls its size" in result.stdout
+
+
+def test_each_layer_is_listed_with_what_it_holds_and_its_bytes(
+    size_json: dict[str, Any], docker_client: Any
+) -> None:
+    layers = size_json["layers"]
+    assert [layer["diff_id"] for layer in layers] == docker_client.api.inspect_image(CPU_TAG)["RootFS"][
+        "Layers"
+    ]
+    holds = [layer["holds"] for layer in layers]
+    base = len(docker_client.api.inspect_image(STANDIN_RUNTIME)["RootFS"]["Layers"])
+    assert holds[:base] == ["base"] * base and "base" not in holds[base:]
+    deps = holds.index("Python dependencies")
+    assert holds[deps + 1] == "our packages and op modules" and holds[-1] == "proof"
+    # The engine's own figure for each layer the runtime stage copied (`docker history`).
+    by_step = {h["CreatedBy"].split(" # ")[0]: h["Size"] for h in docker_client.api.history(CPU_TAG)}
+    assert layers[deps]["bytes"] == by_step["COPY /layers/deps/ /"]
+    assert layers[deps + 1]["bytes"] == by_step["COPY /layers/ours/ /"]
+    assert layers[deps]["bytes"] > 0.5 * size_json["total_bytes"] > 50 * layers[deps + 1]["bytes"]
 
 
 def test_size_of_an_image_imagegen_did_not_build_is_exit_2(docker_ready: None) -> None:
