@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test parity test-fast lint format bench bench-images images \
-        image-cuda matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean
+        image-cuda update-pull matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean
 
 setup: $(STAMP)
 
@@ -124,6 +124,14 @@ bench-images: setup standins
 	$(PY) bench/image_size.py --bytecode none
 	$(PY) bench/image_size.py --cuda
 	$(PY) bench/rebuild.py
+
+# What an update costs a node holding the previous image (docs/benchmarks.md): CPU image pairs
+# through a local registry (an op changed, an op added, a cold-cache rebuild). BEFORE=DIR: also
+# the same with another checkout's imagegen (e.g. `git worktree add DIR <commit>`).
+BEFORE ?=
+update-pull: setup standins
+	$(PY) bench/update_pull.py --label after
+	if [ -n "$(BEFORE)" ]; then $(PY) bench/update_pull.py --label before --imagegen-root "$(BEFORE)"; fi
 	$(PY) bench/verify_time.py
 
 matrix: setup

@@ -118,9 +118,13 @@ def push(registry: Registry, tag: str, name: str) -> list[dict[str, Any]]:
 def changed_source(root: Path, folder: Path) -> Path:
     """A copy of ``root``'s build inputs with a comment added to cpu_lion's source."""
     copy = folder / "checkout"
+    copy.mkdir(parents=True)
     for name in ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen"):
         src = root / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, copy / name)  # type: ignore[operator]
+        if src.is_dir():
+            shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "build"))
+        else:
+            shutil.copy2(src, copy / name)
     source = copy / "kernels" / "optim" / "csrc" / "cpu_lion.cpp"
     source.write_text(source.read_text() + f"\n// a one-line change {uuid.uuid4().hex}\n")
     return copy
