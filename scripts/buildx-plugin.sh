@@ -3,10 +3,9 @@
 # client on PATH has buildx. `imagegen bake` needs it; `imagegen build` uses it when present.
 #
 # Bookworm has no docker-buildx package, so the .deb comes from the trixie suite of the same
-# Debian archive the host's apt sources name (the archive serves every suite; the rule is the
-# one imagegen/building/standins/mirrors.py applies: the first http(s) `deb` entry of a Debian
-# suite with `main`), through a private apt configuration in a temporary folder: the host's
-# sources, lists and state are never changed. STANDIN_MIRROR names another archive.
+# Debian archive the host's apt sources name, through a private apt configuration
+# (scripts/lib/debian-suite.sh): the host's sources, lists and state are never changed.
+# STANDIN_MIRROR names another archive.
 # The binary goes to /usr/local/lib/docker/cli-plugins (BUILDX_PLUGIN_DIR), a folder every
 # docker client searches. Idempotent; quiet when a docker client on PATH has buildx already.
 # Uses sudo for the install only when the plugin folder is not writable.
@@ -21,39 +20,15 @@ for client in $(type -ap docker || true); do
   fi
 done
 
-mirror="${STANDIN_MIRROR:-}"
-if [ -z "$mirror" ]; then
-  mirror=$(apt-get indextargets --no-release-info --format '$(TARGET_OF) $(REPO_URI) $(RELEASE) $(COMPONENT)' 2>/dev/null \
-    | awk '$1 == "deb" && $4 == "main" && $2 ~ /^https?:\/\// && $3 !~ /[-\/]/ {print $2; exit}')
-fi
-if [ -z "$mirror" ]; then
+. "$(dirname "$0")/lib/debian-suite.sh"
+if ! mirror=$(debian_mirror STANDIN_MIRROR); then
   echo "buildx-plugin: no Debian mirror in this host's apt sources; set STANDIN_MIRROR to one" >&2
   exit 1
 fi
-mirror="${mirror%/}"
-
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/etc/preferences.d" "$work/etc/sources.list.d" \
-         "$work/etc/apt.conf.d"
-echo "deb $mirror $suite main" >"$work/etc/sources.list"
-cat >"$work/apt.conf" <<EOF
-Dir::Etc "$work/etc";
-Dir::Etc::sourcelist "$work/etc/sources.list";
-Dir::Etc::sourceparts "$work/etc/sources.list.d";
-Dir::Etc::preferencesparts "$work/etc/preferences.d";
-Dir::Etc::trusted "/etc/apt/trusted.gpg";
-Dir::Etc::trustedparts "/etc/apt/trusted.gpg.d";
-Dir::State::lists "$work/lists";
-Dir::State::status "$work/status";
-Dir::Cache "$work/cache";
-Dir::Cache::archives "$work/archives";
-APT::Sandbox::User "root";
-EOF
-touch "$work/status"
-export APT_CONFIG="$work/apt.conf"
 echo "buildx-plugin: fetching docker-buildx from $mirror $suite"
-apt-get update -qq
+debian_private_apt "$work" "$mirror" "$suite"
 (cd "$work" && apt-get download -qq docker-buildx)
 dpkg-deb -x "$work"/docker-buildx_*.deb "$work/root"
 binary=$(find "$work/root" -type f -path "*/cli-plugins/docker-buildx" | head -n1)

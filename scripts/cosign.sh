@@ -4,10 +4,8 @@
 # package is one static binary; neither is in bookworm.
 #
 # The .debs come from the sid and trixie suites of the same Debian archive the host's apt sources
-# name (the rule of scripts/buildx-plugin.sh and imagegen/building/standins/mirrors.py: the first
-# http(s) `deb` entry of a Debian suite with `main`), through a private apt configuration in a
-# temporary folder (its own sources.list, lists, state and cache): the host's sources, lists and
-# state are never changed. COSIGN_MIRROR (else STANDIN_MIRROR) names another archive.
+# name, through a private apt configuration (scripts/lib/debian-suite.sh): the host's sources,
+# lists and state are never changed. COSIGN_MIRROR (else STANDIN_MIRROR) names another archive.
 #
 # Each binary goes to $COSIGN_ROOT/cosign-<major>/cosign (default /usr/local/lib/imagegen), a path
 # the tests know and that no `cosign` on PATH shadows, with the Debian package's version beside it
@@ -35,45 +33,20 @@ if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
   echo "cosign: no apt-get here; install cosign 3 and 2 as $root/cosign-3/cosign and cosign-2/cosign" >&2
   exit 1
 fi
-mirror="${COSIGN_MIRROR:-${STANDIN_MIRROR:-}}"
-if [ -z "$mirror" ]; then
-  mirror=$(apt-get indextargets --no-release-info --format '$(TARGET_OF) $(REPO_URI) $(RELEASE) $(COMPONENT)' 2>/dev/null \
-    | awk '$1 == "deb" && $4 == "main" && $2 ~ /^https?:\/\// && $3 !~ /[-\/]/ {print $2; exit}')
-fi
-if [ -z "$mirror" ]; then
+. "$(dirname "$0")/lib/debian-suite.sh"
+if ! mirror=$(debian_mirror COSIGN_MIRROR STANDIN_MIRROR); then
   echo "cosign: no Debian mirror in this host's apt sources; set COSIGN_MIRROR to one" >&2
   exit 1
 fi
-mirror="${mirror%/}"
-
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/etc/preferences.d" "$work/etc/sources.list.d" \
-         "$work/etc/apt.conf.d" "$work/cache"
+suites=()
 for entry in "${todo[@]}"; do
   read -r _ suite <<<"$entry"
-  echo "deb $mirror $suite main" >>"$work/etc/sources.list"
+  suites+=("$suite")
 done
-cat >"$work/apt.conf" <<EOF
-Dir::Etc "$work/etc";
-Dir::Etc::sourcelist "$work/etc/sources.list";
-Dir::Etc::sourceparts "$work/etc/sources.list.d";
-Dir::Etc::preferencesparts "$work/etc/preferences.d";
-Dir::Etc::trusted "/etc/apt/trusted.gpg";
-Dir::Etc::trustedparts "/etc/apt/trusted.gpg.d";
-Dir::State::lists "$work/lists";
-Dir::State::status "$work/status";
-Dir::Cache "$work/cache";
-Dir::Cache::archives "$work/archives";
-APT::Sandbox::User "root";
-// sid's Release file expires within days, and a mirror that is a dated snapshot of the archive
-// serves an expired one: its signature is still checked, only its date is not.
-Acquire::Check-Valid-Until "false";
-EOF
-touch "$work/status"
-export APT_CONFIG="$work/apt.conf"
 echo "cosign: fetching cosign from $mirror (${todo[*]})"
-apt-get update -qq
+debian_private_apt "$work" "$mirror" "${suites[@]}"
 
 SUDO=""
 if ! { mkdir -p "$root" 2>/dev/null && [ -w "$root" ]; }; then
