@@ -151,7 +151,7 @@ def run_case(case: str, root: Path, registry: Registry, work: Path) -> dict[str,
     total = sum(int(layer["size"]) for layer in after)
     new = new_bytes(before, after)
     same = [a["digest"] == b["digest"] for a, b in zip(before, after)] if len(before) == len(after) else []
-    for tag in (first, second):
+    for tag in (first, second, f"{registry.address}/bench/{case}:a", f"{registry.address}/bench/{case}:b"):
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
     return {
         "case": case,
