@@ -33,6 +33,7 @@ from image_size import cpu_spec  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
+from imagegen.runs.report import ImageReport  # noqa: E402
 
 COPIED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen")
 GOAL = 0.1
@@ -62,7 +63,7 @@ def step_report(log: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def runtime_id(report: pipeline.BuildReport) -> str:
+def runtime_id(report: ImageReport) -> str:
     """The image the build made, before its SBOM and provenance were sealed in."""
     return report.proof.runtime_image_id if report.proof is not None else report.image_id
 

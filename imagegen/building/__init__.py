@@ -1,2 +1,3 @@
-"""Stage 3, the build: the project's inputs (``sources``), the build context (``staging``), the
-bases (``bases``, ``standins``) and the container engine that builds (``engine``)."""
+"""Floor 3, what a build is made from: the project's inputs (``build_inputs``), the build
+context (``staging``), the bases (``bases``; the local stand-ins, ``standins``) and the build's
+secrets (``build_secrets``). The engine that builds is the ground floor's (``imagegen.engine``)."""

@@ -18,7 +18,7 @@ from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
 from imagegen.runs import multiarch, pipeline
-from imagegen.runs.report import RunReport
+from imagegen.runs.report import ImageReport, RunReport
 from imagegen.verify.table import render_table
 
 
@@ -116,7 +116,7 @@ def _build_platforms(
         _check_report(report, budget, json)
 
 
-def _check_report(report: pipeline.BuildReport, budget: int | None, json: bool) -> None:
+def _check_report(report: ImageReport, budget: int | None, json: bool) -> None:
     """Exit 1 (after the report was printed) for an op that did not verify or an image over budget."""
     if report.verify is not None and not report.verify.ok:
         why = report.verify.failure_summary()
@@ -129,7 +129,7 @@ def _check_report(report: pipeline.BuildReport, budget: int | None, json: bool) 
         check_budget(report.size, budget, reported=json)  # the JSON summary above has every part
 
 
-def _keep_report(report: pipeline.BuildReport) -> None:
+def _keep_report(report: ImageReport) -> None:
     """The image's own report as JSON beside its SBOM and provenance on the host."""
     if report.proof is not None:
         summary = json_module.dumps(report.to_json(), indent=2) + "\n"
@@ -147,7 +147,7 @@ def _compile_cell(seconds: Mapping[str, float]) -> str:
     return ", ".join(f"{op} {s:.1f}s" for op, s in seconds.items())
 
 
-def _cache_cell(report: pipeline.BuildReport) -> str:
+def _cache_cell(report: ImageReport) -> str:
     """sccache's hits and misses in this build (--compile-cache); "-" when nothing was counted."""
     stats = report.compile_cache
     if stats is None:
@@ -158,7 +158,7 @@ def _cache_cell(report: pipeline.BuildReport) -> str:
     )
 
 
-def _print(report: pipeline.BuildReport) -> None:
+def _print(report: ImageReport) -> None:
     out = console()
     if report.verify is not None:
         out.print(render_table(report.verify))

@@ -1,8 +1,9 @@
-"""The container engine: find what can build here, build, show and explain the build.
+"""Floor 0, the container engine: find what can build here, build, show and explain the build,
+read images, run the sealed container.
 
 - ``client``     the one Docker SDK client factory (and the no-daemon error)
 - ``types``      ``Engine`` / ``EngineKind``: what the probe decides
-- ``probe``      probe the daemon and the docker clients, then choose an engine (pure)
+- ``detect``     probe the daemon and the docker clients, then choose an engine (pure)
 - ``backend``    ``BuildRequest`` and the ``BuildBackend`` Protocol
 - ``buildkit``   backend: the docker CLI (buildx, or BuildKit built in)
 - ``classic``    backend: the classic builder through the SDK
@@ -12,6 +13,9 @@
 - ``progress``   the live display of a build
 - ``build_log``  read a failed build's log: the failed step, the op, an excerpt
 - ``images``     images here: presence, id, size, removal, push
+- ``layers``     an image's layers read from the engine's export, as the engine applies them
+- ``layer_dirs`` the same from a local engine's overlay2 layer folders
+- ``sealed``     the sealed container every in-image check runs in
 
 The docker SDK is imported only where a function needs it (see ``client``).
 """

@@ -1,1 +1,2 @@
-"""What an image carries as its proof: what it holds, where it came from, and how large each part is."""
+"""Floor 4, what an image carries as its proof: what it holds, where it came from, whether it is
+the image that was signed, and how large each part and layer is."""

@@ -1,7 +1,7 @@
 """One image build as a library call: engine -> render -> stage -> build, then the one finish
 sequence (``imagegen.runs.finish``: seal -> size -> verify -> push).
 
-``build(spec)`` returns a frozen ``BuildReport`` (``imagegen.runs.report.ImageReport``);
+``build(spec)`` returns a frozen ``imagegen.runs.report.ImageReport``;
 ``imagegen build`` prints it (``--json``: in the run's report, ``imagegen.runs.report.RunReport``),
 and the benchmarks and integration tests call the same function instead of assembling the steps
 themselves.
@@ -33,7 +33,6 @@ from imagegen.runs.finish import Built, finish
 from imagegen.runs.report import ImageReport, StepTiming, image_report
 
 # The name benchmarks and tests have always called the image's report by.
-BuildReport = ImageReport
 
 
 class _Steps:
@@ -72,7 +71,7 @@ def build(
     proof_dir: Path | None = None,
     max_size: int | None = None,
     push: PushPlan = NO_PUSH,
-) -> BuildReport:
+) -> ImageReport:
     """Build ``spec``'s image up to ``stage`` from the checkout at ``source`` (default: the one
     imagegen runs from), verify it, and push it as ``push`` says when every op verified.
 

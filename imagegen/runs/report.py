@@ -46,7 +46,7 @@ class ImageReport:
     """What became of one image that was built: verified, pushed, or why not. ``ok`` is False
     only when an op did not verify, or the image is larger than ``max_size_bytes`` (it was then
     not pushed); a run reports an image that stopped short of this report in its ``RunImage``.
-    ``imagegen.runs.pipeline.BuildReport`` is this class."""
+    ``imagegen.runs.pipeline.build`` returns one."""
 
     ok: bool
     tag: str

@@ -22,6 +22,7 @@ from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
 from imagegen.runs import finish, pipeline
+from imagegen.runs.report import ImageReport
 from imagegen.verify.container import VerifyResult
 from op_builder.report import OpVerification
 
@@ -200,7 +201,7 @@ def test_build_json_prints_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert set(data) >= SUMMARY_KEYS and data["ok"] is True
-    # The run's shape too (tests/unit/imagegen/oci/test_run_report.py holds it): the image as its one entry.
+    # The run's shape too (tests/unit/imagegen/runs/test_run_report.py holds it): the image as its one entry.
     (image,) = data["images"]
     assert (image["target"], image["tag"], image["pushed"], image["result"]) == (
         "cpu",
@@ -260,7 +261,7 @@ def test_bake_finishes_an_image_with_the_same_sequence_and_report(monkeypatch: p
         "proof it:1 from sha256:baked", "size it:1", "verify it:1",
         "tag reg.example:5000/it:1", "push reg.example:5000/it:1", "attach reg.example:5000/it:1 2",
     ]  # fmt: skip
-    assert isinstance(image.report, pipeline.BuildReport)
+    assert isinstance(image.report, ImageReport)
     assert image.ok and image.report.ok and image.pushed == "reg.example:5000/it:1"
     assert image.size_bytes == image.report.size_bytes == 123 * 2**20
     assert image.verify is image.report.verify and image.report.compile_seconds == {"cpu_adam": 19.64}

@@ -214,7 +214,3 @@ def test_an_image_over_its_budget_says_so() -> None:
     entry = RunImage.of(spec(), image)
     assert not image.ok and image.over_budget and entry.result == "over budget"
     assert entry.error is not None and "over --max-size" in entry.error
-
-
-def test_the_build_report_is_the_image_report() -> None:
-    assert pipeline.BuildReport is ImageReport
