@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
+
+from kernels.optim._cpu_subgroup import copy_into
 
 
 @dataclass
@@ -29,20 +30,6 @@ class Snapshot:
     state: dict[str, Any] | None
 
 
-def _copy_into(buffer: object, source: object) -> Any:
-    """``source``'s value, in ``buffer`` when it is a tensor of the same layout, else a new copy."""
-    if not isinstance(source, Tensor):
-        return source  # a step count kept as a plain number
-    if (
-        isinstance(buffer, Tensor)
-        and buffer.dtype == source.dtype
-        and buffer.shape == source.shape
-        and buffer.stride() == source.stride()
-    ):
-        return buffer.copy_(source)
-    return source.clone(memory_format=torch.preserve_format)
-
-
 class Snapshots:
     """Per sub-group id, the snapshot of its last step while that step can be undone."""
 
@@ -51,11 +38,11 @@ class Snapshots:
 
     def save(self, key: Any, param: Tensor, state: dict[str, Any] | None) -> None:
         old = self._saved.get(key)
-        value = _copy_into(old.value if old else None, param.detach())
+        value = copy_into(old.value if old else None, param.detach())
         copied = None
         if state:
             buffers = old.state if old and old.state else {}
-            copied = {name: _copy_into(buffers.get(name), v) for name, v in state.items()}
+            copied = {name: copy_into(buffers.get(name), v) for name, v in state.items()}
         self._saved[key] = Snapshot(value, copied)
 
     def has(self, key: Any) -> bool:

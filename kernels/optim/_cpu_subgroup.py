@@ -29,10 +29,11 @@ class _Saved:
     state: dict[str, Any] | None
 
 
-def _copy_into(buffer: object, source: object) -> Any:
-    """``source``'s value, in ``buffer`` when it is a tensor of the same layout, else a new copy."""
+def copy_into(buffer: object, source: object) -> Any:
+    """``source``'s value, in ``buffer`` when it is a tensor of the same layout, else a new copy
+    (also for the DeepSpeed-style snapshots of ``kernels.compat``)."""
     if not isinstance(source, Tensor):
-        return source  # a plain number (a step count saved by an older version)
+        return source  # a plain number (a step count saved by an older version, or kept as one)
     if (
         isinstance(buffer, Tensor)
         and buffer.dtype == source.dtype
@@ -56,12 +57,12 @@ class RollbackPoints:
         saved_now = []
         for p in params:
             previous = old.get(id(p))
-            value = _copy_into(previous.value if previous else None, p)
+            value = copy_into(previous.value if previous else None, p)
             current = state.get(p)
             entries = None
             if current:
                 buffers = previous.state if previous and previous.state else {}
-                entries = {key: _copy_into(buffers.get(key), v) for key, v in current.items()}
+                entries = {key: copy_into(buffers.get(key), v) for key, v in current.items()}
             saved_now.append(_Saved(p, value, entries))
         self._saved[group_id] = saved_now
         self._armed.add(group_id)
@@ -88,7 +89,7 @@ class RollbackPoints:
                 for key in set(current) - set(saved.state):
                     del current[key]
                 for key, value in saved.state.items():
-                    current[key] = _copy_into(current.get(key), value)
+                    current[key] = copy_into(current.get(key), value)
             restored.append(saved.param)
         return restored
 
