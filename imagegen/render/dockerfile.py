@@ -261,6 +261,10 @@ def context(spec: ImageSpec) -> dict[str, object]:
         # Each op package's public names load its fronts (the packages load them lazily).
         # DeepSpeed's names over ours are fronts too (kernels.aio.handle is only theirs).
         "front_packages": json.dumps([*OUR_OP_PACKAGES, "kernels.compat.deepspeed"]),  # "": in a shell '...'
+        # What a training step imports, whatever the ops: torch.optim's first step (startup bytecode).
+        "optimizer_step": (
+            "p = torch.zeros(2, requires_grad=True); p.grad = torch.ones(2); torch.optim.AdamW([p]).step()"
+        ),
         "ops": spec.ops,
         "ops_csv": ",".join(spec.ops),
         "ops_json": ", ".join(json.dumps(op) for op in spec.ops),  # inside a shell '...': op names only
