@@ -2,7 +2,7 @@
 
 Run inside the image's build stage (standard library only; nothing of imagegen is there):
 
-    python split_layers.py VENV SITE OUT DEPS_LIST [EXTRA_DIR ...]
+    PYTHONHASHSEED=0 python split_layers.py VENV SITE OUT DEPS_LIST EPOCH [EXTRA_DIR ...]
 
 - ``OUT/deps``: the venv as the devel stage made it: the site folder's entries named in
   ``DEPS_LIST`` (what the devel stage left there: torch, its NVIDIA libraries, NumPy, pip) and the
@@ -15,8 +15,8 @@ Run inside the image's build stage (standard library only; nothing of imagegen i
 The runtime stage copies ``deps`` first and ``ours`` on top, so an op change, an op added or one
 removed ships only the small layer, and two images of one target share the large one to the byte:
 
-- every file and folder gets one fixed time, ``SOURCE_DATE_EPOCH`` (0 when unset), as Jib does,
-  not the commit's: a new commit must not make torch's layer new;
+- every file and folder gets one fixed time, ``EPOCH`` (the build's ``SOURCE_DATE_EPOCH``; 0 when
+  empty), as Jib does, not the commit's: a new commit must not make torch's layer new;
 - bytecode is hash-based (``checked-hash``: no time stamp in it; Python checks it against its
   source's hash at import) and compiled with ``PYTHONHASHSEED=0`` (the order of a frozenset
   constant otherwise follows the hash seed), each file beside the module it compiles;
@@ -104,12 +104,12 @@ def _fix_times(root: Path, when: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4:
+    if len(argv) < 5:
         print(__doc__, file=sys.stderr)
         return 2
-    venv, site, out, deps_list, extras = Path(argv[0]), Path(argv[1]), Path(argv[2]), Path(argv[3]), argv[4:]
-    when = int(os.environ.get("SOURCE_DATE_EPOCH") or 0)
-    if os.environ.get("PYTHONHASHSEED") != "0":
+    venv, site, out, deps_list = Path(argv[0]), Path(argv[1]), Path(argv[2]), Path(argv[3])
+    when, extras = int(argv[4] or 0), argv[5:]
+    if sys.flags.hash_randomization:
         raise SystemExit(
             "split_layers: run with PYTHONHASHSEED=0 (bytecode of set constants follows the seed)"
         )

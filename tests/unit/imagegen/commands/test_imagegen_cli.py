@@ -115,8 +115,11 @@ def test_staged_context_holds_only_the_wheel_inputs_and_the_extras(tmp_path: Pat
     with staged_context(spec, REPO) as context:
         top = sorted(p.name for p in context.iterdir())
         assert top == sorted(
-            ["README.md", "_imagegen", "kernels", "op_builder", "pyproject.toml", "setup.py"]
+            ["README.md", "_imagegen", "imagegen", "kernels", "op_builder", "pyproject.toml", "setup.py"]
         )
+        # Of imagegen, only the script that splits the venv into the runtime's layers.
+        files = [str(p.relative_to(context)) for p in (context / "imagegen").rglob("*") if p.is_file()]
+        assert files == ["imagegen/render/split_layers.py"]
         assert (context / "_imagegen" / "ca.crt").read_text() == "-----BEGIN CERTIFICATE-----\n"
         assert [p.name for p in (context / "_imagegen" / "wheelhouse").iterdir()] == [
             "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"

@@ -137,7 +137,7 @@ def test_the_build_stage_compiles_through_sccache_and_the_runtime_stage_never_se
     # No ENV and no ARG carries the cache, and nothing of it is in the runtime stage.
     assert not re.search(r"^(ENV|ARG)\b.*SCCACHE", text, re.M)
     assert "sccache" not in runtime.lower() and "compile-cache" not in runtime
-    assert "COPY --from=build /opt/venv /opt/venv" in runtime and "/opt/sccache" not in runtime
+    assert "COPY --from=build /layers/ours/ /" in runtime and "/opt/sccache" not in runtime
 
 
 def test_without_a_compile_cache_the_build_keeps_ccache() -> None:

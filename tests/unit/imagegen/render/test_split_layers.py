@@ -63,10 +63,18 @@ def _split(
 ) -> subprocess.CompletedProcess[str]:
     deps = root / "devel-site"
     deps.write_text("torch\ntorch-2.13.0.dist-info\nsix.py\nsix-1.16.0.dist-info\n__pycache__\n")
-    env = {**os.environ, "PYTHONHASHSEED": seed, "SOURCE_DATE_EPOCH": epoch}
+    env = {**os.environ, "PYTHONHASHSEED": seed}
     extra = root / "opt" / "op-sources"
     _write(extra / "acme" / "__init__.py")
-    command = [str(REPO / SPLIT_SCRIPT), str(venv), str(site), str(root / "layers"), str(deps), str(extra)]
+    command = [
+        str(REPO / SPLIT_SCRIPT),
+        str(venv),
+        str(site),
+        str(root / "layers"),
+        str(deps),
+        epoch,
+        str(extra),
+    ]
     return subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=120)
 
 
