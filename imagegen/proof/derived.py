@@ -310,9 +310,9 @@ def judge(
                 if risk is None:
                     continue  # a folder's own entry, root's and closed: what it holds is listed
             else:
-                risk = next((r for p in paths if (r := rules.risk(p, entry))), None)
-            if risk is not None and resolved != entry.path and rules.risk(entry.path, entry) is None:
-                risk = f"through a symbolic link to {resolved}: {risk}"
+                risk = rules.risk(entry.path, entry)
+                if risk is None and resolved != entry.path and (linked := rules.risk(resolved, entry)):
+                    risk = f"through a symbolic link to {resolved}: {linked}"
             what = entry.path + (" (deleted)" if entry.kind in ("whiteout", "opaque") else "")
             if what not in listed or risk:
                 listed[what] = Addition(what, risk)
