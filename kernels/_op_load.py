@@ -8,6 +8,7 @@ return it, or raise the same error again without retrying. Nothing is loaded at 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import warnings
@@ -78,6 +79,15 @@ class LazyOp:
             self._warned.add(key)
         level = _outside_stacklevel() if stacklevel is None else stacklevel + 1
         warnings.warn(message, RuntimeWarning, stacklevel=level)
+
+
+# What a stable module's STD_TORCH_CHECK puts before its message: "function, /path/file.h:114, ".
+_CHECK_PREFIX = re.compile(r"^[\w:~<>]+, [^,\n]+:\d+, ")
+
+
+def check_message(exc: BaseException) -> str:
+    """An op's check message without the C++ location a stable module puts before it."""
+    return _CHECK_PREFIX.sub("", str(exc).strip(), count=1)
 
 
 def _outside_stacklevel() -> int:

@@ -38,7 +38,7 @@ _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SHT_NOBITS = 8  # a section with no bytes in the file (.bss)
 _SHN_XINDEX = 0xFFFF  # the string table index is in section 0's sh_link (more than 65279 sections)
-_CORRUPT_HINT = "the file looks truncated or corrupt: rebuild it, or copy it again"
+CORRUPT_HINT = "the file looks truncated or corrupt: rebuild it, or copy it again"
 _NOT_ELF_HINT = "pass a compiled op module (the extension's .so) or an object file"
 
 
@@ -169,7 +169,7 @@ def read_device_code(path: str | Path) -> DeviceCode:
     except OSError as err:
         raise BadInputError(f"cannot read {path}: {err.strerror or err}", hint="check the path") from err
     except FormatError as err:
-        raise BadInputError(f"{path}: {err}", hint=_CORRUPT_HINT) from err
+        raise BadInputError(f"{path}: {err}", hint=CORRUPT_HINT) from err
     by_category: dict[str, list[str]] = {}
     for category, name in found:
         by_category.setdefault(category, []).append(name)
@@ -213,7 +213,7 @@ def _file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "another kind of file")
 
 
-def _sections(data: Buffer, path: Path) -> Iterator[tuple[str, int, int]]:
+def sections(data: Buffer, path: Path) -> Iterator[tuple[str, int, int]]:
     """(name, offset, size) of each section with bytes in the file."""
     end = len(data)
     ident = bytes(data[:16])
@@ -255,7 +255,7 @@ def _sections(data: Buffer, path: Path) -> Iterator[tuple[str, int, int]]:
 
 
 def _scan(data: Buffer, path: Path) -> Iterator[formats.Found]:
-    for name, offset, size in _sections(data, path):
+    for name, offset, size in sections(data, path):
         if name in formats.FATBIN_SECTIONS:
             yield from formats.fatbin_entries(data, offset, offset + size)
         elif name == formats.BUNDLE_SECTION:

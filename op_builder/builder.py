@@ -12,13 +12,13 @@ import hashlib
 import inspect
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from op_builder import archs as arch_lib
-from op_builder import settings
+from op_builder import includes, settings, stable_abi
 from op_builder.archs import ArchLimits, CudaArch
 from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
 from op_builder.cross import retarget_extension
@@ -63,6 +63,9 @@ class OpBuilder:
     defines: ClassVar[tuple[str, ...]] = ()
     # The op's self-test, "module:function" taking an op_builder.selftest.SelfTestContext.
     selftest: ClassVar[str | None] = None
+    # The oldest torch ("2.10") a stable build of this op loads on: its binding is written once
+    # against kernels/includes/op_abi.h. None: a module per torch release (op_builder.stable_abi).
+    stable_abi: ClassVar[str | None] = None
 
     # ---- identity
     @property
@@ -122,6 +125,30 @@ class OpBuilder:
     def flags(self, ctx: BuildContext) -> OpFlags:
         raise NotImplementedError
 
+    def stable_target(self, ctx: BuildContext) -> str | None:
+        """The stable ABI target this build uses, or None for a per-torch module."""
+        return stable_abi.stable_target(self.stable_abi, ctx.torch_version, ctx.accelerator)
+
+    def _with_stable_abi(self, ctx: BuildContext, flags: OpFlags) -> OpFlags:
+        """``flags`` made a stable build's when the op and the build's torch allow one."""
+        target = self.stable_target(ctx)
+        if target is None:
+            return flags
+        # The namespace hashes what the module is made of, not where: sources and headers by
+        # name and content, and the flags; so the same inputs give the same module anywhere.
+        files = includes.scan([Path(s) for s in flags.sources], [Path(d) for d in flags.include_dirs]).files
+        identity = [target.encode(), ctx.accelerator.encode(), *(f.encode() for f in flags.cxx)]
+        identity += [f.encode() for f in flags.device if not f.startswith("--threads")]
+        for path in sorted(files, key=lambda p: p.name):
+            identity += [path.name.encode(), path.read_bytes()]
+        defines = stable_abi.defines(target, stable_abi.namespace(self.name, identity), ctx.accelerator)
+        return replace(
+            flags,
+            cxx=(*flags.cxx, *defines),
+            device=(*flags.device, *defines) if flags.device else (),
+            stable_abi=target,
+        )
+
     # ---- artifacts
     def extension(self, ctx: BuildContext) -> Extension:
         """A setuptools extension for the ahead-of-time build (imports torch)."""
@@ -141,6 +168,10 @@ class OpBuilder:
             "extra_link_args": list(flags.ldflags),
             "libraries": list(flags.libraries),
         }
+        if flags.stable_abi is not None:
+            # torch's extension classes then define Py_LIMITED_API (CPython 3.10), leave out
+            # libtorch_python, and setuptools names the module <op>.abi3.so.
+            common["py_limited_api"] = True
         if flags.device_compiler is None:
             extension = CppExtension(extra_compile_args={"cxx": list(flags.cxx)}, **common)  # type: ignore[no-untyped-call]
         else:
@@ -190,17 +221,20 @@ class CPUOpBuilder(OpBuilder):
         cxx = [*_common_cxx(ctx), "-fopenmp", *self.defines]
         if ctx.cpu_native:
             cxx.append("-march=native")
-        return OpFlags(
-            name=self.name,
-            module=self.module_name,
-            sources=self.source_paths(),
-            include_dirs=self.include_paths(),
-            cxx=tuple(cxx),
-            device_compiler=None,
-            device=(),
-            archs=(),
-            ldflags=("-fopenmp",),
-            libraries=tuple(lib.name for lib in self.system_libraries),
+        return self._with_stable_abi(
+            ctx,
+            OpFlags(
+                name=self.name,
+                module=self.module_name,
+                sources=self.source_paths(),
+                include_dirs=self.include_paths(),
+                cxx=tuple(cxx),
+                device_compiler=None,
+                device=(),
+                archs=(),
+                ldflags=("-fopenmp",),
+                libraries=tuple(lib.name for lib in self.system_libraries),
+            ),
         )
 
 
@@ -278,15 +312,18 @@ class CUDAOpBuilder(OpBuilder):
         archs: tuple[str, ...],
         defines: tuple[str, ...],
     ) -> OpFlags:
-        return OpFlags(
-            name=self.name,
-            module=self.module_name,
-            sources=self.source_paths(),
-            include_dirs=self.include_paths(),
-            cxx=(*_common_cxx(ctx), *defines),
-            device_compiler=compiler,
-            device=tuple(device),
-            archs=archs,
-            ldflags=(),
-            libraries=tuple(lib.name for lib in self.system_libraries),
+        return self._with_stable_abi(
+            ctx,
+            OpFlags(
+                name=self.name,
+                module=self.module_name,
+                sources=self.source_paths(),
+                include_dirs=self.include_paths(),
+                cxx=(*_common_cxx(ctx), *defines),
+                device_compiler=compiler,
+                device=tuple(device),
+                archs=archs,
+                ldflags=(),
+                libraries=tuple(lib.name for lib in self.system_libraries),
+            ),
         )

@@ -53,6 +53,9 @@ class BuildContext:
     nvcc_threads: int = 1
     cxx_std: str = "c++17"
     warnings: tuple[str, ...] = field(default=())
+    # The torch whose headers the ops compile against (None when unknown): whether an op that
+    # declares a stable ABI target gets a stable build (op_builder.stable_abi).
+    torch_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,8 @@ class OpFlags:
     archs: tuple[str, ...]
     ldflags: tuple[str, ...]
     libraries: tuple[str, ...]
+    # The stable ABI target ("2.10") of a stable build; None for a module per torch release.
+    stable_abi: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +87,7 @@ class OpFlags:
             "archs": list(self.archs),
             "ldflags": list(self.ldflags),
             "libraries": list(self.libraries),
+            "stable_abi": self.stable_abi,
         }
 
 
@@ -152,6 +158,7 @@ def resolve_context(
         nvcc_threads=env_positive_int(env, settings.NVCC_THREADS.name, default_nvcc_threads(job_budget(env))),
         cxx_std=cxx_standard(toolchain.torch.version if toolchain.torch else None),
         warnings=tuple(warnings),
+        torch_version=toolchain.torch.version if toolchain.torch else None,
     )
 
 

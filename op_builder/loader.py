@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal, Protocol
 
-from op_builder import includes, settings
+from op_builder import includes, settings, stable_abi
 from op_builder import toolchain as tc
 from op_builder.context import (
     BuildContext,
@@ -46,8 +46,9 @@ from op_builder.context import (
 from op_builder.devices import import_cpp_extension
 from op_builder.env import env_flag
 from op_builder.errors import OpLoadError, UserFacingError
-from op_builder.manifest import read_installed
+from op_builder.manifest import Manifest, read_installed
 from op_builder.preflight import check_loaded
+from op_builder.stable_module import as_op_module
 from op_builder.toolchain import LibrarySpec, Toolchain
 
 Source = Literal["aot", "jit"]
@@ -113,10 +114,16 @@ def _load_installed(builder: LoadableOp) -> tuple[ModuleType | None, str]:
         return None, "not installed ahead of time"
     import torch
 
-    if manifest.torch != torch.__version__:
+    if entry.stable_abi is not None:
+        refusal = stable_abi.load_refusal(
+            entry.stable_abi, torch.__version__, _built_gpu(manifest, builder.target), _running_gpu(torch)
+        )
+        if refusal is not None:
+            return None, f"installed {refusal}"
+    elif manifest.torch != torch.__version__:
         return None, f"installed for torch {manifest.torch}, but this is torch {torch.__version__}"
     try:
-        module = importlib.import_module(entry.module)
+        module = as_op_module(importlib.import_module(entry.module))
     except ImportError as exc:  # e.g. a runtime library (libaio.so.1) missing from the image
         raise OpLoadError(
             f"{builder.name}: the installed module {entry.module} does not import: {exc}",
@@ -126,6 +133,21 @@ def _load_installed(builder: LoadableOp) -> tuple[ModuleType | None, str]:
         # Here, not at the first launch deep in a job: no code for this GPU, or too old a driver.
         check_loaded(builder.name, module, manifest)
     return module, ""
+
+
+def _built_gpu(manifest: Manifest, target: str) -> tuple[str, str | None]:
+    """("cuda" | "hip", toolkit version) a GPU op was built with; ("", None) for a CPU op."""
+    if target != "gpu":
+        return "", None
+    return ("hip", manifest.hip) if manifest.hip else ("cuda", manifest.cuda)
+
+
+def _running_gpu(torch: ModuleType) -> tuple[str, str | None]:
+    if torch.version.hip:
+        return "hip", str(torch.version.hip)
+    if torch.version.cuda:
+        return "cuda", str(torch.version.cuda)
+    return "", None
 
 
 # ------------------------------------------------------------------ JIT
@@ -148,6 +170,7 @@ def _cpu_context(host: Toolchain, env: Mapping[str, str]) -> BuildContext:
         toolchain=host,
         cpu_native=bool(env_flag(env, settings.CPU_NATIVE.name)),
         cxx_std=cxx_standard(torch.__version__),
+        torch_version=torch.__version__,
     )
 
 
@@ -252,21 +275,21 @@ def _jit_load(builder: LoadableOp, env: Mapping[str, str]) -> tuple[ModuleType, 
     build_dir = root / module_name
     library = build_dir / f"{module_name}.so"
     if library.exists():
-        return _import_from(library, module_name), False
+        return as_op_module(_import_from(library, module_name)), False
     try:
         with exclusive_lock(
             root / f"{module_name}.flock",
             f"op_builder: waiting for another process that is building {builder.name} in {build_dir}",
         ):
             if library.exists():  # built by the process we waited for
-                return _import_from(library, module_name), False
+                return as_op_module(_import_from(library, module_name)), False
             _compile(builder, env, module_name, build_dir)
     except PermissionError as exc:
         raise OpLoadError(
             f"{builder.name}: cannot write the JIT cache ({exc})",
             hint="set TORCH_EXTENSIONS_DIR to a writable directory, or install the op ahead of time",
         ) from None
-    return _import_from(library, module_name), True
+    return as_op_module(_import_from(library, module_name)), True
 
 
 def _compile(builder: LoadableOp, env: Mapping[str, str], module_name: str, build_dir: Path) -> None:
@@ -295,12 +318,14 @@ def _compile(builder: LoadableOp, env: Mapping[str, str], module_name: str, buil
     start = time.perf_counter()
     # Only a compile needs torch's extension module, which pulls in setuptools (~0.2 s).
     load = import_cpp_extension().load
+    limited = stable_abi.JIT_DEFINES if flags.stable_abi is not None else ()
     try:
         load(
             name=module_name,
             sources=list(flags.sources),
-            extra_cflags=list(flags.cxx),
-            extra_cuda_cflags=list(flags.device) or None,
+            # Ahead of time, py_limited_api=True has torch define Py_LIMITED_API; here we do.
+            extra_cflags=[*flags.cxx, *limited],
+            extra_cuda_cflags=[*flags.device, *limited] or None,
             extra_ldflags=[*flags.ldflags, *(f"-l{lib}" for lib in flags.libraries)],
             extra_include_paths=list(flags.include_dirs),
             build_directory=str(build_dir),

@@ -30,6 +30,9 @@ class InstalledOp:
     target: str
     archs: tuple[str, ...]
     flags: Mapping[str, Any] = field(default_factory=dict)
+    # A stable build's target ("2.10": it loads on every torch from 2.10 with the build's CUDA
+    # major); None (and absent from older manifests): built for the manifest's torch alone.
+    stable_abi: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Manifest:
                     "target": op.target,
                     "archs": list(op.archs),
                     "flags": op.flags,
+                    "stable_abi": op.stable_abi,
                 }
                 for op in self.ops.values()
             },
@@ -83,7 +87,12 @@ class Manifest:
             if not isinstance(flags, Mapping):
                 raise ValueError(f"op {name!r}: flags {flags!r} is not an object")
             ops[name] = InstalledOp(
-                name, _text(entry, "module", name), _text(entry, "target", name), tuple(archs), flags
+                name,
+                _text(entry, "module", name),
+                _text(entry, "target", name),
+                tuple(archs),
+                flags,
+                _optional_text(entry, "stable_abi"),
             )
         return cls(
             _text(data, "torch"),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from op_builder import manifest
+from op_builder import manifest, stable_abi
 from op_builder.cross import native_platform
 from op_builder.errors import BadInputError
 from op_builder.parallel_build import (
@@ -284,6 +284,19 @@ def _manifest_build_ext(plan: Plan, split: JobSplit) -> type:
                 # torch's message, which imagegen's build-log reader knows, with the op's name.
                 raise RuntimeError(f"{error_prefix} {job.name}: ninja exited {code}")
 
+        def _check_stable_modules(self) -> None:
+            """A stable build that takes anything from torch or Python beyond its target's ABI
+            fails here, naming the symbols, rather than on some user's other torch."""
+            for op in plan.ops:
+                target = op.flags.stable_abi
+                if target is None:
+                    continue
+                report = stable_abi.check_module(self.get_ext_fullpath(op.flags.module), target)
+                if not report.ok:
+                    why = report.describe()
+                    raise RuntimeError(f"op_builder: {op.name} breaks the stable ABI of {target}: {why}")
+                _say(f"{op.name}: stable ABI, loads on torch >= {target}")
+
         def get_ext_filename(self, fullname: str) -> str:
             name: str = super().get_ext_filename(fullname)  # type: ignore[no-untyped-call]
             cross = plan.context.toolchain.cross if plan.context is not None else None
@@ -297,6 +310,7 @@ def _manifest_build_ext(plan: Plan, split: JobSplit) -> type:
             missing = [e.name for e in self.extensions if not Path(self.get_ext_fullpath(e.name)).is_file()]
             if missing:  # never a manifest naming an op the wheel lacks
                 raise RuntimeError("op_builder: not built: " + ", ".join(missing))
+            self._check_stable_modules()
             import torch  # deferred like BuildExtension above
 
             ctx = plan.context
@@ -314,7 +328,7 @@ def _manifest_build_ext(plan: Plan, split: JobSplit) -> type:
                 platform=cross.platform if cross is not None else native_platform(),
                 ops={
                     op.name: manifest.InstalledOp(
-                        op.name, op.flags.module, op.target, op.archs, op.flags.to_json()
+                        op.name, op.flags.module, op.target, op.archs, op.flags.to_json(), op.flags.stable_abi
                     )
                     for op in plan.ops
                 },

@@ -7,12 +7,12 @@
 // crash, so the shapes are written out here.
 #pragma once
 
-#include <c10/util/ArrayRef.h>
-
-#include <cstdint>
+#include <cstddef>
 #include <string>
 
-inline std::string shape_text(c10::IntArrayRef sizes) {
+// Any sizes both ABIs hand out: c10::IntArrayRef, the stable API's IntHeaderOnlyArrayRef.
+template <typename Sizes>
+std::string shape_text(const Sizes& sizes) {
   std::string text = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (i > 0) text += ", ";

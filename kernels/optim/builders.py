@@ -16,6 +16,7 @@ class CPUAdamBuilder(CPUOpBuilder):
     include_dirs = INCLUDE_DIRS
     runtime_packages = OPENMP_RUNTIME_PACKAGES
     selftest = "kernels.optim.selftest:run_cpu_adam"
+    stable_abi = "2.10"
 
 
 class CPUAdagradBuilder(CPUOpBuilder):
@@ -25,6 +26,7 @@ class CPUAdagradBuilder(CPUOpBuilder):
     include_dirs = INCLUDE_DIRS
     runtime_packages = OPENMP_RUNTIME_PACKAGES
     selftest = "kernels.optim.selftest:run_cpu_adagrad"
+    stable_abi = "2.10"
 
 
 class CPULionBuilder(CPUOpBuilder):
@@ -34,6 +36,7 @@ class CPULionBuilder(CPUOpBuilder):
     include_dirs = INCLUDE_DIRS
     runtime_packages = OPENMP_RUNTIME_PACKAGES
     selftest = "kernels.optim.selftest:run_cpu_lion"
+    stable_abi = "2.10"
 
 
 class FusedAdamBuilder(CUDAOpBuilder):

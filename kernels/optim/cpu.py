@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import ParamsT
 
-from kernels._op_load import LazyOp
+from kernels._op_load import LazyOp, check_message
 from kernels.optim._common import (
     AdagradHyper,
     AdamHyper,
@@ -73,8 +73,15 @@ def set_simd_level(level: SimdLevel) -> None:
     if level not in _SIMD_LEVELS:
         raise ValueError(f"unknown SIMD level {level!r}; expected one of {', '.join(_SIMD_LEVELS)}")
     for module in _MODULES.values():
-        module.set_simd_level(level)
+        _set_level(module, level)
     _simd_level = level
+
+
+def _set_level(module: ModuleType, level: str) -> None:
+    try:
+        module.set_simd_level(level)
+    except RuntimeError as exc:  # a stable module's refusal crosses torch.ops as RuntimeError
+        raise ValueError(check_message(exc)) from None
 
 
 def simd_level(op: str) -> str | None:
@@ -96,7 +103,7 @@ def supported_simd_level(op: str = "cpu_adam") -> str:
 
 def _on_load(op: str, module: ModuleType) -> None:
     if _simd_level != "auto":
-        module.set_simd_level(_simd_level)
+        _set_level(module, _simd_level)
     _MODULES[op] = module
 
 

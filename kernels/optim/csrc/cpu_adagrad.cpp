@@ -9,21 +9,24 @@ namespace {
 
 using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
+using op_abi::dtype_name;
+using op_abi::ScalarType;
+using op_abi::Tensor;
 
-void adagrad_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& state_sum,
-                  const std::optional<at::Tensor>& half, int64_t step, double lr, double lr_decay,
+void adagrad_step(const Tensor& params, const Tensor& grads, const Tensor& state_sum,
+                  const std::optional<Tensor>& half, int64_t step, double lr, double lr_decay,
                   double eps, double weight_decay) {
   constexpr const char* op = "cpu_adagrad";
   const Dtype dtype = cpu_optim::check_params(params, op);
   cpu_optim::check_like(params, grads, dtype, op, "grads");
   cpu_optim::check_like(params, state_sum, Dtype::kFloat, op, "state_sum");
   const HalfKind half_kind = cpu_optim::check_half(half, params, op);
-  TORCH_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
+  OP_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
 
   cpu_optim::AdagradArgs args{};
   args.p = params.data_ptr();
   args.g = grads.data_ptr();
-  args.sum = state_sum.data_ptr<float>();
+  args.sum = static_cast<float*>(state_sum.data_ptr());
   args.half = cpu_optim::half_data(half, half_kind);
   args.l2 = static_cast<float>(weight_decay);
   args.eps = static_cast<float>(eps);
@@ -36,6 +39,17 @@ void adagrad_step(const at::Tensor& params, const at::Tensor& grads, const at::T
 
 }  // namespace
 
+#ifdef IMAGEGEN_STABLE_ABI
+OP_LIBRARY(m) {
+  m.def(
+      "adagrad_step(Tensor(a!) params, Tensor grads, Tensor(b!) state_sum, Tensor(c!)? half, int step, float lr, "
+      "float lr_decay, float eps, float weight_decay) -> ()");
+  CPU_OPTIM_SIMD_SCHEMAS(m);
+}
+OP_LIBRARY_IMPL(CPU, m) { m.impl("adagrad_step", OP_BOX(&adagrad_step)); }
+OP_LIBRARY_IMPL(CompositeExplicitAutograd, m) { CPU_OPTIM_SIMD_IMPLS(m); }
+OP_PYTHON_MODULE("Adagrad step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP): torch.ops")
+#else
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Adagrad step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP)";
   m.def("adagrad_step", &adagrad_step, pybind11::arg("params"), pybind11::arg("grads"),
@@ -47,3 +61,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "or fp16, same numel), receives params.to(half.dtype).");
   cpu_optim::bind_simd_controls(m);
 }
+#endif

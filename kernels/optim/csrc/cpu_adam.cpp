@@ -9,23 +9,26 @@ namespace {
 
 using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
+using op_abi::dtype_name;
+using op_abi::ScalarType;
+using op_abi::Tensor;
 
-void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
-               const at::Tensor& exp_avg_sq,
-               const std::optional<at::Tensor>& half, int64_t step, double lr, double beta1, double beta2,
+void adam_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
+               const Tensor& exp_avg_sq,
+               const std::optional<Tensor>& half, int64_t step, double lr, double beta1, double beta2,
                double eps, double weight_decay, bool bias_correction, bool adamw_mode) {
   constexpr const char* op = "cpu_adam";
   const Dtype dtype = cpu_optim::check_params(params, op);
   cpu_optim::check_like(params, grads, dtype, op, "grads");
   // The moments: fp32, or both bf16 (half the state memory, at an accuracy cost).
-  TORCH_CHECK(exp_avg.defined() && (exp_avg.scalar_type() == at::kFloat || exp_avg.scalar_type() == at::kBFloat16),
+  OP_CHECK(exp_avg.defined() && (exp_avg.scalar_type() == ScalarType::Float || exp_avg.scalar_type() == ScalarType::BFloat16),
               op, ": exp_avg must be float32 or bfloat16, got ",
-              exp_avg.defined() ? cpu_optim::dtype_name(exp_avg.scalar_type()) : "None");
-  const Dtype state = exp_avg.scalar_type() == at::kBFloat16 ? Dtype::kBFloat16 : Dtype::kFloat;
+              exp_avg.defined() ? dtype_name(exp_avg.scalar_type()) : "None");
+  const Dtype state = exp_avg.scalar_type() == ScalarType::BFloat16 ? Dtype::kBFloat16 : Dtype::kFloat;
   cpu_optim::check_like(params, exp_avg, state, op, "exp_avg");
   cpu_optim::check_like(params, exp_avg_sq, state, op, "exp_avg_sq");
   const HalfKind half_kind = cpu_optim::check_half(half, params, op);
-  TORCH_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
+  OP_CHECK_VALUE(step >= 1, op, ": step must be >= 1 (the count including this step), got ", step);
 
   // Scalars in double, then rounded once, as torch.optim.Adam does in Python.
   const double bc1 = bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
@@ -52,6 +55,18 @@ void adam_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
 
 }  // namespace
 
+#ifdef IMAGEGEN_STABLE_ABI
+OP_LIBRARY(m) {
+  m.def(
+      "adam_step(Tensor(a!) params, Tensor grads, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor(d!)? half, "
+      "int step, float lr, float beta1, float beta2, float eps, float weight_decay, bool bias_correction, "
+      "bool adamw_mode) -> ()");
+  CPU_OPTIM_SIMD_SCHEMAS(m);
+}
+OP_LIBRARY_IMPL(CPU, m) { m.impl("adam_step", OP_BOX(&adam_step)); }
+OP_LIBRARY_IMPL(CompositeExplicitAutograd, m) { CPU_OPTIM_SIMD_IMPLS(m); }
+OP_PYTHON_MODULE("Adam / AdamW step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP): torch.ops")
+#else
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Adam / AdamW step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP)";
   m.def("adam_step", &adam_step, pybind11::arg("params"), pybind11::arg("grads"), pybind11::arg("exp_avg"),
@@ -64,3 +79,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "fp16, same numel), receives params.to(half.dtype).");
   cpu_optim::bind_simd_controls(m);
 }
+#endif

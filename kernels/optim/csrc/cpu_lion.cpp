@@ -9,9 +9,12 @@ namespace {
 
 using cpu_simd::Dtype;
 using cpu_simd::HalfKind;
+using op_abi::dtype_name;
+using op_abi::ScalarType;
+using op_abi::Tensor;
 
-void lion_step(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
-               const std::optional<at::Tensor>& half, double lr, double beta1, double beta2,
+void lion_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
+               const std::optional<Tensor>& half, double lr, double beta1, double beta2,
                double weight_decay) {
   constexpr const char* op = "cpu_lion";
   const Dtype dtype = cpu_optim::check_params(params, op);
@@ -24,7 +27,7 @@ void lion_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
   cpu_optim::LionArgs args{};
   args.p = params.data_ptr();
   args.g = grads.data_ptr();
-  args.m = exp_avg.data_ptr<float>();
+  args.m = static_cast<float*>(exp_avg.data_ptr());
   args.half = cpu_optim::half_data(half, half_kind);
   args.beta1 = static_cast<float>(beta1);
   args.one_minus_beta1 = static_cast<float>(1.0 - beta1);
@@ -40,6 +43,17 @@ void lion_step(const at::Tensor& params, const at::Tensor& grads, const at::Tens
 
 }  // namespace
 
+#ifdef IMAGEGEN_STABLE_ABI
+OP_LIBRARY(m) {
+  m.def(
+      "lion_step(Tensor(a!) params, Tensor grads, Tensor(b!) exp_avg, Tensor(c!)? half, float lr, float beta1, "
+      "float beta2, float weight_decay) -> ()");
+  CPU_OPTIM_SIMD_SCHEMAS(m);
+}
+OP_LIBRARY_IMPL(CPU, m) { m.impl("lion_step", OP_BOX(&lion_step)); }
+OP_LIBRARY_IMPL(CompositeExplicitAutograd, m) { CPU_OPTIM_SIMD_IMPLS(m); }
+OP_PYTHON_MODULE("Lion step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP): torch.ops")
+#else
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Lion step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP)";
   m.def("lion_step", &lion_step, pybind11::arg("params"), pybind11::arg("grads"), pybind11::arg("exp_avg"),
@@ -50,3 +64,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(bf16 or fp16, same numel), receives params.to(half.dtype).");
   cpu_optim::bind_simd_controls(m);
 }
+#endif

@@ -1,21 +1,23 @@
 // What the three CPU optimizer bindings share: tensor checks with clear messages, the
-// optional half-precision copy-out argument, the threaded run, and the Python controls of the
-// SIMD dispatch (the per-instruction-set kernels and their choice: cpu_optim_dispatch.h).
+// optional half-precision copy-out argument, the threaded run, and the controls of the SIMD
+// dispatch (the per-instruction-set kernels and their choice: cpu_optim_dispatch.h). Written
+// once for both ABIs (op_abi.h).
 #pragma once
 
 // Narrow includes instead of <torch/extension.h>: a JIT build on first use compiles in a third
 // of the time.
-#include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
-#include <torch/csrc/utils/pybind.h>
-
 #include <algorithm>
 #include <iterator>
 #include <optional>
 #include <string>
 
 #include "cpu_simd.h"
+#include "op_abi.h"
 #include "shape_text.h"
+
+#ifndef IMAGEGEN_STABLE_ABI
+#include <torch/csrc/utils/pybind.h>
+#endif
 
 namespace cpu_optim {
 
@@ -23,89 +25,81 @@ using cpu_simd::HalfKind;
 using cpu_simd::Level;
 
 using cpu_simd::Dtype;
+using op_abi::dtype_name;
+using op_abi::ScalarType;
+using op_abi::Tensor;
 
-inline const char* dtype_name(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "float32";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kHalf:
-      return "float16";
-    default:
-      return at::toString(type);
-  }
-}
-
-inline at::ScalarType scalar_type(Dtype dtype) {
+inline ScalarType scalar_type(Dtype dtype) {
   switch (dtype) {
     case Dtype::kBFloat16:
-      return at::kBFloat16;
+      return ScalarType::BFloat16;
     case Dtype::kHalf:
-      return at::kHalf;
+      return ScalarType::Half;
     default:
-      return at::kFloat;
+      return ScalarType::Float;
   }
 }
 
 // The kernels write through raw pointers, so anything but a dense CPU tensor of the dtype
 // they were compiled for would be read or written wrongly: refuse it with the reason instead.
-inline void check_dense(const at::Tensor& t, const char* op, const char* what) {
-  TORCH_CHECK(t.defined(), op, ": ", what, " is undefined (None)");
-  TORCH_CHECK(t.device().is_cpu(), op, ": ", what, " must be a CPU tensor, got one on ", t.device());
-  TORCH_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous (call .contiguous() on it)");
+inline void check_dense(const Tensor& t, const char* op, const char* what) {
+  OP_CHECK(t.defined(), op, ": ", what, " is undefined (None)");
+  OP_CHECK(t.is_cpu(), op, ": ", what, " must be a CPU tensor, got one on ", op_abi::device_text(t));
+  OP_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous (call .contiguous() on it)");
 }
 
 // Params: fp32, or bf16 / fp16 updated directly (fp32 arithmetic and fp32 state inside).
-inline Dtype check_params(const at::Tensor& params, const char* op) {
-  TORCH_CHECK(params.defined(), op, ": params is undefined (None)");
-  const at::ScalarType type = params.scalar_type();
-  TORCH_CHECK(type == at::kFloat || type == at::kBFloat16 || type == at::kHalf, op,
-              ": params must be float32, bfloat16 or float16, got ", dtype_name(type));
+inline Dtype check_params(const Tensor& params, const char* op) {
+  OP_CHECK(params.defined(), op, ": params is undefined (None)");
+  const ScalarType type = params.scalar_type();
+  OP_CHECK(type == ScalarType::Float || type == ScalarType::BFloat16 || type == ScalarType::Half, op,
+           ": params must be float32, bfloat16 or float16, got ", dtype_name(type));
   check_dense(params, op, "params");
-  return type == at::kFloat ? Dtype::kFloat : type == at::kBFloat16 ? Dtype::kBFloat16 : Dtype::kHalf;
+  return type == ScalarType::Float ? Dtype::kFloat : type == ScalarType::BFloat16 ? Dtype::kBFloat16 : Dtype::kHalf;
 }
 
 // A tensor read and written alongside params: same shape, stored as `dtype`.
-inline void check_like(const at::Tensor& params, const at::Tensor& t, Dtype dtype, const char* op,
-                       const char* what) {
-  TORCH_CHECK(t.defined(), op, ": ", what, " is undefined (None)");
-  TORCH_CHECK(t.scalar_type() == scalar_type(dtype), op, ": ", what, " must be ", dtype_name(scalar_type(dtype)),
-              ", got ", dtype_name(t.scalar_type()));
+inline void check_like(const Tensor& params, const Tensor& t, Dtype dtype, const char* op, const char* what) {
+  OP_CHECK(t.defined(), op, ": ", what, " is undefined (None)");
+  OP_CHECK(t.scalar_type() == scalar_type(dtype), op, ": ", what, " must be ", dtype_name(scalar_type(dtype)),
+           ", got ", dtype_name(t.scalar_type()));
   check_dense(t, op, what);
-  TORCH_CHECK(t.sizes() == params.sizes(), op, ": ", what, " has shape ", shape_text(t.sizes()),
-              " but params have shape ", shape_text(params.sizes()));
+  OP_CHECK(op_abi::same_sizes(t.sizes(), params.sizes()), op, ": ", what, " has shape ", shape_text(t.sizes()),
+           " but params have shape ", shape_text(params.sizes()));
 }
 
 // The optional bf16/fp16 tensor that receives params.to(dtype) in the same pass, for fp32
 // params only. Same number of elements as params (a flat view of a model's half weights is fine).
-inline HalfKind check_half(const std::optional<at::Tensor>& half, const at::Tensor& params, const char* op) {
+inline HalfKind check_half(const std::optional<Tensor>& half, const Tensor& params, const char* op) {
   if (!half.has_value() || !half->defined()) return HalfKind::kNone;
-  const at::Tensor& h = *half;
-  TORCH_CHECK(params.scalar_type() == at::kFloat, op, ": a half copy is for float32 params; these params are ",
-              dtype_name(params.scalar_type()), " already");
-  TORCH_CHECK(h.device().is_cpu(), op, ": the half copy must be a CPU tensor, got one on ", h.device());
-  TORCH_CHECK(h.scalar_type() == at::kBFloat16 || h.scalar_type() == at::kHalf, op,
-              ": the half copy must be bfloat16 or float16, got ", dtype_name(h.scalar_type()));
-  TORCH_CHECK(h.is_contiguous(), op, ": the half copy must be contiguous");
-  TORCH_CHECK(h.numel() == params.numel(), op, ": the half copy has ", h.numel(), " elements but params have ",
-              params.numel());
-  return h.scalar_type() == at::kBFloat16 ? HalfKind::kBF16 : HalfKind::kFP16;
+  const Tensor& h = *half;
+  OP_CHECK(params.scalar_type() == ScalarType::Float, op,
+           ": a half copy is for float32 params; these params are ", dtype_name(params.scalar_type()), " already");
+  OP_CHECK(h.is_cpu(), op, ": the half copy must be a CPU tensor, got one on ", op_abi::device_text(h));
+  OP_CHECK(h.scalar_type() == ScalarType::BFloat16 || h.scalar_type() == ScalarType::Half, op,
+           ": the half copy must be bfloat16 or float16, got ", dtype_name(h.scalar_type()));
+  OP_CHECK(h.is_contiguous(), op, ": the half copy must be contiguous");
+  OP_CHECK(h.numel() == params.numel(), op, ": the half copy has ", h.numel(), " elements but params have ",
+           params.numel());
+  return h.scalar_type() == ScalarType::BFloat16 ? HalfKind::kBF16 : HalfKind::kFP16;
 }
 
-inline uint16_t* half_data(const std::optional<at::Tensor>& half, HalfKind kind) {
+inline uint16_t* half_data(const std::optional<Tensor>& half, HalfKind kind) {
   return kind == HalfKind::kNone ? nullptr : reinterpret_cast<uint16_t*>(half->data_ptr());
 }
 
 // torch.set_num_threads governs these ops too, so one knob sizes every CPU kernel.
-inline int num_threads() { return std::max(1, at::get_num_threads()); }
+inline int num_threads() { return std::max(1, op_abi::num_threads()); }
 
-// run(threads) with num_threads() and the GIL released, so other Python threads run while the
-// kernel (an op's cpu_<op>_run) updates.
+// run(threads) with num_threads() and, in a pybind11 module, the GIL released, so other Python
+// threads run while the kernel (an op's cpu_<op>_run) updates; torch.ops calls of a stable
+// module come without the GIL already.
 template <typename Run>
 void with_gil_released(const Run& run) {
   const int threads = num_threads();
+#ifndef IMAGEGEN_STABLE_ABI
   pybind11::gil_scoped_release no_gil;
+#endif
   run(threads);
 }
 
@@ -117,33 +111,47 @@ inline Level parse_level(const std::string& name) {
     if (name == cpu_simd::level_name(static_cast<Level>(i))) return static_cast<Level>(i);
   }
   const auto& known = cpu_simd::kAllLevelNames;
-  TORCH_CHECK_VALUE(std::find(std::begin(known), std::end(known), name) != std::end(known), "unknown SIMD level '",
-                    name, "': expected one of auto, scalar, avx2, avx512, neon, sve");
-  TORCH_CHECK_VALUE(false, "SIMD level '", name, "' is not supported by this CPU (best: ",
-                    cpu_simd::level_name(cpu_simd::supported_level()), ")");
+  OP_CHECK_VALUE(std::find(std::begin(known), std::end(known), name) != std::end(known), "unknown SIMD level '",
+                 name, "': expected one of auto, scalar, avx2, avx512, neon, sve");
+  OP_CHECK_VALUE(false, "SIMD level '", name, "' is not supported by this CPU (best: ",
+                 cpu_simd::level_name(cpu_simd::supported_level()), ")");
   return Level::kScalar;  // not reached
 }
 
 // Each op module carries its own copy of the dispatch state; the Python front forwards a
 // choice to every module it has loaded.
-inline void bind_simd_controls(pybind11::module& m) {
-  m.def(
-      "simd_level", [] { return std::string(cpu_simd::level_name(cpu_simd::active_level())); },
-      "The instruction set the next step will use: scalar, avx2, avx512 (x86), neon or sve (aarch64).");
-  m.def(
-      "supported_simd_level", [] { return std::string(cpu_simd::level_name(cpu_simd::supported_level())); },
-      "The best instruction set this CPU supports (probed once).");
-  m.def(
-      "set_simd_level",
-      [](const std::string& name) {
-        const Level level = parse_level(name);
-        TORCH_CHECK_VALUE(static_cast<int>(level) <= static_cast<int>(cpu_simd::supported_level()),
-                          "SIMD level '", name, "' is not supported by this CPU (best: ",
-                          cpu_simd::level_name(cpu_simd::supported_level()), ")");
-        cpu_simd::forced_level().store(name == "auto" ? -1 : static_cast<int>(level));
-      },
-      pybind11::arg("level"),
-      "Force scalar/avx2/avx512/neon/sve (for tests and comparisons), or 'auto' to follow the CPU.");
+inline std::string simd_level() { return cpu_simd::level_name(cpu_simd::active_level()); }
+
+inline std::string supported_simd_level() { return cpu_simd::level_name(cpu_simd::supported_level()); }
+
+inline void set_simd_level(std::string name) {
+  const Level level = parse_level(name);
+  OP_CHECK_VALUE(static_cast<int>(level) <= static_cast<int>(cpu_simd::supported_level()), "SIMD level '", name,
+                 "' is not supported by this CPU (best: ", cpu_simd::level_name(cpu_simd::supported_level()), ")");
+  cpu_simd::forced_level().store(name == "auto" ? -1 : static_cast<int>(level));
 }
 
 }  // namespace cpu_optim
+
+// The SIMD controls' registration, in each CPU optimizer's module.
+#ifdef IMAGEGEN_STABLE_ABI
+#define CPU_OPTIM_SIMD_SCHEMAS(m)                          \
+  m.def("simd_level() -> str");                           \
+  m.def("supported_simd_level() -> str");                 \
+  m.def("set_simd_level(str level) -> ()")
+// No tensor argument to dispatch on: one kernel for every backend.
+#define CPU_OPTIM_SIMD_IMPLS(m)                                                 \
+  m.impl("simd_level", OP_BOX(&cpu_optim::simd_level));                         \
+  m.impl("supported_simd_level", OP_BOX(&cpu_optim::supported_simd_level));     \
+  m.impl("set_simd_level", OP_BOX(&cpu_optim::set_simd_level))
+#else
+namespace cpu_optim {
+inline void bind_simd_controls(pybind11::module& m) {
+  m.def("simd_level", &simd_level,
+        "The instruction set the next step will use: scalar, avx2, avx512 (x86), neon or sve (aarch64).");
+  m.def("supported_simd_level", &supported_simd_level, "The best instruction set this CPU supports (probed once).");
+  m.def("set_simd_level", &set_simd_level, pybind11::arg("level"),
+        "Force scalar/avx2/avx512/neon/sve (for tests and comparisons), or 'auto' to follow the CPU.");
+}
+}  // namespace cpu_optim
+#endif
