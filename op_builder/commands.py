@@ -73,6 +73,12 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     ops = []
     for name, builder in ALL_OPS.items():
         reason = builder.incompatibility(ctx)
+        # What the installed module is, else what a build here would make: one module for every
+        # torch from a stable target on, or one for this torch alone.
+        entry = installed.get(name)
+        target = entry.stable_abi if entry is not None else builder.stable_target(ctx)
+        here = toolchain.torch.version if toolchain.torch else None
+        torch_release = manifest.torch if entry is not None and manifest is not None else here
         ops.append(
             {
                 "name": name,
@@ -84,6 +90,9 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                 "archs": list(installed[name].archs) if name in installed else list(builder.archs_for(ctx)),
                 "build_packages": list(builder.build_packages()),
                 "runtime_packages": list(builder.all_runtime_packages()),
+                "abi": {"kind": "stable", "torch": f">={target}"}
+                if target is not None
+                else {"kind": "torch", "torch": torch_release},
             }
         )
     cross = toolchain.cross
@@ -120,13 +129,21 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             str(op["target"]),
             origin_of(str(op["name"])).describe(),
             "yes" if op["installed"] else "no",
+            _abi_text(op["abi"]),
             "yes" if op["compatible"] else "no",
             str(op["reason"] or ""),
         ]
         for op in ops
     ]
-    print(_table(rows, ["op", "target", "from", "installed", "compatible", "why not"]))
+    print(_table(rows, ["op", "target", "from", "installed", "module", "compatible", "why not"]))
     return 0
+
+
+def _abi_text(abi: Any) -> str:
+    """ "stable: torch >=2.10" (one module for every torch from 2.10) or "torch 2.13.0" (for it alone)."""
+    if abi["kind"] == "stable":
+        return f"stable: torch {abi['torch']}"
+    return f"torch {abi['torch'] or '?'} only"
 
 
 # ------------------------------------------------------------------ verify

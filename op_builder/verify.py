@@ -5,7 +5,8 @@ planned for it.
 in imagegen's sealed verify container. Per op, in order:
 
 1. load with JIT disabled: it must come from its ahead-of-time module;
-2. for a GPU op, read the device code of that module (``binary``) and compare it with the arch
+2. a stable build's module (``stable_abi``) takes nothing from torch or Python beyond its target's
+   ABI; for a GPU op, read the device code of that module (``binary``) and compare it with the arch
    list the manifest recorded when it was built: every planned arch's SASS, PTX exactly for the
    ``+PTX`` archs, nothing else;
 3. run its self-test (the one its builder names; ``op_builder.selftest``) on ``device``; a GPU
@@ -19,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from op_builder import binary, settings
+from op_builder import binary, settings, stable_abi
 from op_builder.errors import UserFacingError
 from op_builder.loader import LoadedOp, load_op
 from op_builder.manifest import Manifest
@@ -67,6 +68,8 @@ def verify_ops(
         machines[name] = module_machine(path)
         if machines[name] != here:  # never loads, but a module copied in by hand is said plainly
             errors[name] = f"its module {path} is {machines[name]} code, and this machine is {here}"
+        elif (broken := stable_abi_break(name, path, manifest)) is not None:
+            errors[name] = broken
     tests = _selftests([n for n in names if n in loaded], device, sealed) if selftest else {}
     results = []
     for name in names:
@@ -78,6 +81,21 @@ def verify_ops(
             OpVerification(name, ok, source, seconds[name], error, test, audit, machines.get(name))
         )
     return VerifyReport(torch.__version__, torch.version.cuda, torch.version.hip, tuple(results), here)
+
+
+def stable_abi_break(name: str, path: str, manifest: Manifest | None) -> str | None:
+    """Why op ``name``'s stable module at ``path`` breaks its target's ABI (a torch C++ symbol, a
+    newer C shim, a Python symbol outside abi3); None when it keeps it or is not a stable build."""
+    entry = manifest.ops.get(name) if manifest is not None else None
+    if entry is None or entry.stable_abi is None:
+        return None
+    try:
+        report = stable_abi.check_module(path, entry.stable_abi)
+    except UserFacingError as exc:
+        return exc.message
+    if report.ok:
+        return None
+    return f"its module {path} breaks the stable ABI of torch {entry.stable_abi}: {report.describe()}"
 
 
 def module_machine(path: str) -> str:
