@@ -77,15 +77,47 @@ def _row_index(indices: Tensor, sizes: Sequence[int]) -> Tensor:
     return (indices * weights).sum(0)
 
 
+class _GroupCalls:
+    """The kernel calls of one param group, made as one call of the op's list form.
+
+    A call into an op costs microseconds whatever the tensor's size (through torch.ops, for a
+    stable module, about 5 us more than through pybind11): a model's many small tensors would pay
+    it per tensor. Calls that need nothing done after them (a contiguous param, no half copy, a
+    dense gradient) wait here and go as ``module.<kernel_list_fn>(params, grads, *state lists,
+    *per-param scalar lists, *group scalars)``.
+    """
+
+    def __init__(self, per_param_scalars: int) -> None:
+        self._per_param = per_param_scalars
+        # The group's scalars (lr, betas, ...) -> each call's tensors and per-param scalars.
+        self._calls: dict[tuple[Scalar, ...], list[tuple[Sequence[Tensor], tuple[Scalar, ...]]]] = {}
+
+    def add(self, tensors: Sequence[Tensor], scalars: tuple[Scalar, ...]) -> None:
+        shared = scalars[self._per_param :]
+        self._calls.setdefault(shared, []).append((tensors, scalars[: self._per_param]))
+
+    def run(self, list_fn: Callable[..., object]) -> None:
+        for shared, calls in self._calls.items():
+            tensor_lists = [list(column) for column in zip(*(tensors for tensors, _ in calls), strict=True)]
+            scalar_lists = [list(column) for column in zip(*(own for _, own in calls), strict=True)]
+            list_fn(*tensor_lists, *scalar_lists, *shared)
+        self._calls.clear()
+
+
 class CPUOptimizer(KernelOptimizer):
     """The step loop shared by the three optimizers; subclasses supply state and updates.
 
-    The kernel call is ``module.<kernel_fn>(param, grad, *state[state_keys], half, *scalars)``.
+    The kernel call is ``module.<kernel_fn>(param, grad, *state[state_keys], half, *scalars)``,
+    or for a group's plain tensors at once ``module.<kernel_list_fn>(params, grads, *state
+    lists, *lists of the first per_param_scalars scalars, *the other scalars)``.
     """
 
     backend: Backend | None
     op_name: ClassVar[str]
     kernel_fn: ClassVar[str]
+    kernel_list_fn: ClassVar[str]
+    # How many of _kernel_scalars' values (from the first) are each param's own: the step count.
+    per_param_scalars: ClassVar[int] = 0
     state_keys: ClassVar[tuple[str, ...]]
     # Whether the rule takes sparse gradients (torch's Adagrad does; its Adam does not).
     sparse_grads: ClassVar[bool] = False
@@ -210,16 +242,24 @@ class CPUOptimizer(KernelOptimizer):
             )
         module = self._module()
         self.backend = "fallback" if module is None else "kernel"
+        calls = _GroupCalls(self.per_param_scalars) if module is not None else None
         index = 0
         for group in groups:
             for p in group["params"]:
                 half = half_params[index] if half_params is not None else None
                 index += 1
                 if p.grad is not None:
-                    self._update_param(module, group, p, half)
+                    self._update_param(module, group, p, half, calls)
+            if calls is not None and module is not None:
+                calls.run(getattr(module, self.kernel_list_fn))
 
     def _update_param(
-        self, module: ModuleType | None, group: dict[str, Any], p: Tensor, half: Tensor | None
+        self,
+        module: ModuleType | None,
+        group: dict[str, Any],
+        p: Tensor,
+        half: Tensor | None,
+        calls: _GroupCalls | None = None,
     ) -> None:
         _check_param(type(self).__name__, p, half, self.sparse_grads)
         grad = p.grad
@@ -234,6 +274,10 @@ class CPUOptimizer(KernelOptimizer):
         work = p if p.is_contiguous() else p.contiguous()
         if grad.is_sparse:
             self._sparse_update(module, work, grad, state, group)
+        elif module is not None and calls is not None and work is p and half is None:
+            # Nothing to do after the kernel: it may run with the group's other tensors.
+            tensors = [state[key] for key in self.state_keys]
+            calls.add((p, grad.contiguous(), *tensors), self._kernel_scalars(state, group))
         else:
             tensors = [state[key] for key in self.state_keys]
             self._dense_update(module, work, grad.contiguous(), tensors, state, group, half)

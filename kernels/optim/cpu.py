@@ -150,6 +150,8 @@ class CPUAdam(_CPUOptimizer):
     hyper = AdamHyper
     op_name: ClassVar[str] = "cpu_adam"
     kernel_fn: ClassVar[str] = "adam_step"
+    kernel_list_fn: ClassVar[str] = "adam_steps"
+    per_param_scalars: ClassVar[int] = 1  # the step count
     state_keys: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq")
     state_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
 
@@ -207,6 +209,8 @@ class CPUAdagrad(_CPUOptimizer):
     hyper = AdagradHyper
     op_name: ClassVar[str] = "cpu_adagrad"
     kernel_fn: ClassVar[str] = "adagrad_step"
+    kernel_list_fn: ClassVar[str] = "adagrad_steps"
+    per_param_scalars: ClassVar[int] = 1  # the step count
     state_keys: ClassVar[tuple[str, ...]] = ("sum",)
     sparse_grads: ClassVar[bool] = True
 
@@ -252,6 +256,7 @@ class CPULion(_CPUOptimizer):
     hyper = LionHyper
     op_name: ClassVar[str] = "cpu_lion"
     kernel_fn: ClassVar[str] = "lion_step"
+    kernel_list_fn: ClassVar[str] = "lion_steps"
     state_keys: ClassVar[tuple[str, ...]] = ("exp_avg",)
 
     def __init__(

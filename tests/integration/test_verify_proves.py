@@ -17,13 +17,16 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
 DERIVED_TAG = "imagegen-it/wrong-kernel:cpu_lion"
 # One .pth line, run at every start of the venv's Python: the compiled cpu_lion module's step
-# still runs, then adds 1.0 to the first element of the param: what a miscompiled or tampered
-# kernel looks like from the outside. The module loads, so only a self-test can catch it.
-# The default argument binds the real step: site runs a .pth line inside a function, so a name
-# the line defines is no global the lambda could see later.
+# still runs, then adds 1.0 to the first element of the first param: what a miscompiled or
+# tampered kernel looks like from the outside. The module loads, so only a self-test can catch
+# it. cpu_lion is a stable module, whose ops the loader hands out through StableOps: the line
+# wraps the op StableOps returns for the list step the optimizer calls. Default arguments bind
+# what the lambdas need: site runs a .pth line inside a function, so its names are no globals.
 BREAK_LION = (
-    "import torch, kernels._ops.cpu_lion as m; "
-    "m.lion_step = lambda p, *rest, _step=m.lion_step: (_step(p, *rest), p.view(-1)[0].add_(1.0))[0]"
+    "import op_builder.stable_module as s; "
+    "s.StableOps.__getattr__ = lambda self, name, _get=s.StableOps.__getattr__: "
+    "(lambda op: (lambda p, *rest: (op(p, *rest), p[0].view(-1)[0].add_(1.0))[0]) "
+    "if name == \"lion_steps\" else op)(_get(self, name))"
 )
 
 

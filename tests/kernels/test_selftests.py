@@ -200,17 +200,19 @@ def loaded() -> dict[str, ModuleType]:
 
 
 @pytest.mark.parametrize(
-    ("op", "kernel_fn"), [(op, op.removeprefix("cpu_") + "_step") for op in CPU_OPTIMIZERS]
+    ("op", "kernel_fn"), [(op, op.removeprefix("cpu_") + "_steps") for op in CPU_OPTIMIZERS]
 )
 def test_a_kernel_that_perturbs_one_element_fails(
     loaded: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch, op: str, kernel_fn: str
 ) -> None:
+    # The self-test's param steps through the list form, as a param group's plain tensors do.
     real = getattr(loaded[op], kernel_fn)
 
-    def broken(params: torch.Tensor, *rest: Any) -> Any:
+    def broken(params: list[torch.Tensor], *rest: Any) -> Any:
         result = real(params, *rest)
-        if params.numel() > 100_000:
-            params.view(-1)[123_457] += 1e-3  # one element of a million, a tenth of a step
+        for p in params:
+            if p.numel() > 100_000:
+                p.view(-1)[123_457] += 1e-3  # one element of a million, a tenth of a step
         return result
 
     monkeypatch.setattr(loaded[op], kernel_fn, broken)
@@ -225,15 +227,15 @@ def test_a_kernel_with_a_wrong_beta_fails(
     loaded: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A subtler bug: the momentum decays with 0.89 instead of 0.9, everywhere."""
-    real = loaded["cpu_adam"].adam_step
+    real = loaded["cpu_adam"].adam_steps
 
     def broken(*args: Any) -> Any:
-        # (params, grads, exp_avg, exp_avg_sq, half, step, lr, beta1, ...): CPUAdam._kernel_scalars
+        # (params, grads, exp_avg, exp_avg_sq, steps, lr, beta1, ...): CPUAdam._kernel_scalars
         values = list(args)
-        values[7] -= 0.01
+        values[6] -= 0.01
         return real(*values)
 
-    monkeypatch.setattr(loaded["cpu_adam"], "adam_step", broken)
+    monkeypatch.setattr(loaded["cpu_adam"], "adam_steps", broken)
     (result,) = run_selftests(["cpu_adam"], "cpu").ops
     assert result.ok is False and result.max_abs_err is not None and result.tolerance is not None
     assert result.max_abs_err > result.tolerance
@@ -285,7 +287,7 @@ def test_an_exception_in_a_self_test_is_its_result(
     def raising(*args: Any) -> None:
         raise RuntimeError("illegal instruction, say")
 
-    monkeypatch.setattr(loaded["cpu_lion"], "lion_step", raising)
+    monkeypatch.setattr(loaded["cpu_lion"], "lion_steps", raising)
     (result,) = run_selftests(["cpu_lion"], "cpu").ops
     assert result.ok is False and result.error == "RuntimeError: illegal instruction, say"
 

@@ -37,6 +37,17 @@ void adagrad_step(const Tensor& params, const Tensor& grads, const Tensor& state
   });
 }
 
+// adagrad_step over lists (no half copies): one call per param group.
+void adagrad_steps(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                   const std::vector<Tensor>& state_sum, const std::vector<int64_t>& steps, double lr,
+                   double lr_decay, double eps, double weight_decay) {
+  cpu_optim::check_list_lengths("cpu_adagrad", params.size(),
+                                {{"grads", grads.size()}, {"state_sum", state_sum.size()}, {"steps", steps.size()}});
+  for (size_t i = 0; i < params.size(); ++i) {
+    adagrad_step(params[i], grads[i], state_sum[i], std::nullopt, steps[i], lr, lr_decay, eps, weight_decay);
+  }
+}
+
 }  // namespace
 
 #ifdef IMAGEGEN_STABLE_ABI
@@ -44,9 +55,15 @@ OP_LIBRARY(m) {
   m.def(
       "adagrad_step(Tensor(a!) params, Tensor grads, Tensor(b!) state_sum, Tensor(c!)? half, int step, float lr, "
       "float lr_decay, float eps, float weight_decay) -> ()");
+  m.def(
+      "adagrad_steps(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sum, int[] steps, float lr, "
+      "float lr_decay, float eps, float weight_decay) -> ()");
   CPU_OPTIM_SIMD_SCHEMAS(m);
 }
-OP_LIBRARY_IMPL(CPU, m) { m.impl("adagrad_step", OP_BOX(&adagrad_step)); }
+OP_LIBRARY_IMPL(CPU, m) {
+  m.impl("adagrad_step", OP_BOX(&adagrad_step));
+  m.impl("adagrad_steps", OP_BOX(&adagrad_steps));
+}
 OP_LIBRARY_IMPL(CompositeExplicitAutograd, m) { CPU_OPTIM_SIMD_IMPLS(m); }
 OP_PYTHON_MODULE("Adagrad step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP): torch.ops")
 #else
@@ -59,6 +76,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "step counts this step (1 on the first). params and grads: float32, bfloat16 or float16 "
         "(one dtype; fp32 arithmetic); state_sum: float32. half, when given for fp32 params (bf16 "
         "or fp16, same numel), receives params.to(half.dtype).");
+  m.def("adagrad_steps", &adagrad_steps, pybind11::arg("params"), pybind11::arg("grads"),
+        pybind11::arg("state_sum"), pybind11::arg("steps"), pybind11::arg("lr"), pybind11::arg("lr_decay"),
+        pybind11::arg("eps"), pybind11::arg("weight_decay"),
+        "adagrad_step over lists of tensors (one step count each, no half copies): one call per param group.");
   cpu_optim::bind_simd_controls(m);
 }
 #endif

@@ -53,6 +53,20 @@ void adam_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
   });
 }
 
+// adam_step over lists (no half copies): one call per param group.
+void adam_steps(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
+                const std::vector<int64_t>& steps, double lr, double beta1, double beta2, double eps,
+                double weight_decay, bool bias_correction, bool adamw_mode) {
+  cpu_optim::check_list_lengths("cpu_adam", params.size(),
+                                {{"grads", grads.size()}, {"exp_avg", exp_avg.size()},
+                                 {"exp_avg_sq", exp_avg_sq.size()}, {"steps", steps.size()}});
+  for (size_t i = 0; i < params.size(); ++i) {
+    adam_step(params[i], grads[i], exp_avg[i], exp_avg_sq[i], std::nullopt, steps[i], lr, beta1, beta2, eps,
+              weight_decay, bias_correction, adamw_mode);
+  }
+}
+
 }  // namespace
 
 #ifdef IMAGEGEN_STABLE_ABI
@@ -61,9 +75,15 @@ OP_LIBRARY(m) {
       "adam_step(Tensor(a!) params, Tensor grads, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor(d!)? half, "
       "int step, float lr, float beta1, float beta2, float eps, float weight_decay, bool bias_correction, "
       "bool adamw_mode) -> ()");
+  m.def(
+      "adam_steps(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avg, Tensor(c!)[] exp_avg_sq, int[] steps, "
+      "float lr, float beta1, float beta2, float eps, float weight_decay, bool bias_correction, bool adamw_mode) -> ()");
   CPU_OPTIM_SIMD_SCHEMAS(m);
 }
-OP_LIBRARY_IMPL(CPU, m) { m.impl("adam_step", OP_BOX(&adam_step)); }
+OP_LIBRARY_IMPL(CPU, m) {
+  m.impl("adam_step", OP_BOX(&adam_step));
+  m.impl("adam_steps", OP_BOX(&adam_steps));
+}
 OP_LIBRARY_IMPL(CompositeExplicitAutograd, m) { CPU_OPTIM_SIMD_IMPLS(m); }
 OP_PYTHON_MODULE("Adam / AdamW step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP): torch.ops")
 #else
@@ -77,6 +97,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "step counts this step (1 on the first). params and grads: float32, bfloat16 or float16 "
         "(one dtype; fp32 arithmetic); exp_avg and exp_avg_sq: both float32 or both bfloat16. half, when given for fp32 params (bf16 or "
         "fp16, same numel), receives params.to(half.dtype).");
+  m.def("adam_steps", &adam_steps, pybind11::arg("params"), pybind11::arg("grads"), pybind11::arg("exp_avg"),
+        pybind11::arg("exp_avg_sq"), pybind11::arg("steps"), pybind11::arg("lr"), pybind11::arg("beta1"),
+        pybind11::arg("beta2"), pybind11::arg("eps"), pybind11::arg("weight_decay"),
+        pybind11::arg("bias_correction"), pybind11::arg("adamw_mode"),
+        "adam_step over lists of tensors (one step count each, no half copies): one call per param group.");
   cpu_optim::bind_simd_controls(m);
 }
 #endif

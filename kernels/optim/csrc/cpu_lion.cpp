@@ -41,6 +41,15 @@ void lion_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
   });
 }
 
+// lion_step over lists (no half copies): one call per param group.
+void lion_steps(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& exp_avg, double lr, double beta1, double beta2, double weight_decay) {
+  cpu_optim::check_list_lengths("cpu_lion", params.size(), {{"grads", grads.size()}, {"exp_avg", exp_avg.size()}});
+  for (size_t i = 0; i < params.size(); ++i) {
+    lion_step(params[i], grads[i], exp_avg[i], std::nullopt, lr, beta1, beta2, weight_decay);
+  }
+}
+
 }  // namespace
 
 #ifdef IMAGEGEN_STABLE_ABI
@@ -48,9 +57,15 @@ OP_LIBRARY(m) {
   m.def(
       "lion_step(Tensor(a!) params, Tensor grads, Tensor(b!) exp_avg, Tensor(c!)? half, float lr, float beta1, "
       "float beta2, float weight_decay) -> ()");
+  m.def(
+      "lion_steps(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avg, float lr, float beta1, float beta2, "
+      "float weight_decay) -> ()");
   CPU_OPTIM_SIMD_SCHEMAS(m);
 }
-OP_LIBRARY_IMPL(CPU, m) { m.impl("lion_step", OP_BOX(&lion_step)); }
+OP_LIBRARY_IMPL(CPU, m) {
+  m.impl("lion_step", OP_BOX(&lion_step));
+  m.impl("lion_steps", OP_BOX(&lion_steps));
+}
 OP_LIBRARY_IMPL(CompositeExplicitAutograd, m) { CPU_OPTIM_SIMD_IMPLS(m); }
 OP_PYTHON_MODULE("Lion step on fp32, bf16 or fp16 CPU tensors (SIMD + OpenMP): torch.ops")
 #else
@@ -62,6 +77,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "One Lion step, in place on params and exp_avg. params and grads: float32, bfloat16 or "
         "float16 (one dtype; fp32 arithmetic); exp_avg: float32. half, when given for fp32 params "
         "(bf16 or fp16, same numel), receives params.to(half.dtype).");
+  m.def("lion_steps", &lion_steps, pybind11::arg("params"), pybind11::arg("grads"), pybind11::arg("exp_avg"),
+        pybind11::arg("lr"), pybind11::arg("beta1"), pybind11::arg("beta2"), pybind11::arg("weight_decay"),
+        "lion_step over lists of tensors (no half copies): one call per param group.");
   cpu_optim::bind_simd_controls(m);
 }
 #endif

@@ -7,7 +7,10 @@
 // Narrow includes instead of <torch/extension.h>: a JIT build on first use compiles in a third
 // of the time.
 #include <algorithm>
+#include <initializer_list>
 #include <iterator>
+#include <utility>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -86,6 +89,14 @@ inline HalfKind check_half(const std::optional<Tensor>& half, const Tensor& para
 
 inline uint16_t* half_data(const std::optional<Tensor>& half, HalfKind kind) {
   return kind == HalfKind::kNone ? nullptr : reinterpret_cast<uint16_t*>(half->data_ptr());
+}
+
+// The list form of a step (one call for a param group's tensors, so a call's cost is paid once
+// per group, not per tensor): every list must have one entry per param.
+inline void check_list_lengths(const char* op, size_t params, std::initializer_list<std::pair<const char*, size_t>> lists) {
+  for (const auto& [what, size] : lists) {
+    OP_CHECK(size == params, op, ": ", what, " has ", size, " entries but params has ", params);
+  }
 }
 
 // torch.set_num_threads governs these ops too, so one knob sizes every CPU kernel.
