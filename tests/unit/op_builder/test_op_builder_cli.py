@@ -35,6 +35,19 @@ def test_report_json_lists_every_op() -> None:
     assert data["accelerator"] == "cpu" and all(not op["compatible"] for op in gpu)
 
 
+def test_report_says_which_kind_of_module_each_op_gets() -> None:
+    import torch
+
+    done = run("report", "--json")
+    abi = {op["name"]: op["abi"] for op in json.loads(done.stdout)["ops"]}
+    # torch 2.10 or newer here: the ops with a stable binding get one module for every torch.
+    for name in ("cpu_adam", "cpu_adagrad", "cpu_lion"):
+        assert abi[name] == {"kind": "stable", "torch": ">=2.10"}
+    assert abi["async_io"] == {"kind": "torch", "torch": torch.__version__}
+    text = run("report").stdout
+    assert "stable: torch >=2.10" in text and f"torch {torch.__version__} only" in text
+
+
 def test_report_says_when_libaio_is_missing(tmp_path: Path) -> None:
     # A compiler wrapper that hides libaio's header: what a host without libaio-dev sees.
     wrapper = tmp_path / "c++"
