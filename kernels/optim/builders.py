@@ -45,6 +45,7 @@ class FusedAdamBuilder(CUDAOpBuilder):
     sources = ("csrc/fused_adam.cu", "csrc/fused_adam_bindings.cpp")
     include_dirs = INCLUDE_DIRS
     selftest = "kernels.optim.selftest:run_fused_adam"
+    stable_abi = "2.10"
 
 
 class FusedLambBuilder(CUDAOpBuilder):
@@ -61,3 +62,4 @@ class FusedLionBuilder(CUDAOpBuilder):
     sources = ("csrc/fused_lion.cu", "csrc/fused_lion_bindings.cpp")
     include_dirs = INCLUDE_DIRS
     selftest = "kernels.optim.selftest:run_fused_lion"
+    stable_abi = "2.10"

@@ -1,4 +1,5 @@
 // torch bindings of fused_adam: check the tensor lists, then launch on the current stream.
+// Written once for both ABIs (op_abi.h, gpu_bindings.h).
 #include "gpu_bindings.h"
 #include "gpu_fused_optim.h"
 
@@ -6,15 +7,16 @@
 
 namespace {
 
-void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& params,
-          const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs, double lr,
-          double beta1, double beta2, double eps, double weight_decay, int64_t step, bool adamw_mode,
-          bool bias_correction) {
+using op_abi::Tensor;
+
+void adam(const std::vector<Tensor>& grads, const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+          const std::vector<Tensor>& exp_avg_sqs, double lr, double beta1, double beta2, double eps,
+          double weight_decay, int64_t step, bool adamw_mode, bool bias_correction) {
   const size_t n = params.size();
-  TORCH_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n,
-              "fused_adam: grads, params, exp_avgs and exp_avg_sqs must have the same length");
+  OP_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n,
+           "fused_adam: grads, params, exp_avgs and exp_avg_sqs must have the same length");
   if (n == 0) return;
-  TORCH_CHECK(step >= 1, "fused_adam: step must be >= 1, got ", step);
+  OP_CHECK(step >= 1, "fused_adam: step must be >= 1, got ", step);
   const gpu_bind::OptimizerLists lists = gpu_bind::optimizer_lists("fused_adam", params, grads);
   const std::vector<float*> m = gpu_bind::fp32_state(exp_avgs, "exp_avgs", lists);
   const std::vector<float*> v = gpu_bind::fp32_state(exp_avg_sqs, "exp_avg_sqs", lists);
@@ -32,15 +34,29 @@ void adam(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& p
   config.bias_correction2_sqrt = bias_correction ? static_cast<float>(std::sqrt(1.0 - std::pow(beta2, s))) : 1.0f;
   config.adamw_mode = adamw_mode;
 
-  const c10::cuda::CUDAGuard guard(lists.device);
+  const gpu_bind::DeviceGuard guard(lists.device.index());
   gpu_bind::check_launch(
       gpu_ops::fused_adam(static_cast<int>(n), lists.grads.data(), lists.params.data(), m.data(), v.data(),
-                          lists.sizes.data(), lists.dtype, config, gpu_bind::current_stream()),
+                          lists.sizes.data(), lists.dtype, config, gpu_bind::current_stream(lists.device)),
       "fused_adam");
 }
 
 }  // namespace
 
+#ifdef IMAGEGEN_STABLE_ABI
+// The argument names are the pybind11 build's, so keyword calls work on either build.
+OP_LIBRARY(m) {
+  m.def(
+      "adam(Tensor[] grads, Tensor(a!)[] params, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, float lr, "
+      "float beta1, float beta2, float eps, float weight_decay, int step, bool adamw_mode, bool bias_correction) "
+      "-> ()");
+  m.def("has_bf16() -> bool");
+}
+OP_LIBRARY_IMPL(CUDA, m) { m.impl("adam", OP_BOX(&adam)); }
+// No tensor argument to dispatch on: one kernel for every backend.
+OP_LIBRARY_IMPL(CompositeExplicitAutograd, m) { m.impl("has_bf16", OP_BOX(&gpu_ops::has_bf16)); }
+OP_PYTHON_MODULE("Multi-tensor Adam / AdamW (fp32 state and math; fp32, fp16 or bf16 params): torch.ops")
+#else
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Multi-tensor Adam / AdamW (fp32 state and math; fp32, fp16 or bf16 params)";
   m.def("adam", &adam, "One Adam/AdamW step over lists of tensors, in place", py::arg("grads"),
@@ -49,3 +65,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("bias_correction"));
   m.def("has_bf16", &gpu_ops::has_bf16, "Whether this build has bf16 kernels");
 }
+#endif
