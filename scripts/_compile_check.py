@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from op_builder.context import BuildContext, resolve_context  # noqa: E402
 from op_builder.errors import UserFacingError  # noqa: E402
+from op_builder.stable_abi import check_module  # noqa: E402
 from op_builder.toolchain import probe  # noqa: E402
 
 
@@ -31,11 +32,26 @@ class Job:
     op: str
     source: str  # the original source: relative to the repository, absolute outside it (op packages)
     command: tuple[str, ...]
+    # Which build of the source, where one source is built two ways ("stable ABI 2.10").
+    variant: str = ""
+    # A stable build's module, which the command links: held to the stable ABI of this target
+    # (op_builder.stable_abi.check_module), as the op's real build holds it.
+    module: str | None = None
+    stable_abi: str | None = None
 
     @classmethod
-    def of(cls, op: str, source: str, command: tuple[str, ...]) -> Job:
+    def of(
+        cls,
+        op: str,
+        source: str,
+        command: tuple[str, ...],
+        variant: str = "",
+        module: str | None = None,
+        stable_abi: str | None = None,
+    ) -> Job:
         relative = os.path.relpath(source, ROOT)
-        return cls(op, source if relative.startswith(os.pardir) else relative, command)
+        source = source if relative.startswith(os.pardir) else relative
+        return cls(op, source, command, variant, module, stable_abi)
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,7 @@ class Result:
     seconds: float
     command: list[str]
     output: str
+    variant: str = ""
 
 
 def resolve(env: Mapping[str, str], overrides: Mapping[str, str]) -> BuildContext | None:
@@ -67,13 +84,21 @@ def skip(reason: str, as_json: bool) -> int:
 def run_job(job: Job, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Result:
     start = time.perf_counter()
     done = subprocess.run(job.command, capture_output=True, text=True, check=False, cwd=cwd, env=env)
+    ok, output = done.returncode == 0, done.stdout + done.stderr
+    if ok and job.module is not None and job.stable_abi is not None:
+        report = check_module(job.module, job.stable_abi)
+        if not report.ok:
+            ok = False
+            output += f"{job.source} breaks the stable ABI of torch {job.stable_abi}: "
+            output += f"it takes {report.describe()}\n"
     return Result(
         op=job.op,
         source=job.source,
-        ok=done.returncode == 0,
+        ok=ok,
         seconds=round(time.perf_counter() - start, 2),
         command=list(job.command),
-        output=(done.stdout + done.stderr)[-4000:],
+        output=output[-4000:],
+        variant=job.variant,
     )
 
 
@@ -91,7 +116,8 @@ def run_all(
             results.append(result)
             if not quiet:
                 status = "OK  " if result.ok else "FAIL"
-                print(f"{status} {result.op:<14} {result.source:<50} {result.seconds:6.1f}s", flush=True)
+                source = f"{result.source} ({result.variant})" if result.variant else result.source
+                print(f"{status} {result.op:<14} {source:<50} {result.seconds:6.1f}s", flush=True)
                 if not result.ok:
                     print("     " + " ".join(result.command))
                     print("     " + result.output.strip().replace("\n", "\n     "))

@@ -6,8 +6,9 @@ nvcc flags and include dirs, nothing added. The ops are ours and those of the op
 that ``DS_OP_SOURCES`` and ``--op-source DIR`` (repeatable) name; ``--ops A,B`` picks some.
 Each ``.cu`` source is compiled with ``-c`` to an object in a temporary directory, two at a
 time. This checks device code on a machine without a GPU or a CUDA build of torch (the
-bindings need torch's CUDA headers; ``--bindings`` syntax-checks them too, see
-``check_bindings``). ``--host aarch64`` compiles for an arm64 host (Grace): the host side of
+bindings need torch's CUDA headers; ``--bindings`` syntax-checks them too, and builds the module
+of an op built against torch's stable ABI and checks its symbols; ``--bindings stable`` does only
+that; see ``binding_jobs``). ``--host aarch64`` compiles for an arm64 host (Grace): the host side of
 every .cu file with Debian's aarch64-linux-gnu-g++, through ``_cross_nvcc``.
 
 Exit status: 0 when everything compiled (or nvcc is absent: skipped, with the reason);
@@ -23,6 +24,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from _compile_check import ROOT, Job, finish, resolve, run_all, skip  # puts the checkout on sys.path
@@ -33,6 +35,7 @@ from op_builder.context import BuildContext
 from op_builder.errors import UserFacingError
 from op_builder.op_sources import source_dirs
 from op_builder.registry import check_op_names, registry_for
+from op_builder.stable_abi import JIT_DEFINES as LIMITED_API_DEFINES
 
 
 def device_jobs(
@@ -74,43 +77,83 @@ def cuda_include_dir(ctx: BuildContext) -> Path:
     return homes[0] / "include"
 
 
-def binding_jobs(ctx: BuildContext, stub_dir: Path, ops: Mapping[str, OpBuilder]) -> list[Job]:
-    """Syntax-only g++ checks of the .cpp bindings against this torch's headers.
+def binding_jobs(
+    ctx: BuildContext, work_dir: Path, ops: Mapping[str, OpBuilder], which: str = "all"
+) -> list[Job]:
+    """g++ checks of the .cpp bindings against this torch's headers.
+
+    An op built against torch's stable ABI here (``stable_abi`` declared, torch >= its target)
+    gets its stable module built: compiled and linked with the op builder's flags and
+    Py_LIMITED_API, as the real build makes it, then its symbols held to the target's ABI (a
+    torch C++ symbol, a newer C shim or a Python symbol outside the limited API fails it). Its
+    ATen + pybind11 build, which a torch older than the target and ROCm get, is syntax-checked
+    too unless ``which`` is "stable", as are the other ops' bindings.
 
     A CPU build of torch ships c10/cuda headers but not the generated
     ``c10/cuda/impl/cuda_cmake_macros.h``; a stand-in with the one define a shared
-    CUDA build of torch sets lets the headers parse. Nothing is linked.
+    CUDA build of torch sets lets the headers parse. Nothing is linked against torch: a stable
+    module's symbols from torch stay undefined, which is what the ABI check reads.
     """
     import torch.utils.cpp_extension as cpp
 
-    macros = stub_dir / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    macros = work_dir / "stub" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
     macros.parent.mkdir(parents=True, exist_ok=True)
     macros.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     system = [
-        f"-I{stub_dir}",
+        f"-I{work_dir / 'stub'}",
         *(f"-I{d}" for d in cpp.include_paths()),
         f"-I{cuda_include_dir(ctx)}",
         f"-I{sysconfig.get_paths()['include']}",
     ]
+    # The build a torch without the stable ABI gives these ops.
+    per_torch = replace(ctx, torch_version=None)
     jobs: list[Job] = []
     for name, builder in ops.items():
         if builder.target != "gpu" or builder.incompatibility(ctx) is not None:
             continue
         flags = builder.flags(ctx)
+        target = flags.stable_abi
+        if target is None and which == "stable":
+            continue
+        legacy = builder.flags(per_torch) if target is not None else flags
         for source in flags.sources:
             if not source.endswith(".cpp"):
                 continue
+            stem = Path(source).stem
+            includes = [f"-I{d}" for d in flags.include_dirs]
+            if target is not None:
+                module = str(work_dir / f"{name}-{stem}.abi3.so")
+                command = (
+                    "g++",
+                    "-shared",
+                    "-fPIC",
+                    "-w",  # torch's own headers warn under -std=c++17
+                    *flags.cxx,
+                    *LIMITED_API_DEFINES,
+                    f"-DTORCH_EXTENSION_NAME={name}",
+                    *includes,
+                    *system,
+                    source,
+                    "-o",
+                    module,
+                )
+                variant = f"stable ABI {target}"
+                jobs.append(Job.of(name, source, command, variant=variant, module=module, stable_abi=target))
+                if which == "stable":
+                    continue
             command = (
                 "g++",
                 "-fsyntax-only",
-                "-w",  # torch's own headers warn under -std=c++17
-                *flags.cxx,
+                "-w",
+                *legacy.cxx,
                 f"-DTORCH_EXTENSION_NAME={name}",
-                *(f"-I{d}" for d in flags.include_dirs),
+                *(f"-I{d}" for d in legacy.include_dirs),
                 *system,
                 source,
             )
-            jobs.append(Job.of(name, source, command))
+            jobs.append(
+                Job.of(name, source, command, variant="ATen + pybind11" if target is not None else "")
+            )
     return jobs
 
 
@@ -120,7 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--archs", default="8.0;9.0", help="TORCH_CUDA_ARCH_LIST-style list (default 8.0;9.0)"
     )
     parser.add_argument("--jobs", type=int, default=2, help="parallel compiles (default 2)")
-    parser.add_argument("--bindings", action="store_true", help="also syntax-check the .cpp bindings (slow)")
+    parser.add_argument(
+        "--bindings",
+        nargs="?",
+        const="all",
+        choices=("all", "stable"),
+        help="also check the .cpp bindings: every one (slow), or 'stable': only the stable-ABI "
+        "modules, built and their symbols checked (fast)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     parser.add_argument(
         "--op-source",
@@ -166,8 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return skip(f"no {CROSS_COMPILERS[args.host]} (apt-get install {package})", args.json)
             nvcc, host_flags = str(cross_toolkit(Path(cuda.home), args.host, Path(tmp))), ("-ccbin", compiler)
         jobs, skipped = device_jobs(ctx, nvcc, Path(tmp), ops, host_flags)
-        if args.bindings:
-            jobs.extend(binding_jobs(ctx, Path(tmp, "stub"), ops))
+        if args.bindings is not None:
+            jobs.extend(binding_jobs(ctx, Path(tmp), ops, args.bindings))
         if not args.json:
             print(
                 f"nvcc {cuda.version} ({cuda.nvcc}); archs {args.archs}; host {args.host or 'this one'}; "

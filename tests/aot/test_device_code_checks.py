@@ -1,6 +1,8 @@
 """`make cuda-check` and `make hip-check` as tests: every GPU op's .cu source compiles with
 the local nvcc (8.0 and 9.0) and, hipified, with Debian's ROCm hipcc (gfx90a and gfx1030),
-using the flags the op builder gives it. Each is skipped, with the reason, without its compiler."""
+using the flags the op builder gives it; the bindings of the GPU ops built against torch's stable
+ABI build as stable modules that keep to it, and as ATen + pybind11 bindings too. Each is skipped,
+with the reason, without its compiler."""
 
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from op_builder import ALL_OPS
+from op_builder.stable_abi import stable_target
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
@@ -30,7 +35,7 @@ def _cu_sources() -> set[str]:
     }
 
 
-def _run_check(script: str, *args: str, **env: str) -> set[str]:
+def _report(script: str, *args: str, status: int = 0, **env: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / script), "--json", *args],
         capture_output=True,
@@ -38,14 +43,19 @@ def _run_check(script: str, *args: str, **env: str) -> set[str]:
         timeout=1200,
         env={**os.environ, **env},
     )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    report = json.loads(done.stdout)
-    assert report["ok"] is True
-    return {
-        str(Path(r["source"]).relative_to(REPO)) if Path(r["source"]).is_relative_to(REPO) else r["source"]
-        for r in report["results"]
-        if r["ok"]
-    }
+    assert done.returncode == status, done.stdout[-4000:] + done.stderr[-4000:]
+    report: dict[str, Any] = json.loads(done.stdout)
+    assert report["ok"] is (status == 0)
+    return report
+
+
+def _source(result: dict[str, Any]) -> str:
+    path = Path(result["source"])
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else result["source"]
+
+
+def _run_check(script: str, *args: str, **env: str) -> set[str]:
+    return {_source(r) for r in _report(script, *args, **env)["results"] if r["ok"]}
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="no CUDA toolkit (nvcc) on this machine: cuda-check needs one")
@@ -106,3 +116,84 @@ def test_the_arm64_host_check_catches_x86_host_code(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert report["ok"] is False and report["host"] == "aarch64"
     assert "immintrin.h" in json.dumps(report["results"])
+
+
+# The GPU ops whose bindings are written once for both ABIs (kernels/includes/op_abi.h).
+STABLE_GPU_OPS = sorted(name for name, b in ALL_OPS.items() if b.target == "gpu" and b.stable_abi is not None)
+HAS_STABLE_TORCH = stable_target("2.10", version("torch"), "cuda") is not None
+
+
+def _bindings(ops: list[str]) -> set[str]:
+    return {
+        str(Path(src).relative_to(REPO))
+        for op in ops
+        for src in ALL_OPS[op].source_paths()
+        if src.endswith(".cpp")
+    }
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="no CUDA toolkit (nvcc) on this machine: cuda-check needs one")
+@pytest.mark.skipif(
+    not HAS_STABLE_TORCH, reason="this torch is older than 2.10: it has no stable ABI to build"
+)
+def test_stable_gpu_bindings_build_as_stable_modules_and_as_pybind11_ones() -> None:
+    """Each binding of a stable GPU op builds as the stable module (its symbols within torch
+    2.10's C shim and CPython's limited API) and as the ATen + pybind11 binding that ROCm and
+    older torch get."""
+    assert {"fused_adam", "fused_lion"} <= set(STABLE_GPU_OPS)
+    report = _report("cuda_check.py", "--archs", "9.0", "--bindings", "--ops", ",".join(STABLE_GPU_OPS))
+    built = {(_source(r), r["variant"]) for r in report["results"] if r["source"].endswith(".cpp")}
+    expected = {
+        (src, variant)
+        for src in _bindings(STABLE_GPU_OPS)
+        for variant in ("stable ABI 2.10", "ATen + pybind11")
+    }
+    assert built == expected
+
+
+BREAKS_THE_ABI_CPP = """\
+// A binding that reaches past the stable ABI: a c10 function declared by hand (torch's headers
+// refuse to be included under TORCH_TARGET_VERSION, so this is how one slips in).
+namespace c10 {
+int not_in_the_stable_abi();
+}
+
+extern "C" int probe() {
+#ifdef TAKE_TORCH_CXX
+  return c10::not_in_the_stable_abi();
+#else
+  return 0;
+#endif
+}
+"""
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="no CUDA toolkit (nvcc) on this machine: cuda-check needs one")
+@pytest.mark.skipif(
+    not HAS_STABLE_TORCH, reason="this torch is older than 2.10: it has no stable ABI to build"
+)
+def test_the_stable_binding_check_fails_a_module_that_takes_a_torch_cxx_symbol(tmp_path: Path) -> None:
+    from tests.op_package_files import builder_source, unique, write_package
+
+    clean, breaks = unique("stable_clean"), unique("stable_breaks")
+    sources = '("csrc/probe.cpp",)'
+    builders = builder_source(
+        "Clean", clean, base="CUDAOpBuilder", sources=sources, extra='stable_abi = "2.10"'
+    )
+    builders += "\n\n" + builder_source(
+        "Breaks",
+        breaks,
+        base="CUDAOpBuilder",
+        sources=sources,
+        extra='stable_abi = "2.10"\ndefines = ("-DTAKE_TORCH_CXX",)',
+    )
+    root = write_package(tmp_path, unique("pkg_stable"), builders)
+    (root / "csrc" / "probe.cpp").write_text(BREAKS_THE_ABI_CPP)
+    args = ["--archs", "9.0", "--op-source", str(root), "--ops", f"{clean},{breaks}", "--bindings", "stable"]
+    results = {r["op"]: r for r in _report("cuda_check.py", *args, status=1)["results"]}
+    assert set(results) == {clean, breaks}
+    assert results[clean]["ok"] is True and results[clean]["variant"] == "stable ABI 2.10"
+    failed = results[breaks]
+    assert failed["ok"] is False
+    assert "breaks the stable ABI of torch 2.10" in failed["output"]
+    assert "_ZN3c1021not_in_the_stable_abiEv" in failed["output"]
