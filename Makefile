@@ -11,7 +11,8 @@ PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test parity test-fast lint format bench bench-images images \
-        image-cuda update-pull matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean
+        image-cuda update-pull matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean \
+        stable-abi-proof
 
 setup: $(STAMP)
 
@@ -167,6 +168,17 @@ compat: setup
 INDEX_URL ?=
 catalog-check: setup
 	$(VENV)/bin/imagegen catalog --check-upstream $(if $(INDEX_URL),--index-url '$(INDEX_URL)')
+
+# One stable build of the CPU optimizer ops (the venv's torch) loads and computes right on another
+# torch release too: installed in a venv of each, verify, the symbol check and the kernel tests
+# against torch pass on the same module bytes. STABLE_TORCH: the other release (default 2.10.0;
+# the first run fetches it and its CUDA wheels, ~3 GB, into build/stable-abi-venvs, kept). 2.5 to 4.5
+# minutes warm; the report in bench/results/stable_abi_proof.json, the result in docs/benchmarks.md.
+# STABLE_REVISION=REV: build and test that git revision (e.g. HEAD), not the working tree.
+STABLE_TORCH ?= 2.10.0
+STABLE_REVISION ?=
+stable-abi-proof: setup
+	$(PY) scripts/stable_abi_proof.py --torch '$(STABLE_TORCH)' $(if $(STABLE_REVISION),--revision '$(STABLE_REVISION)')
 
 e2e-cuda:
 	bash scripts/e2e_cuda.sh
