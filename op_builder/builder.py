@@ -9,6 +9,7 @@ loading in ``loader``.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,20 @@ class SystemLibrary:
 
 def _common_cxx(ctx: BuildContext) -> tuple[str, ...]:
     return ("-O3", f"-std={ctx.cxx_std}", "-g0")
+
+
+# Source paths reach a module through __FILE__ (torch's checks name where they failed): written
+# relative to the folder above the op's package (and torch's headers to the one above torch),
+# they are the same wherever the build ran and wherever torch is installed, and so is the module.
+PREFIX_MAP = "-ffile-prefix-map="
+
+
+def _relative_paths(source_dir: Path) -> tuple[str, ...]:
+    roots = [PACKAGE_ROOT, source_dir.parent]
+    torch_spec = importlib.util.find_spec("torch")  # found, not imported
+    if torch_spec is not None and torch_spec.origin is not None:
+        roots.append(Path(torch_spec.origin).parent.parent)
+    return tuple(f"{PREFIX_MAP}{root}{os.sep}=" for root in dict.fromkeys(roots))
 
 
 class OpBuilder:
@@ -137,7 +152,8 @@ class OpBuilder:
         # The namespace hashes what the module is made of, not where: sources and headers by
         # name and content, and the flags; so the same inputs give the same module anywhere.
         files = includes.scan([Path(s) for s in flags.sources], [Path(d) for d in flags.include_dirs]).files
-        identity = [target.encode(), ctx.accelerator.encode(), *(f.encode() for f in flags.cxx)]
+        portable = [f for f in flags.cxx if not f.startswith(PREFIX_MAP)]  # where, not what
+        identity = [target.encode(), ctx.accelerator.encode(), *(f.encode() for f in portable)]
         identity += [f.encode() for f in flags.device if not f.startswith("--threads")]
         for path in sorted(files, key=lambda p: p.name):
             identity += [path.name.encode(), path.read_bytes()]
@@ -218,7 +234,7 @@ class CPUOpBuilder(OpBuilder):
     def flags(self, ctx: BuildContext) -> OpFlags:
         # Portable by default: kernels pick AVX-512/AVX2/scalar at run time, so an
         # image built on one CPU runs on another. -march=native only on request.
-        cxx = [*_common_cxx(ctx), "-fopenmp", *self.defines]
+        cxx = [*_common_cxx(ctx), *_relative_paths(self.source_dir()), "-fopenmp", *self.defines]
         if ctx.cpu_native:
             cxx.append("-march=native")
         return self._with_stable_abi(
@@ -319,7 +335,7 @@ class CUDAOpBuilder(OpBuilder):
                 module=self.module_name,
                 sources=self.source_paths(),
                 include_dirs=self.include_paths(),
-                cxx=(*_common_cxx(ctx), *defines),
+                cxx=(*_common_cxx(ctx), *_relative_paths(self.source_dir()), *defines),
                 device_compiler=compiler,
                 device=tuple(device),
                 archs=archs,

@@ -318,7 +318,7 @@ def _compile(builder: LoadableOp, env: Mapping[str, str], module_name: str, buil
     start = time.perf_counter()
     # Only a compile needs torch's extension module, which pulls in setuptools (~0.2 s).
     load = import_cpp_extension().load
-    limited = stable_abi.JIT_DEFINES if flags.stable_abi is not None else ()
+    limited = stable_abi.LIMITED_API_DEFINES if flags.stable_abi is not None else ()
     try:
         load(
             name=module_name,

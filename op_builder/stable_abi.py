@@ -105,7 +105,9 @@ def defines(target: str, op_namespace: str, accelerator: str) -> tuple[str, ...]
     return tuple(flags)
 
 
-JIT_DEFINES = (f"-DPy_LIMITED_API={LIMITED_API}",)
+# Python's limited API, which torch's extension classes define ahead of time (py_limited_api=True);
+# a JIT build or a compile of our own adds it.
+LIMITED_API_DEFINES = (f"-DPy_LIMITED_API={LIMITED_API}",)
 
 
 # ------------------------------------------------------------------ loading

@@ -35,7 +35,7 @@ from op_builder.context import BuildContext
 from op_builder.errors import UserFacingError
 from op_builder.op_sources import source_dirs
 from op_builder.registry import check_op_names, registry_for
-from op_builder.stable_abi import JIT_DEFINES as LIMITED_API_DEFINES
+from op_builder.stable_abi import LIMITED_API_DEFINES
 
 
 def device_jobs(

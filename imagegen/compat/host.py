@@ -30,7 +30,8 @@ from packaging.version import Version
 
 from imagegen import settings
 from op_builder import settings as op_settings
-from op_builder.builder import OpBuilder
+from op_builder import stable_abi
+from op_builder.builder import PREFIX_MAP, OpBuilder
 from op_builder.context import BuildContext, resolve_context
 from op_builder.paths import PACKAGE_ROOT
 from op_builder.toolchain import Toolchain, TorchBuild
@@ -160,6 +161,8 @@ def jobs_for(
                 f"-DTORCH_EXTENSION_NAME={name}",
                 "-DTORCH_API_INCLUDE_EXTENSION_H",
                 f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                # A stable build's (torch >= 2.10) limited API, as its real build defines it.
+                *(stable_abi.LIMITED_API_DEFINES if flags.stable_abi is not None else ()),
                 *(f"-I{d}" for d in flags.include_dirs),
                 *system,
                 *extra,
@@ -170,7 +173,9 @@ def jobs_for(
             )
             relative = os.path.relpath(source, PACKAGE_ROOT)
             # The key names no folder of this machine: the same sources and flags share it anywhere.
-            key = job_key(torch, relative, [_portable(arg, include) for arg in command])
+            # (The path maps name this machine's folders only to take them out of the object.)
+            portable = [_portable(arg, include) for arg in command if not arg.startswith(PREFIX_MAP)]
+            key = job_key(torch, relative, portable)
             jobs.append(
                 Job(
                     torch,

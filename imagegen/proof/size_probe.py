@@ -137,7 +137,7 @@ def device_bytes(path: str) -> dict[str, int]:
 
     found: dict[str, int] = {}
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        for section, offset, size in binary._sections(data, Path(path)):
+        for section, offset, size in binary.sections(data, Path(path)):
             if section in (".nv_fatbin", "__nv_relfatbin"):
                 _fatbin(data, offset, offset + size, found)
             elif section == ".hip_fatbin":

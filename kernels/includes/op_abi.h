@@ -122,11 +122,13 @@ inline std::string device_text(const Tensor& t) {
   return "another device";
 }
 
-template <typename Sizes>
-bool same_sizes(const Sizes& a, const Sizes& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] != b[i]) return false;
+// Whether two tensors have one shape (neither ABI's sizes type compares with the other's ==).
+inline bool same_shape(const Tensor& a, const Tensor& b) {
+  const auto left = a.sizes();
+  const auto right = b.sizes();
+  if (left.size() != right.size()) return false;
+  for (size_t i = 0; i < left.size(); ++i) {
+    if (left[i] != right[i]) return false;
   }
   return true;
 }

@@ -67,7 +67,7 @@ inline void check_like(const Tensor& params, const Tensor& t, Dtype dtype, const
   OP_CHECK(t.scalar_type() == scalar_type(dtype), op, ": ", what, " must be ", dtype_name(scalar_type(dtype)),
            ", got ", dtype_name(t.scalar_type()));
   check_dense(t, op, what);
-  OP_CHECK(op_abi::same_sizes(t.sizes(), params.sizes()), op, ": ", what, " has shape ", shape_text(t.sizes()),
+  OP_CHECK(op_abi::same_shape(t, params), op, ": ", what, " has shape ", shape_text(t.sizes()),
            " but params have shape ", shape_text(params.sizes()));
 }
 
