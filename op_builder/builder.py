@@ -140,6 +140,31 @@ class OpBuilder:
     def flags(self, ctx: BuildContext) -> OpFlags:
         raise NotImplementedError
 
+    def _op_flags(
+        self,
+        ctx: BuildContext,
+        cxx: Sequence[str],
+        device_compiler: Literal["nvcc", "hipcc"] | None,
+        device: tuple[str, ...],
+        archs: tuple[str, ...],
+        ldflags: tuple[str, ...],
+    ) -> OpFlags:
+        """The flags of this op: the common C++ flags then ``cxx``, made a stable build's where
+        the op and the build's torch allow one."""
+        flags = OpFlags(
+            name=self.name,
+            module=self.module_name,
+            sources=self.source_paths(),
+            include_dirs=self.include_paths(),
+            cxx=(*_common_cxx(ctx), *_relative_paths(self.source_dir()), *cxx),
+            device_compiler=device_compiler,
+            device=device,
+            archs=archs,
+            ldflags=ldflags,
+            libraries=tuple(lib.name for lib in self.system_libraries),
+        )
+        return self._with_stable_abi(ctx, flags)
+
     def stable_target(self, ctx: BuildContext) -> str | None:
         """The stable ABI target this build uses, or None for a per-torch module."""
         return stable_abi.stable_target(self.stable_abi, ctx.torch_version, ctx.accelerator)
@@ -234,24 +259,10 @@ class CPUOpBuilder(OpBuilder):
     def flags(self, ctx: BuildContext) -> OpFlags:
         # Portable by default: kernels pick AVX-512/AVX2/scalar at run time, so an
         # image built on one CPU runs on another. -march=native only on request.
-        cxx = [*_common_cxx(ctx), *_relative_paths(self.source_dir()), "-fopenmp", *self.defines]
+        cxx = ["-fopenmp", *self.defines]
         if ctx.cpu_native:
             cxx.append("-march=native")
-        return self._with_stable_abi(
-            ctx,
-            OpFlags(
-                name=self.name,
-                module=self.module_name,
-                sources=self.source_paths(),
-                include_dirs=self.include_paths(),
-                cxx=tuple(cxx),
-                device_compiler=None,
-                device=(),
-                archs=(),
-                ldflags=("-fopenmp",),
-                libraries=tuple(lib.name for lib in self.system_libraries),
-            ),
-        )
+        return self._op_flags(ctx, cxx, None, (), (), ("-fopenmp",))
 
 
 class CUDAOpBuilder(OpBuilder):
@@ -328,18 +339,4 @@ class CUDAOpBuilder(OpBuilder):
         archs: tuple[str, ...],
         defines: tuple[str, ...],
     ) -> OpFlags:
-        return self._with_stable_abi(
-            ctx,
-            OpFlags(
-                name=self.name,
-                module=self.module_name,
-                sources=self.source_paths(),
-                include_dirs=self.include_paths(),
-                cxx=(*_common_cxx(ctx), *_relative_paths(self.source_dir()), *defines),
-                device_compiler=compiler,
-                device=tuple(device),
-                archs=archs,
-                ldflags=(),
-                libraries=tuple(lib.name for lib in self.system_libraries),
-            ),
-        )
+        return self._op_flags(ctx, defines, compiler, tuple(device), archs, ())

@@ -328,15 +328,15 @@ def source_tree(revision: str | None, dest: Path) -> Source:
     return Source(dest, revision, commit, ())
 
 
-def build_wheel(work: Path, root: Path) -> Path:
-    """The three ops ahead of time in one wheel, built with this Python's torch from a copy of the
-    build inputs of ``root`` (a checkout's own build/ holds whatever was built there last)."""
+def build_wheel(work: Path, root: Path, ops: tuple[str, ...] = OPS) -> Path:
+    """``ops`` (the three) ahead of time in one wheel, built with this Python's torch from a copy of
+    the build inputs of ``root`` (a checkout's own build/ holds whatever was built there last)."""
     # Deferred: imagegen is the checkout's (this script runs with the project's venv).
     from imagegen.building.build_inputs import copy_build_inputs
 
     source = copy_build_inputs(root, work / "src")
     wheels = work / "wheel"
-    build = {f"DS_BUILD_{op.upper()}": "1" for op in OPS}
+    build = {f"DS_BUILD_{op.upper()}": "1" for op in ops}
     command = [
         sys.executable,
         "-m",

@@ -5,39 +5,22 @@ one target and other machines can share it."""
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from imagegen.building.build_inputs import copy_build_inputs
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import stable_abi_proof  # noqa: E402  (scripts/: the proof's wheel build, one op of it here)
 
 pytestmark = pytest.mark.timeout(900)
 
 
 def _built_module(work: Path) -> bytes:
-    source = copy_build_inputs(REPO, work / "src")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DS_")}
-    env.update(DS_BUILD_OPS="0", DS_BUILD_CPU_LION="1")
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-build-isolation",
-        "--no-deps",
-        "-w",
-        str(work / "wheel"),
-        ".",
-    ]
-    done = subprocess.run(command, cwd=source, env=env, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (wheel,) = (work / "wheel").glob("*.whl")
+    wheel = stable_abi_proof.build_wheel(work, REPO, ops=("cpu_lion",))
     with zipfile.ZipFile(wheel) as archive:
         return archive.read("kernels/_ops/cpu_lion.abi3.so")
 
