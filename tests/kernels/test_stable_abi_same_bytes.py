@@ -5,16 +5,16 @@ one target and other machines can share it."""
 from __future__ import annotations
 
 import hashlib
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+from tests._script_module import load_script
 
-import stable_abi_proof  # noqa: E402  (scripts/: the proof's wheel build, one op of it here)
+REPO = Path(__file__).resolve().parents[2]
+# The proof's wheel build (scripts/stable_abi_proof.py), for one op here.
+stable_abi_proof = load_script(REPO / "scripts" / "stable_abi_proof.py", "stable_abi_proof_script")
 
 pytestmark = pytest.mark.timeout(900)
 
