@@ -17,3 +17,4 @@ class TransformerBuilder(CUDAOpBuilder):
     )
     include_dirs = INCLUDE_DIRS
     selftest = "kernels.transformer.selftest:run_transformer"
+    stable_abi = "2.10"
