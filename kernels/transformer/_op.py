@@ -6,8 +6,10 @@ import torch
 from torch import Tensor
 
 from kernels._gpu_load import GpuOp
+from kernels.transformer._fakes import on_load
 
-OP = GpuOp("transformer")
+# A stable build's ops get their fake kernels when the op loads, for torch.compile.
+OP = GpuOp("transformer", on_load=on_load)
 
 
 def math_dtype(t: Tensor) -> torch.dtype:
