@@ -54,6 +54,7 @@ class FusedLambBuilder(CUDAOpBuilder):
     sources = ("csrc/fused_lamb.cu", "csrc/fused_lamb_bindings.cpp")
     include_dirs = INCLUDE_DIRS
     selftest = "kernels.optim.selftest:run_fused_lamb"
+    stable_abi = "2.10"
 
 
 class FusedLionBuilder(CUDAOpBuilder):
