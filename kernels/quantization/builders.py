@@ -23,6 +23,7 @@ class QuantizerBuilder(CUDAOpBuilder):
     include_dirs = INCLUDE_DIRS
     nvcc_flags = IEEE_FP32_NVCC_FLAGS
     selftest = "kernels.quantization.selftest:run_quantizer"
+    stable_abi = "2.10"
 
 
 class FPQuantizerBuilder(CUDAOpBuilder):
@@ -39,6 +40,7 @@ class FPQuantizerBuilder(CUDAOpBuilder):
     # Denormal scales must round as the reference's: see IEEE_FP32_NVCC_FLAGS.
     nvcc_flags = IEEE_FP32_NVCC_FLAGS
     selftest = "kernels.quantization.selftest:run_fp_quantizer"
+    stable_abi = "2.10"
 
     def arch_defines(self, archs: tuple[CudaArch, ...]) -> tuple[str, ...]:
         native = ("-DFP8_NATIVE",) if arch_lib.fp8_native(archs) else ()

@@ -170,7 +170,9 @@ def quantize_fp(
     xg = x.reshape(groups, size).contiguous()
     module = FP_OP.resolve([xg], use_kernel)
     if module is not None:
-        data, scale = module.quantize_fp(xg, size, spec.name, stochastic, key)
+        # The binding takes the key's 64 bits as a signed int (torch.ops has no unsigned one).
+        signed_key = key - 2**64 if key >= 2**63 else key
+        data, scale = module.quantize_fp(xg, size, spec.name, stochastic, signed_key)
     else:
         xf = xg.float()
         scale = div(xf.abs().amax(-1), spec.max)

@@ -140,7 +140,8 @@ def test_stable_gpu_bindings_build_as_stable_modules_and_as_pybind11_ones() -> N
     """Each binding of a stable GPU op builds as the stable module (its symbols within torch
     2.10's C shim and CPython's limited API) and as the ATen + pybind11 binding that ROCm and
     older torch get."""
-    assert {"fused_adam", "fused_lion", "transformer"} <= set(STABLE_GPU_OPS)
+    ported = {"fused_adam", "fused_lamb", "fused_lion", "fp_quantizer", "quantizer", "transformer"}
+    assert ported <= set(STABLE_GPU_OPS)
     report = _report("cuda_check.py", "--archs", "9.0", "--bindings", "--ops", ",".join(STABLE_GPU_OPS))
     built = {(_source(r), r["variant"]) for r in report["results"] if r["source"].endswith(".cpp")}
     expected = {
