@@ -18,6 +18,7 @@
 
 #include "gpu_runtime.h"
 #include "op_abi.h"
+#include "op_tensors.h"  // the new tensors an op returns, for both ABIs
 
 #ifdef IMAGEGEN_STABLE_ABI
 // The CUDA functions of the C shim (the current stream) are declared under USE_CUDA, which
@@ -172,36 +173,6 @@ inline OptimizerLists optimizer_lists(const char* op, const std::vector<Tensor>&
 inline std::vector<float*> fp32_state(const std::vector<Tensor>& list, const char* what,
                                       const OptimizerLists& lists) {
   return typed<float>(pointers(list, what, lists.device, ScalarType::Float, &lists.sizes));
-}
-
-// New tensors for the ops that return them (outputs, scratch), from torch's caching allocator
-// either way; only what torch 2.10's stable API has (new_empty, empty, narrow).
-
-// Uninitialised, on `like`'s device, of `dtype`, shaped `sizes`.
-inline Tensor new_empty(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype) {
-#ifdef IMAGEGEN_STABLE_ABI
-  return torch::stable::new_empty(like, sizes, dtype);
-#else
-  return at::empty(sizes, like.options().dtype(dtype));
-#endif
-}
-
-// Uninitialised, on the CPU (an op's empty result when it was given no tensor to place it by).
-inline Tensor cpu_empty(const std::vector<int64_t>& sizes, ScalarType dtype) {
-#ifdef IMAGEGEN_STABLE_ABI
-  return torch::stable::empty(sizes, dtype);
-#else
-  return at::empty(sizes, at::TensorOptions().dtype(dtype));
-#endif
-}
-
-// A view of `length` entries of `t` along `dim`, from `start`.
-inline Tensor narrow(Tensor t, int64_t dim, int64_t start, int64_t length) {
-#ifdef IMAGEGEN_STABLE_ABI
-  return torch::stable::narrow(t, dim, start, length);
-#else
-  return t.narrow(dim, start, length);
-#endif
 }
 
 #ifdef IMAGEGEN_STABLE_ABI

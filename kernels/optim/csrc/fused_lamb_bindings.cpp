@@ -22,7 +22,7 @@ Tensor lamb(const std::vector<Tensor>& grads, const std::vector<Tensor>& params,
   const size_t n = params.size();
   OP_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n,
            "fused_lamb: grads, params, exp_avgs and exp_avg_sqs must have the same length");
-  if (n == 0) return gpu_bind::cpu_empty({0}, ScalarType::Float);
+  if (n == 0) return op_abi::cpu_empty({0}, ScalarType::Float);
   OP_CHECK(step >= 1, "fused_lamb: step must be >= 1, got ", step);
   // The kernel clamps max first, then min; NaN bounds would clamp nothing, or everything.
   OP_CHECK(min_coeff >= 0.0 && max_coeff >= 0.0, "fused_lamb: min_coeff and max_coeff must be >= 0, got ",
@@ -53,12 +53,12 @@ Tensor lamb(const std::vector<Tensor>& grads, const std::vector<Tensor>& params,
   }
   const gpu_bind::DeviceGuard guard(lists.device.index());
   const Tensor& first = params[0];
-  Tensor scratch = gpu_bind::new_empty(first, {total}, ScalarType::Float);
+  Tensor scratch = op_abi::new_empty(first, {total}, ScalarType::Float);
   // Workspace: the per-chunk (float2) partials first, at the allocation's aligned start, then
   // the n ratios, which the returned tensor views.
   const int64_t chunks = gpu_ops::fused_lamb_chunks(static_cast<int>(n), sizes.data());
-  Tensor workspace = gpu_bind::new_empty(first, {2 * chunks + static_cast<int64_t>(n)}, ScalarType::Float);
-  Tensor ratios = gpu_bind::narrow(workspace, 0, 2 * chunks, static_cast<int64_t>(n));
+  Tensor workspace = op_abi::new_empty(first, {2 * chunks + static_cast<int64_t>(n)}, ScalarType::Float);
+  Tensor ratios = op_abi::narrow(workspace, 0, 2 * chunks, static_cast<int64_t>(n));
   float* const scratch_start = scratch.mutable_data_ptr<float>();
   std::vector<float*> updates(n);
   for (size_t i = 0; i < n; ++i) updates[i] = scratch_start + offsets[i];

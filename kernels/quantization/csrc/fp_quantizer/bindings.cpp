@@ -34,8 +34,8 @@ std::tuple<Tensor, Tensor> quantize(const Tensor& x, int64_t group_size, const s
   const gpu_ops::Fp8Format fmt = format_of(format);
   const int64_t groups = groups_of(x.numel(), group_size);
   const gpu_bind::DeviceGuard guard(x.device().index());
-  Tensor q = gpu_bind::new_empty(x, {groups, group_size}, ScalarType::Byte);
-  Tensor scale = gpu_bind::new_empty(x, {groups}, ScalarType::Float);
+  Tensor q = op_abi::new_empty(x, {groups, group_size}, ScalarType::Byte);
+  Tensor scale = op_abi::new_empty(x, {groups}, ScalarType::Float);
   gpu_bind::check_launch(gpu_ops::fp8_quantize(x.data_ptr(), q.mutable_data_ptr<uint8_t>(),
                                                scale.mutable_data_ptr<float>(), groups, group_size, fmt, dtype,
                                                gpu_bind::current_stream(x.device())),
@@ -92,8 +92,8 @@ std::tuple<Tensor, Tensor> quantize_fp(const Tensor& x, int64_t group_size, cons
   const int64_t bytes = group_bytes_of(group_size, fmt);
   const int64_t groups = groups_of(x.numel(), group_size);
   const gpu_bind::DeviceGuard guard(x.device().index());
-  Tensor q = gpu_bind::new_empty(x, {groups, bytes}, ScalarType::Byte);
-  Tensor scale = gpu_bind::new_empty(x, {groups}, ScalarType::Float);
+  Tensor q = op_abi::new_empty(x, {groups, bytes}, ScalarType::Byte);
+  Tensor scale = op_abi::new_empty(x, {groups}, ScalarType::Float);
   gpu_bind::check_launch(gpu_ops::fp_quantize(x.data_ptr(), q.mutable_data_ptr<uint8_t>(),
                                               scale.mutable_data_ptr<float>(), groups, group_size, fmt, stochastic,
                                               static_cast<uint64_t>(seed), dtype, gpu_bind::current_stream(x.device())),

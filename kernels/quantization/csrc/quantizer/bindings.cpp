@@ -35,10 +35,10 @@ std::tuple<Tensor, Tensor, std::optional<Tensor>> quantize(const Tensor& x, int6
   const int64_t groups = groups_of(x.numel(), group_size, bits);
   const gpu_bind::DeviceGuard guard(x.device().index());
   const ScalarType code_type = (bits == 8 && symmetric) ? ScalarType::Char : ScalarType::Byte;
-  Tensor q = gpu_bind::new_empty(x, {groups, bits == 8 ? group_size : group_size / 2}, code_type);
-  Tensor scale = gpu_bind::new_empty(x, {groups}, ScalarType::Float);
+  Tensor q = op_abi::new_empty(x, {groups, bits == 8 ? group_size : group_size / 2}, code_type);
+  Tensor scale = op_abi::new_empty(x, {groups}, ScalarType::Float);
   std::optional<Tensor> offset;
-  if (!symmetric) offset = gpu_bind::new_empty(x, {groups}, ScalarType::Float);
+  if (!symmetric) offset = op_abi::new_empty(x, {groups}, ScalarType::Float);
   gpu_bind::check_launch(
       gpu_ops::quantize_int(x.data_ptr(), static_cast<uint8_t*>(q.data_ptr()), scale.mutable_data_ptr<float>(),
                             symmetric ? nullptr : offset->mutable_data_ptr<float>(), groups, group_size,
