@@ -119,7 +119,7 @@ def _load_installed(builder: LoadableOp) -> tuple[ModuleType | None, str]:
             entry.stable_abi, torch.__version__, _built_gpu(manifest, builder.target), _running_gpu(torch)
         )
         if refusal is not None:
-            return None, f"installed {refusal}"
+            return None, f"the installed module is {refusal}"
     elif manifest.torch != torch.__version__:
         return None, f"installed for torch {manifest.torch}, but this is torch {torch.__version__}"
     try:

@@ -218,6 +218,30 @@ def test_load_refusal(
         assert why is not None and refusal in why
 
 
+@pytest.mark.parametrize(
+    ("target", "built_cuda", "says"),
+    [
+        ("2.99", None, "built for torch >= 2.99 (stable ABI), but this is torch"),
+        ("2.10", "99.0", "built for CUDA 99, but torch"),
+    ],
+)
+def test_the_loader_says_why_an_installed_stable_module_does_not_fit(
+    monkeypatch: pytest.MonkeyPatch, target: str, built_cuda: str | None, says: str
+) -> None:
+    from op_builder import get_builder, loader
+    from op_builder.errors import OpLoadError
+
+    # A GPU op for the CUDA case: a CPU op's stable module runs under any torch's CUDA.
+    name = "cpu_lion" if built_cuda is None else "fused_lion"
+    entry = InstalledOp(name, f"kernels._ops.{name}", "cpu" if built_cuda is None else "gpu", (), {}, target)
+    installed = Manifest(torch.__version__, built_cuda, None, "cpu", "3.11", {name: entry})
+    monkeypatch.setattr(loader, "read_installed", lambda: installed)
+    monkeypatch.setattr(loader, "_LOADED", {})
+    with pytest.raises(OpLoadError) as raised:
+        loader.load_op(get_builder(name), {"DS_DISABLE_JIT": "1"})
+    assert says in raised.value.message and "JIT builds are disabled" in raised.value.message
+
+
 def test_the_manifest_keeps_an_ops_stable_target() -> None:
     ops = {
         "cpu_lion": InstalledOp("cpu_lion", "kernels._ops.cpu_lion", "cpu", (), {}, "2.10"),
