@@ -22,7 +22,7 @@ from op_builder import archs as arch_lib
 from op_builder import includes, settings, stable_abi
 from op_builder.archs import ArchLimits, CudaArch
 from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
-from op_builder.cross import retarget_extension
+from op_builder.cross import native_platform, retarget_extension
 from op_builder.loader import load_op
 from op_builder.paths import PACKAGE_ROOT
 from op_builder.toolchain import LibrarySpec
@@ -167,7 +167,9 @@ class OpBuilder:
 
     def stable_target(self, ctx: BuildContext) -> str | None:
         """The stable ABI target this build uses, or None for a per-torch module."""
-        return stable_abi.stable_target(self.stable_abi, ctx.torch_version, ctx.accelerator)
+        cross = ctx.toolchain.cross
+        platform = cross.platform if cross is not None else native_platform()
+        return stable_abi.stable_target(self.stable_abi, ctx.torch_version, ctx.accelerator, platform)
 
     def _with_stable_abi(self, ctx: BuildContext, flags: OpFlags) -> OpFlags:
         """``flags`` made a stable build's when the op and the build's torch allow one."""

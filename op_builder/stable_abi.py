@@ -55,12 +55,25 @@ def parse_target(text: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def stable_target(declared: str | None, torch_version: str | None, accelerator: str) -> str | None:
+# The platforms stable builds are made for. linux/arm64 is not among them yet: an arm64 image's
+# stable cpu_lion, cross-built, loaded under qemu with torch 2.10.0's aarch64 build, had its
+# kernels registered and none of its schemas (the same source's x86-64 module registers both on
+# torch 2.10.0, 2.13.0 and 2.14.1); until that is understood on an arm64 machine, arm64 keeps a
+# module per torch release, as before.
+STABLE_PLATFORMS = frozenset({"linux/amd64"})
+
+
+def stable_target(
+    declared: str | None, torch_version: str | None, accelerator: str, platform: str = "linux/amd64"
+) -> str | None:
     """The target a build of an op uses, or None for a per-torch module.
 
-    declared: the builder's ``stable_abi``; torch_version: the torch the build compiles against.
+    declared: the builder's ``stable_abi``; torch_version: the torch the build compiles against;
+    platform: the one the module is for (a cross build's target).
     """
     if declared is None or torch_version is None or accelerator == "rocm":
+        return None
+    if platform not in STABLE_PLATFORMS:
         return None
     built = release(torch_version)
     if built is None or built < FIRST_STABLE_TORCH:

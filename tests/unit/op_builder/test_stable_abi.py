@@ -36,6 +36,11 @@ def test_stable_target(
     assert stable_abi.stable_target(declared, torch_version, accelerator) == expected
 
 
+def test_arm64_keeps_per_torch_modules_for_now() -> None:
+    assert stable_abi.stable_target("2.10", "2.13.0", "cpu", "linux/amd64") == "2.10"
+    assert stable_abi.stable_target("2.10", "2.13.0", "cpu", "linux/arm64") is None
+
+
 def test_version_macro_encodes_as_torch_headers_do() -> None:
     # torch/headeronly/version.h: ((major << 56) | (minor << 48)), written out by hand here.
     assert stable_abi.version_macro("2.10") == "0x020a000000000000"
