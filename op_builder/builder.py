@@ -19,11 +19,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from op_builder import archs as arch_lib
-from op_builder import includes, settings, stable_abi
+from op_builder import settings, stable_abi
 from op_builder.archs import ArchLimits, CudaArch
 from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
 from op_builder.cross import native_platform, retarget_extension
-from op_builder.loader import load_op
+from op_builder.loader import included_files, load_op
 from op_builder.paths import PACKAGE_ROOT
 from op_builder.toolchain import LibrarySpec
 
@@ -178,7 +178,7 @@ class OpBuilder:
             return flags
         # The namespace hashes what the module is made of, not where: sources and headers by
         # name and content, and the flags; so the same inputs give the same module anywhere.
-        files = includes.scan([Path(s) for s in flags.sources], [Path(d) for d in flags.include_dirs]).files
+        files = included_files(flags)
         portable = [f for f in flags.cxx if not f.startswith(PREFIX_MAP)]  # where, not what
         identity = [target.encode(), ctx.accelerator.encode(), *(f.encode() for f in portable)]
         identity += [f.encode() for f in flags.device if not f.startswith("--threads")]

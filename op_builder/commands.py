@@ -71,13 +71,13 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     manifest = read_installed()
     installed = manifest.ops if manifest else {}
     ops = []
+    here = toolchain.torch.version if toolchain.torch else None
     for name, builder in ALL_OPS.items():
         reason = builder.incompatibility(ctx)
         # What the installed module is, else what a build here would make: one module for every
         # torch from a stable target on, or one for this torch alone.
         entry = installed.get(name)
         target = entry.stable_abi if entry is not None else builder.stable_target(ctx)
-        here = toolchain.torch.version if toolchain.torch else None
         torch_release = manifest.torch if entry is not None and manifest is not None else here
         ops.append(
             {

@@ -107,7 +107,7 @@ def namespace(op: str, identity: Iterable[bytes]) -> str:
 
 def defines(target: str, op_namespace: str, accelerator: str) -> tuple[str, ...]:
     """The compile flags of a stable build (Py_LIMITED_API comes with py_limited_api=True ahead of
-    time, and from ``jit_defines`` just in time)."""
+    time, and from ``LIMITED_API_DEFINES`` just in time)."""
     flags = [
         "-DIMAGEGEN_STABLE_ABI",
         f"-DTORCH_TARGET_VERSION={version_macro(target)}",

@@ -250,7 +250,7 @@ class CPUOptimizer(KernelOptimizer):
                 index += 1
                 if p.grad is not None:
                     self._update_param(module, group, p, half, calls)
-            if calls is not None and module is not None:
+            if calls is not None:
                 calls.run(getattr(module, self.kernel_list_fn))
 
     def _update_param(
@@ -274,13 +274,13 @@ class CPUOptimizer(KernelOptimizer):
         work = p if p.is_contiguous() else p.contiguous()
         if grad.is_sparse:
             self._sparse_update(module, work, grad, state, group)
-        elif module is not None and calls is not None and work is p and half is None:
-            # Nothing to do after the kernel: it may run with the group's other tensors.
-            tensors = [state[key] for key in self.state_keys]
-            calls.add((p, grad.contiguous(), *tensors), self._kernel_scalars(state, group))
         else:
             tensors = [state[key] for key in self.state_keys]
-            self._dense_update(module, work, grad.contiguous(), tensors, state, group, half)
+            if calls is not None and work is p and half is None:
+                # Nothing to do after the kernel: it may run with the group's other tensors.
+                calls.add((p, grad.contiguous(), *tensors), self._kernel_scalars(state, group))
+            else:
+                self._dense_update(module, work, grad.contiguous(), tensors, state, group, half)
             half = None  # written by the dense update
         if work is not p:
             p.copy_(work)
