@@ -1,17 +1,20 @@
-"""The one Docker SDK client factory: everything in imagegen that talks to the daemon uses it.
+"""The one Docker SDK client factory: everything in imagegen that talks to the daemon uses it,
+and only from inside ``imagegen.engine`` (a banned import elsewhere: imagegen/.ruff.toml).
 
 Failures to connect become ``EngineUnavailableError`` here, once, with the one message a
-user sees for them (``no Docker daemon answers: why``) and the way to start a daemon.
+user sees for them (``no Docker daemon answers: why``) and the way to start a daemon; what the
+engine refuses later, in the middle of the work, becomes an ``ImagegenError`` (``connection``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from imagegen import settings
-from imagegen.errors import EngineUnavailableError
+from imagegen.errors import EngineUnavailableError, ImagegenError
 
 if TYPE_CHECKING:
     import docker
@@ -46,6 +49,45 @@ def docker_client(env: Mapping[str, str] = os.environ, timeout: float | None = 1
         return docker.from_env(environment=dict(env), timeout=timeout)
     except docker.errors.DockerException as exc:
         raise daemon_unavailable(first_line(str(exc))) from exc
+
+
+@contextlib.contextmanager
+def connection(
+    doing: str, timeout: float | None = 120, env: Mapping[str, str] = os.environ
+) -> Iterator[docker.DockerClient]:
+    """A client (``docker_client``'s), closed on leaving.
+
+    The SDK errors its caller leaves unhandled leave as the project's: a daemon that goes away
+    in the middle (a connection refused or reset) is the error of one that does not answer at
+    all; a reply that does not come in ``timeout``, or anything else the engine refuses, an
+    ``ImagegenError`` saying what it was ``doing`` ("inspecting IMAGE"). So no caller outside
+    the engine needs to know the SDK's exceptions.
+    """
+    client = docker_client(env, timeout)
+    import docker
+    import requests
+
+    try:
+        yield client
+    except requests.exceptions.ConnectionError as exc:
+        raise daemon_unavailable(first_line(str(exc))) from exc
+    except requests.exceptions.Timeout as exc:
+        raise ImagegenError(
+            f"the Docker engine did not answer {doing} within {timeout:.0f}s",
+            hint="check the engine (`docker info`, its log) and run the command again",
+        ) from exc
+    except docker.errors.DockerException as exc:
+        raise ImagegenError(
+            f"the Docker engine failed {doing}: {explanation(exc)}",
+            hint="check the engine (`docker info`, its log) and run the command again",
+        ) from exc
+    finally:
+        client.close()
+
+
+def explanation(exc: Exception) -> str:
+    """What the engine said about a refused request (the SDK's ``explanation``), else the error's text."""
+    return first_line(str(getattr(exc, "explanation", None) or exc))
 
 
 def check_docker_host(env: Mapping[str, str]) -> None:

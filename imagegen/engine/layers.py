@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import IO, Any, Literal
 
+from imagegen.engine.client import connection
 from imagegen.errors import VerificationFailedError
 
 Kind = Literal["file", "dir", "symlink", "hardlink", "whiteout", "opaque", "other"]
@@ -261,3 +262,12 @@ def image_layers(
             f"the engine's export of {image} cannot be read as layers ({exc})",
             hint="check the image with `docker save IMAGE | tar -t`; rebuild it if it is damaged",
         ) from None
+
+
+def exported_layers(
+    image: str, hash_file: Select = nothing, keep_data: Select = nothing, timeout: float = 600
+) -> dict[str, Layer]:
+    """``image_layers`` through a connection of its own (``timeout``: the longest the export may
+    stall between two chunks)."""
+    with connection(f"exporting {image}", timeout) as client:
+        return image_layers(client, image, hash_file, keep_data)

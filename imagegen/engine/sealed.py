@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from imagegen.engine.client import connection
 from imagegen.errors import UserFacingError, VerificationFailedError
 
 # Every sealed container carries this label, so what a Ctrl-C might leave behind can be found.
@@ -69,7 +70,6 @@ def device_requests(gpus: str | None) -> list[Any]:
 
 
 def run_sealed(
-    client: Any,
     image: str,
     purpose: str,
     config: Mapping[str, Any],
@@ -88,11 +88,13 @@ def run_sealed(
     by name, so a Ctrl-C that lands between its creation and any assignment still cleans up, with
     a second Ctrl-C or SIGTERM held until that is done."""
     name = f"imagegen-{purpose}-{uuid.uuid4().hex[:12]}"
-    try:
-        return _run(client, image, name, purpose, config, command, timeout, gpus, environment, refused)
-    finally:
-        with interrupts_deferred():
-            remove_container(client, name)
+    # Longer than the container may run: no request of the run gives up before the wait for it.
+    with connection(f"running the {purpose} container of {image}", max(60, int(timeout) + 30)) as client:
+        try:
+            return _run(client, image, name, purpose, config, command, timeout, gpus, environment, refused)
+        finally:
+            with interrupts_deferred():
+                remove_container(client, name)
 
 
 def _run(

@@ -1,9 +1,9 @@
 """Stage 5, publishing: the one place imagegen pushes, where its push plan
 (``imagegen.oci.push_plan``: made once from the run's options, with the rule that nothing unverified
 is pushed checked as it is made) sends an image; ``publish`` pushes after a passing
-verification and does nothing otherwise. Pushing goes through the docker CLI when there is one
-(its credential helpers and ``docker login`` apply), else the Docker SDK. The image's SBOM and
-provenance (and the provenance's signature) then follow it as OCI referrers of the manifest just
+verification and does nothing otherwise. The engine sends it (``imagegen.engine.push``: through
+the docker CLI when there is one, so its credential helpers and ``docker login`` apply). The
+image's SBOM and provenance (and the provenance's signature) then follow it as OCI referrers of the manifest just
 pushed (``imagegen.oci.referrers``), each annotated with the build's time. With a signing key the
 manifest is also signed for cosign: its signature, provenance and SBOM as cosign 3's bundles
 (``imagegen.proof.bundle``) among the referrers, and as cosign 2's ``.sig`` / ``.att`` tags
@@ -14,15 +14,12 @@ a tag to the index's digest, and look for signatures of that digest.
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from imagegen.engine.client import docker_client
-from imagegen.engine.process import stream_process
-from imagegen.engine.progress import LogView
+from imagegen.engine.images import inspect_local
+from imagegen.engine.push import push_image
 from imagegen.engine.types import Engine
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.oci.cosign_bundles import bundles, created, statements
@@ -205,11 +202,7 @@ def sign_index(
 
 def _repo_digest(tag: str, reference: Reference) -> str | None:
     """The manifest digest docker recorded for ``tag``'s repository when it pushed it (None: none)."""
-    client = docker_client(os.environ, timeout=60)
-    try:
-        digests = client.api.inspect_image(tag).get("RepoDigests") or []
-    finally:
-        client.close()
+    digests = inspect_local(tag, timeout=60).get("RepoDigests") or []
     name = tag.rsplit("@", 1)[0]
     name = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
     for entry in digests:
@@ -237,47 +230,3 @@ def _image_documents(tag: str) -> ProofDocuments | None:
         None if signature is None else docs.Document(docs.SIGNATURE, signature),
         found.labels.get(docs.KEYID_LABEL),
     )
-
-
-def push_image(engine: Engine, tag: str) -> None:
-    """Push ``tag`` to the registry its name points at (CLI when there is one: credential helpers)."""
-    if engine.client is not None:
-        _push_cli(engine.client, tag)
-    else:
-        _push_sdk(tag)
-
-
-def _push_cli(client: str, tag: str) -> None:
-    view = LogView("buildkit", plain=True)
-    try:
-        rc = stream_process([client, "push", tag], os.environ, view)
-    finally:
-        view.close()
-    if rc != 0:
-        raise BuildFailedError(f"pushing {tag} failed", hint=_push_hint(view.lines))
-
-
-def _push_sdk(tag: str) -> None:
-    client = docker_client(os.environ, timeout=None)
-    lines: list[str] = []
-    try:
-        repository, _, version = tag.rpartition(":") if _has_tag(tag) else (tag, "", "latest")
-        for item in client.api.push(repository, tag=version, stream=True, decode=True):
-            text = str(item.get("error") or item.get("status") or "")
-            if text:
-                lines.append(text)
-                print(text, file=sys.stderr, flush=True)
-            if "error" in item:
-                raise BuildFailedError(f"pushing {tag} failed: {item['error']}", hint=_push_hint(lines))
-    finally:
-        client.close()
-
-
-def _has_tag(name: str) -> bool:
-    # registry:5000/repo has a port, not a tag: a tag is after the last "/".
-    return ":" in name.rsplit("/", 1)[-1]
-
-
-def _push_hint(lines: Iterable[str]) -> str:
-    tail = list(lines)[-10:]
-    return "check the registry address and `docker login`; last output:\n" + "\n".join(tail)

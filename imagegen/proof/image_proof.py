@@ -4,18 +4,13 @@ documents from the image's files, and the checks ``imagegen verify`` and ``image
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import tarfile
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagegen.engine import sealed
-from imagegen.engine.client import docker_client
+from imagegen.engine.image_files import copy_files
 from imagegen.engine.images import inspect_local
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference
@@ -46,13 +41,9 @@ def probe_text() -> str:
 
 def probe_image(image: str, with_torch: bool = False, timeout: float = 300) -> ImageFacts:
     """Run the probe in a sealed container of ``image`` (as ``imagegen verify`` runs its verifier)."""
-    client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
     command = ["python", "-c", probe_text(), *(["--torch"] if with_torch else [])]
-    try:
-        config = inspect_local(client, image).get("Config") or {}
-        code, stdout, stderr = run_python(client, image, "proof", config, command, timeout)
-    finally:
-        client.close()
+    config = inspect_local(image).get("Config") or {}
+    code, stdout, stderr = run_python(image, "proof", config, command, timeout)
     data = last_json_object(stdout)
     try:
         return ImageFacts.from_json(data)
@@ -95,32 +86,13 @@ class ImageDocuments:
 def read_documents(image: str) -> ImageDocuments:
     """The labels and the proof files of ``image``, copied out of a container that never starts."""
     check_reference("IMAGE", image)
-    client = docker_client(os.environ, timeout=120)
-    import docker
-
-    name = f"imagegen-proof-{uuid.uuid4().hex[:12]}"
-    try:
-        labels = (inspect_local(client, image).get("Config") or {}).get("Labels") or {}
-        if not any(kind.label in labels for kind in DOCUMENT_TYPES):
-            return ImageDocuments(image, labels)
-        try:
-            client.api.create_container(image, command=["true"], name=name, labels={sealed.SEALED_LABEL: "1"})
-            try:
-                stream, _ = client.api.get_archive(name, PROOF_DIR)
-                archive = b"".join(stream)
-            except docker.errors.NotFound:
-                return ImageDocuments(image, labels)
-        finally:
-            with sealed.interrupts_deferred():
-                sealed.remove_container(client, name)
-    finally:
-        client.close()
-    files = {}
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for member in tar.getmembers():
-            handle = tar.extractfile(member) if member.isfile() else None
-            if handle is not None:
-                files[Path(member.name).name] = handle.read()
+    labels = (inspect_local(image).get("Config") or {}).get("Labels") or {}
+    if not any(kind.label in labels for kind in DOCUMENT_TYPES):
+        return ImageDocuments(image, labels)
+    found = copy_files(image, PROOF_DIR, purpose="proof")
+    if found is None:
+        return ImageDocuments(image, labels)
+    files = {Path(name).name: data for name, data in found.items()}
     return ImageDocuments(image, labels, files)
 
 

@@ -10,15 +10,13 @@ image's: its files are read from the engine's layer folders or its export of it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
 from imagegen.engine.layer_dirs import dir_links, layer_dirs, read_dir_layer
-from imagegen.engine.layers import Layer, Select, image_layers, nothing
+from imagegen.engine.layers import Layer, Select, exported_layers, nothing
 from imagegen.errors import VerificationFailedError
 from imagegen.proof import exact
 from imagegen.proof.derived import Judgement, Links, judge
@@ -50,7 +48,6 @@ def _layer_ids(info: Mapping[str, Any]) -> list[str]:
 
 
 def read_layers(
-    client: Any,
     image: str,
     info: Mapping[str, Any],
     wanted: Sequence[str],
@@ -72,27 +69,22 @@ def read_layers(
             return layers, dir_links(folders)
         except OSError:
             pass  # a folder that changed or cannot be read after all: the export says the same
-    layers = image_layers(client, image, hash_file, keep_data)
+    layers = exported_layers(image, hash_file, keep_data)
     links = {e.path: e.target for layer in layers.values() for e in layer.entries if e.kind == "symlink"}
     return layers, links.get
 
 
 def runtime_record(image: str, layout: PythonLayout, module_paths: tuple[str, ...]) -> RuntimeRecord:
     """Read ``image`` (the runtime stage, before its proof layer) as the statement signs it."""
-    client = docker_client(os.environ, timeout=600)
-    try:
-        info = inspect_local(client, image)
-        ids = _layer_ids(info)
-        layers, _ = read_layers(
-            client,
-            image,
-            info,
-            ids,
-            hash_file=lambda path: path in module_paths or layout.covers(path),
-            keep_data=lambda path: path.endswith(".dist-info/RECORD"),
-        )
-    finally:
-        client.close()
+    info = inspect_local(image)
+    ids = _layer_ids(info)
+    layers, _ = read_layers(
+        image,
+        info,
+        ids,
+        hash_file=lambda path: path in module_paths or layout.covers(path),
+        keep_data=lambda path: path.endswith(".dist-info/RECORD"),
+    )
     missing = [layer for layer in ids if layer not in layers]
     if missing:
         raise VerificationFailedError(
@@ -114,21 +106,17 @@ def check_layers(
     """Hold ``image`` to the signed ``runtime`` (``modules``: op module path -> (op, sha256);
     ``documents``: the proof's file name -> the bytes whose signature and digests were checked).
     ``derived``: list what layers and settings it adds instead of failing on them."""
-    client = docker_client(os.environ, timeout=600)
-    try:
-        info = inspect_local(client, image)
-        ids = _layer_ids(info)
-        problems = exact.layer_problems(runtime, ids)
-        if problems:
-            return Judgement(tuple(problems), len(runtime.layers))
-        signed = len(runtime.layers)
-        # Without --derived only the proof layer is read: any layer above it fails unread.
-        wanted = ids[signed:] if derived else ids[signed : signed + 1]
-        layers, links = read_layers(
-            client, image, info, wanted, hash_file=lambda path: within(path, PROOF_DIR) or path in modules
-        )
-    finally:
-        client.close()
+    info = inspect_local(image)
+    ids = _layer_ids(info)
+    problems = exact.layer_problems(runtime, ids)
+    if problems:
+        return Judgement(tuple(problems), len(runtime.layers))
+    signed = len(runtime.layers)
+    # Without --derived only the proof layer is read: any layer above it fails unread.
+    wanted = ids[signed:] if derived else ids[signed : signed + 1]
+    layers, links = read_layers(
+        image, info, wanted, hash_file=lambda path: within(path, PROOF_DIR) or path in modules
+    )
     if any(layer not in layers for layer in wanted):
         raise VerificationFailedError(
             f"the engine's export of {image} lacks some of its layers",

@@ -25,7 +25,7 @@ from typing import Any
 import imagegen
 from imagegen import settings
 from imagegen.engine import Engine, build_image
-from imagegen.engine.client import docker_client
+from imagegen.engine.images import find_image
 from imagegen.errors import VerificationFailedError
 from imagegen.files import make_dirs, write_atomic
 from imagegen.imagespec.spec import ImageSpec
@@ -128,24 +128,15 @@ def project_revision(root: Path) -> Revision:
 
 def base_images(spec: ImageSpec) -> tuple[BaseImage, ...]:
     """The bases with their digests: the registry digest where the engine has one, else the image id."""
-    client = docker_client(os.environ, timeout=60)
-    import docker  # deferred for the reason imagegen.engine.client gives
-
-    try:
-        found = []
-        for role, name in (("devel", spec.base_devel), ("runtime", spec.base_runtime)):
-            try:
-                info = client.api.inspect_image(name)
-            except docker.errors.ImageNotFound:  # removed since the build: named, with no digest
-                found.append(BaseImage(role, name, None))
-                continue
-            repo_digests = [d for d in info.get("RepoDigests") or [] if "@" in d]
-            found.append(
-                BaseImage(role, name, repo_digests[0].split("@", 1)[1] if repo_digests else info["Id"])
-            )
-        return tuple(found)
-    finally:
-        client.close()
+    found = []
+    for role, name in (("devel", spec.base_devel), ("runtime", spec.base_runtime)):
+        info = find_image(name, timeout=60)
+        if info is None:  # removed since the build: named, with no digest
+            found.append(BaseImage(role, name, None))
+            continue
+        repo_digests = [d for d in info.get("RepoDigests") or [] if "@" in d]
+        found.append(BaseImage(role, name, repo_digests[0].split("@", 1)[1] if repo_digests else info["Id"]))
+    return tuple(found)
 
 
 def now() -> datetime.datetime:

@@ -17,7 +17,6 @@ listings; ``measure_image`` asks the engine and the image.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,8 +24,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from imagegen.engine.client import docker_client
-from imagegen.engine.images import inspect_local
+from imagegen.engine.images import find_image, inspect_local
 from imagegen.engine.layer_dirs import layer_dirs
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference, reference_problem
@@ -386,43 +384,33 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
     ``io.imagegen.target`` label), VerificationFailedError when the probe cannot run in it.
     """
     check_reference("IMAGE", image)
-    client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
-    import docker
-
+    info = inspect_local(image)
+    config = info.get("Config") or {}
+    labels = config.get("Labels") or {}
+    if TARGET_LABEL not in labels:
+        raise BadInputError(
+            f"{image} was not built by imagegen (it has no {TARGET_LABEL} label)",
+            hint="imagegen size reads images `imagegen build` made; "
+            "`docker history` shows any image's layers",
+        )
+    base = labels.get(BASE_LABEL) or None
+    base_bytes = None
+    base_count = 0
+    # A label is the image's word, not ours: one the engine would refuse as a reference
+    # (`Foo/bar`) names no base here, as a base that is gone does.
+    base_info = find_image(base) if base is not None and reference_problem(base) is None else None
+    if base_info is not None:
+        base_count = len((base_info.get("RootFS") or {}).get("Layers") or [])
+        base_bytes = base_bytes_of(
+            (info.get("RootFS") or {}).get("Layers") or [],
+            (base_info.get("RootFS") or {}).get("Layers") or [],
+            int(base_info.get("Size") or 0),
+        )
+    layers = _layers(image, info, base_count if base_bytes is not None else 0)
     try:
-        info = inspect_local(client, image)
-        config = info.get("Config") or {}
-        labels = config.get("Labels") or {}
-        if TARGET_LABEL not in labels:
-            raise BadInputError(
-                f"{image} was not built by imagegen (it has no {TARGET_LABEL} label)",
-                hint="imagegen size reads images `imagegen build` made; "
-                "`docker history` shows any image's layers",
-            )
-        base = labels.get(BASE_LABEL) or None
-        base_bytes = None
-        base_count = 0
-        # A label is the image's word, not ours: one the engine would refuse as a reference
-        # (`Foo/bar`) names no base here, as a base that is gone does.
-        if base is not None and reference_problem(base) is None:
-            try:
-                base_info = client.api.inspect_image(base)
-            except docker.errors.ImageNotFound:
-                base_info = None
-            if base_info is not None:
-                base_count = len((base_info.get("RootFS") or {}).get("Layers") or [])
-                base_bytes = base_bytes_of(
-                    (info.get("RootFS") or {}).get("Layers") or [],
-                    (base_info.get("RootFS") or {}).get("Layers") or [],
-                    int(base_info.get("Size") or 0),
-                )
-        layers = _layers(client, image, info, base_count if base_bytes is not None else 0)
-        try:
-            exit_code, stdout, stderr = run_python(client, image, "size", config, probe_command(), timeout)
-        except VerificationFailedError as exc:  # no python, or the container did not start
-            raise VerificationFailedError(f"could not measure {image}: {exc.message}", hint=exc.hint) from exc
-    finally:
-        client.close()
+        exit_code, stdout, stderr = run_python(image, "size", config, probe_command(), timeout)
+    except VerificationFailedError as exc:  # no python, or the container did not start
+        raise VerificationFailedError(f"could not measure {image}: {exc.message}", hint=exc.hint) from exc
     document = parse_probe_output(stdout)
     if document is None:
         tail = "\n".join((stdout + "\n" + stderr).strip().splitlines()[-10:])
@@ -438,12 +426,12 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
     return replace(report, layers=layers)
 
 
-def _layers(client: Any, image: str, info: Mapping[str, Any], base_layers: int) -> tuple[LayerSize, ...]:
+def _layers(image: str, info: Mapping[str, Any], base_layers: int) -> tuple[LayerSize, ...]:
     """Each layer's bytes and what it holds, where the engine's layer folders are here to read
     (streaming the whole image through the engine's export would cost more than the rest of the
     measurement: nothing, then)."""
     if layer_dirs(info) is None:
         return ()
     ids = [str(layer) for layer in (info.get("RootFS") or {}).get("Layers") or []]
-    read, _ = read_layers(client, image, info, ids, hash_file=lambda _: False)
+    read, _ = read_layers(image, info, ids, hash_file=lambda _: False)
     return layer_sizes([read[i] for i in ids if i in read], base_layers)

@@ -11,7 +11,6 @@ part, the engine's total among them) hold the same way for every path.
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from imagegen import log
 from imagegen.engine import Engine
-from imagegen.engine.client import docker_client
+from imagegen.engine.images import tag_image
 from imagegen.imagespec.spec import ImageSpec
 from imagegen.oci.publish import Published, publish_image
 from imagegen.oci.push_plan import NO_PUSH, PushPlan
@@ -105,9 +104,4 @@ def finish(
 
 def _tag_image(source: str, target: str) -> None:
     """Give ``source`` the name ``target`` (bake pushes ``REGISTRY/<tag>``)."""
-    client = docker_client(os.environ)
-    try:
-        repository, _, version = target.rpartition(":")
-        client.api.tag(source, repository, version)
-    finally:
-        client.close()
+    tag_image(source, target)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -22,7 +21,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from imagegen.engine.client import docker_client
 from imagegen.engine.images import inspect_local
 from imagegen.engine.sealed import run_sealed
 from imagegen.errors import BadInputError
@@ -220,17 +218,13 @@ def verify_image(
     op_builder, timed out).
     """
     check_verify_input(image, timeout)
-    client = docker_client(os.environ, timeout=max(60, int(timeout) + 30))
     start = time.monotonic()
-    try:
-        config = inspect_local(client, image)["Config"] or {}
-        labels = config.get("Labels") or {}
-        check_image_op_names(ops or (), labels)
-        wanted = requested_ops(ops, labels)
-        command = verify_command(wanted, require_gpu, selftest)
-        exit_code, stdout, stderr = run_python(client, image, "verify", config, command, timeout, gpus)
-    finally:
-        client.close()
+    config = inspect_local(image)["Config"] or {}
+    labels = config.get("Labels") or {}
+    check_image_op_names(ops or (), labels)
+    wanted = requested_ops(ops, labels)
+    command = verify_command(wanted, require_gpu, selftest)
+    exit_code, stdout, stderr = run_python(image, "verify", config, command, timeout, gpus)
     seconds = time.monotonic() - start
     result = parse_verify_output(stdout, wanted, image, seconds, gpus)
     if result is None:
@@ -239,7 +233,6 @@ def verify_image(
 
 
 def run_python(
-    client: Any,
     image: str,
     purpose: str,
     config: Mapping[str, Any],
@@ -251,6 +244,6 @@ def run_python(
     engine's sealed run (``imagegen.engine.sealed.run_sealed``), with JIT builds off and the
     engine's refusal to start it worded as the verifier's (``failures.start_error``)."""
     return run_sealed(
-        client, image, purpose, config, command, timeout, gpus,
+        image, purpose, config, command, timeout, gpus,
         environment=_SEALED_ENV, refused=partial(start_error, image, gpus=gpus),
     )  # fmt: skip
