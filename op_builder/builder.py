@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from op_builder import archs as arch_lib
 from op_builder import settings, stable_abi
 from op_builder.archs import ArchLimits, CudaArch
-from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home
+from op_builder.context import BuildContext, OpFlags, align_torch_cuda_home, cxx_standard
 from op_builder.cross import native_platform, retarget_extension
 from op_builder.loader import included_files, load_op
 from op_builder.paths import PACKAGE_ROOT
+from op_builder.stable_abi import PinnedHeaders
 from op_builder.toolchain import LibrarySpec
 
 if TYPE_CHECKING:
@@ -60,6 +61,32 @@ def _relative_paths(source_dir: Path) -> tuple[str, ...]:
     if torch_spec is not None and torch_spec.origin is not None:
         roots.append(Path(torch_spec.origin).parent.parent)
     return tuple(f"{PREFIX_MAP}{root}{os.sep}=" for root in dict.fromkeys(roots))
+
+
+def _release(version: str) -> tuple[int, int]:
+    found = stable_abi.release(version)
+    return found if found is not None else (0, 0)
+
+
+def _compiled_against(flags: OpFlags, pinned: PinnedHeaders) -> OpFlags:
+    """``flags`` for compiling against the pinned torch headers instead of the installed torch's:
+    their C++ standard, and their paths written as the installed torch's would be."""
+    std = f"-std={cxx_standard(pinned.version)}"
+    prefix_map = f"{PREFIX_MAP}{pinned.include}{os.sep}=torch{os.sep}include{os.sep}"
+
+    def restd(items: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(std if item.startswith("-std=") else item for item in items)
+
+    return replace(
+        flags,
+        cxx=(*restd(flags.cxx), prefix_map),
+        device=restd(flags.device),
+        # The C++ library first: searched after torch's libraries, a CUDA build's libtorch.so,
+        # which exports some of libstdc++'s symbols, would become a library the module needs
+        # (and a CPU build's would not): the module would follow the torch it was linked with.
+        libraries=("stdc++", *flags.libraries),
+        torch_headers=str(pinned.include),
+    )
 
 
 class OpBuilder:
@@ -174,19 +201,29 @@ class OpBuilder:
     def _with_stable_abi(self, ctx: BuildContext, flags: OpFlags) -> OpFlags:
         """``flags`` made a stable build's when the op and the build's torch allow one."""
         target = self.stable_target(ctx)
-        if target is None:
+        pinned = ctx.stable_headers
+        if target is None or (
+            pinned is not None and stable_abi.parse_target(target) > _release(pinned.version)
+        ):
             return flags
+        headers_version = ctx.torch_version if pinned is None else pinned.version
+        if pinned is not None:
+            flags = _compiled_against(flags, pinned)
         # The namespace hashes what the module is made of, not where: sources and headers by
-        # name and content, and the flags; so the same inputs give the same module anywhere.
+        # name and content, the flags, and the release of torch's headers (two builds against
+        # different headers are different modules, and must not share a namespace in a process);
+        # so the same inputs give the same module anywhere.
         files = included_files(flags)
         portable = [f for f in flags.cxx if not f.startswith(PREFIX_MAP)]  # where, not what
         identity = [target.encode(), ctx.accelerator.encode(), *(f.encode() for f in portable)]
+        identity.append(f"torch headers {headers_version}".encode())
         identity += [f.encode() for f in flags.device if not f.startswith("--threads")]
         for path in sorted(files, key=lambda p: p.name):
             identity += [path.name.encode(), path.read_bytes()]
         defines = stable_abi.defines(target, stable_abi.namespace(self.name, identity), ctx.accelerator)
         return replace(
             flags,
+            ldflags=(*flags.ldflags, *stable_abi.link_flags()),
             cxx=(*flags.cxx, *defines),
             device=(*flags.device, *defines) if flags.device else (),
             stable_abi=target,
@@ -207,7 +244,7 @@ class OpBuilder:
         common: dict[str, Any] = {
             "name": flags.module,
             "sources": rel,
-            "include_dirs": list(flags.include_dirs),
+            "include_dirs": list(flags.compile_include_dirs),
             "extra_link_args": list(flags.ldflags),
             "libraries": list(flags.libraries),
         }

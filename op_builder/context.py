@@ -21,6 +21,7 @@ from op_builder.devices import cuda_gpus, import_cpp_extension
 from op_builder.env import env_flag, env_positive_int
 from op_builder.errors import BadInputError
 from op_builder.parallel_build import default_nvcc_threads, job_budget
+from op_builder.stable_abi import PinnedHeaders, pinned_headers
 from op_builder.toolchain import Toolchain, check_cuda_versions
 
 Accelerator = Literal["cpu", "cuda", "rocm"]
@@ -56,6 +57,8 @@ class BuildContext:
     # The torch whose headers the ops compile against (None when unknown): whether an op that
     # declares a stable ABI target gets a stable build (op_builder.stable_abi).
     torch_version: str | None = None
+    # DS_STABLE_HEADERS: the headers stable ops compile against (None: the installed torch's).
+    stable_headers: PinnedHeaders | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,14 @@ class OpFlags:
     libraries: tuple[str, ...]
     # The stable ABI target ("2.10") of a stable build; None for a module per torch release.
     stable_abi: str | None = None
+    # A stable build's torch include folder when pinned (DS_STABLE_HEADERS), searched after the
+    # op's own include dirs and before the installed torch's.
+    torch_headers: str | None = None
+
+    @property
+    def compile_include_dirs(self) -> tuple[str, ...]:
+        """The include dirs handed to the compiler: the op's, then the pinned torch headers."""
+        return self.include_dirs if self.torch_headers is None else (*self.include_dirs, self.torch_headers)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +99,7 @@ class OpFlags:
             "ldflags": list(self.ldflags),
             "libraries": list(self.libraries),
             "stable_abi": self.stable_abi,
+            "torch_headers": self.torch_headers,
         }
 
 
@@ -148,6 +160,7 @@ def resolve_context(
             f"{cross.build_platform} machine, not the {cross.platform} target",
             hint=f"unset {settings.CPU_NATIVE.name} (the CPU ops pick their SIMD path at run time)",
         )
+    headers_text = env.get(settings.STABLE_HEADERS.name, "").strip()
     return BuildContext(
         accelerator=accelerator,
         toolchain=toolchain,
@@ -159,6 +172,7 @@ def resolve_context(
         cxx_std=cxx_standard(toolchain.torch.version if toolchain.torch else None),
         warnings=tuple(warnings),
         torch_version=toolchain.torch.version if toolchain.torch else None,
+        stable_headers=pinned_headers(headers_text, settings.STABLE_HEADERS.name) if headers_text else None,
     )
 
 

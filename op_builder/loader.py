@@ -165,12 +165,14 @@ def _cpu_context(host: Toolchain, env: Mapping[str, str]) -> BuildContext:
     """CPU ops build the same on every target; only the C++ standard follows torch."""
     import torch
 
+    headers = env.get(settings.STABLE_HEADERS.name, "").strip()
     return BuildContext(
         accelerator="cpu",
         toolchain=host,
         cpu_native=bool(env_flag(env, settings.CPU_NATIVE.name)),
         cxx_std=cxx_standard(torch.__version__),
         torch_version=torch.__version__,
+        stable_headers=stable_abi.pinned_headers(headers, settings.STABLE_HEADERS.name) if headers else None,
     )
 
 
@@ -327,7 +329,7 @@ def _compile(builder: LoadableOp, env: Mapping[str, str], module_name: str, buil
             extra_cflags=[*flags.cxx, *limited],
             extra_cuda_cflags=[*flags.device, *limited] or None,
             extra_ldflags=[*flags.ldflags, *(f"-l{lib}" for lib in flags.libraries)],
-            extra_include_paths=list(flags.include_dirs),
+            extra_include_paths=list(flags.compile_include_dirs),
             build_directory=str(build_dir),
             verbose=env.get(settings.JIT_VERBOSE.name) == "1",
         )

@@ -112,6 +112,14 @@ TARGET_SITE_PACKAGES = Setting(
     "a cross build's target site-packages: its torch (headers, libraries) and, for CUDA, its "
     "`nvidia-*` wheels, installed for the target platform and never run here",
 )
+STABLE_HEADERS = Setting(
+    "DS_STABLE_HEADERS",
+    "path",
+    "the installed torch's",
+    "a torch `include` folder (2.10 or newer) the stable ops compile against instead of the installed "
+    "torch's: with the same folder every torch release >= 2.10 builds the same module, byte for byte "
+    "(images pin the newest torch of their target: [docs/op-packages.md](docs/op-packages.md))",
+)
 DEBUG = Setting("OP_BUILDER_DEBUG", "flag", "unset", "`1`: show a traceback with errors")
 CXX = Setting("CXX", "command", "`c++` (a cross build: `<triplet>-g++`)", "the host C++ compiler", "toolkit")
 CC = Setting(
@@ -175,6 +183,7 @@ SETTINGS: tuple[Setting, ...] = (
     OP_SOURCES,
     TARGET_PLATFORM,
     TARGET_SITE_PACKAGES,
+    STABLE_HEADERS,
     DEBUG,
     CXX,
     CC,

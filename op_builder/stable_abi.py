@@ -26,6 +26,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from op_builder.elf_symbols import undefined_symbols
+from op_builder.errors import BadInputError
 
 # The first torch with the stable API our bindings use (tensor lists, str, sizes, get_num_threads).
 FIRST_STABLE_TORCH = (2, 10)
@@ -36,6 +37,8 @@ LIMITED_API_PYTHON = (3, 10)
 _DATA = Path(__file__).resolve().parent / "data"
 SHIM_TABLE = _DATA / "stable_shims.txt"
 ABI3_TABLE = _DATA / "abi3_symbols.txt"
+# The linker's version script of a stable module: it exports its PyInit_ function alone.
+EXPORTS_MAP = _DATA / "stable_exports.map"
 
 
 def release(version: str) -> tuple[int, int] | None:
@@ -83,6 +86,43 @@ def stable_target(
     return declared
 
 
+@dataclass(frozen=True)
+class PinnedHeaders:
+    """A torch ``include`` folder the stable ops compile against instead of the installed torch's.
+
+    The bytes of a stable module depend on the headers it was compiled against, not on the torch
+    it links (it takes only C functions from it): with one folder of headers, every torch release
+    >= the target builds the same module. Images pin the newest torch of their target.
+    """
+
+    include: Path
+    version: str  # "2.15.0", from the headers' own torch/headeronly/version.h
+
+
+_VERSION_PART = re.compile(r"^#define TORCH_VERSION_(MAJOR|MINOR|PATCH) (\d+)\s*$", re.MULTILINE)
+
+
+def pinned_headers(text: str, variable: str) -> PinnedHeaders:
+    """The folder ``variable`` names, checked: torch's headers of a release with the stable API."""
+    include = Path(text).expanduser()
+    version_h = include / "torch" / "headeronly" / "version.h"
+    try:
+        parts = dict(_VERSION_PART.findall(version_h.read_text()))
+    except OSError:
+        raise BadInputError(
+            f"{variable}={text} holds no torch headers of 2.10 or newer (no {version_h})",
+            hint="name the include folder of a torch >= 2.10 (site-packages/torch/include), or unset it",
+        ) from None
+    version = ".".join(parts.get(k, "?") for k in ("MAJOR", "MINOR", "PATCH"))
+    built = release(version)
+    if built is None or built < FIRST_STABLE_TORCH:
+        raise BadInputError(
+            f"{variable}={text} holds torch {version}'s headers; the stable ops need 2.10 or newer",
+            hint="name the include folder of a torch >= 2.10, or unset it",
+        )
+    return PinnedHeaders(include.resolve(), version)
+
+
 def version_macro(target: str) -> str:
     """TORCH_TARGET_VERSION for a target: major and minor in the top two bytes, as torch's
     ``torch/headeronly/version.h`` encodes versions."""
@@ -116,6 +156,14 @@ def defines(target: str, op_namespace: str, accelerator: str) -> tuple[str, ...]
     if accelerator == "cuda":
         flags.append("-DUSE_CUDA")  # the C shim's CUDA functions (the current stream)
     return tuple(flags)
+
+
+def link_flags() -> tuple[str, ...]:
+    """A stable module's link flags: it exports its PyInit_ function alone, and keeps no static
+    symbol table. What the linker adds of its own (``_end``, ``_edata``, ``__bss_start``) follows
+    the libraries on its command line (torch's CPU builds export them, its CUDA builds do not):
+    without these, the same sources linked against two torch releases are the same bytes."""
+    return (f"-Wl,--version-script={EXPORTS_MAP}", "-Wl,--strip-all")
 
 
 # Python's limited API, which torch's extension classes define ahead of time (py_limited_api=True);

@@ -328,17 +328,28 @@ def source_tree(revision: str | None, dest: Path) -> Source:
     return Source(dest, revision, commit, ())
 
 
-def build_wheel(work: Path, root: Path, ops: tuple[str, ...] = OPS) -> Path:
-    """``ops`` (the three) ahead of time in one wheel, built with this Python's torch from a copy of
-    the build inputs of ``root`` (a checkout's own build/ holds whatever was built there last)."""
+def build_wheel(
+    work: Path,
+    root: Path,
+    ops: tuple[str, ...] = OPS,
+    python: str = sys.executable,
+    headers: Path | None = None,
+) -> Path:
+    """``ops`` (the three) ahead of time in one wheel, built with ``python``'s torch (this one's by
+    default) from a copy of the build inputs of ``root`` (a checkout's own build/ holds whatever was
+    built there last); with ``headers``, against that torch include folder (DS_STABLE_HEADERS)."""
     # Deferred: imagegen is the checkout's (this script runs with the project's venv).
     from imagegen.building.build_inputs import copy_build_inputs
 
     source = copy_build_inputs(root, work / "src")
     wheels = work / "wheel"
     build = {f"DS_BUILD_{op.upper()}": "1" for op in ops}
+    if headers is not None:
+        build["DS_STABLE_HEADERS"] = str(headers)
+    # That Python's venv first on PATH: torch's extension builder runs its ninja.
+    build["PATH"] = os.pathsep.join([str(Path(python).parent), os.environ["PATH"]])
     command = [
-        sys.executable,
+        python,
         "-m",
         "pip",
         "wheel",
@@ -351,7 +362,10 @@ def build_wheel(work: Path, root: Path, ops: tuple[str, ...] = OPS) -> Path:
     code = run_logged(
         command,
         work / "logs" / "wheel.log",
-        env=clean_env(DS_BUILD_OPS="0", **build),
+        # That Python's venv first on PATH: torch's extension builder runs its ninja.
+        env=clean_env(
+            DS_BUILD_OPS="0", PATH=os.pathsep.join([str(Path(python).parent), os.environ["PATH"]]), **build
+        ),
         cwd=source,
         show=lambda line: line.startswith(("op_builder:", "Successfully built")) or "building op" in line,
     )

@@ -28,11 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from imagegen import settings
+from imagegen import log, settings
 from imagegen.building.build_inputs import check_sources, copy_build_inputs, source_root
-from imagegen.errors import BuildFailedError
+from imagegen.errors import BuildFailedError, ImagegenError
 from imagegen.imagespec.spec import ImageSpec
-from imagegen.render.dockerfile import CA_PATH, WHEELHOUSE_PATH
+from imagegen.render.dockerfile import CA_PATH, TORCH_HEADERS_PATH, WHEELHOUSE_PATH
+from imagegen.urls import redact
 
 _WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
@@ -42,6 +43,10 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:  # another file system, or links not allowed: copy instead
         shutil.copy2(src, dst)
+
+
+def _link_or_copy_names(src: str, dst: str) -> None:  # shutil.copytree's copy_function
+    _link_or_copy(Path(src), Path(dst))
 
 
 def slots_root() -> Path:
@@ -137,4 +142,28 @@ def _stage(spec: ImageSpec, root: Path, slot: Path) -> Path:
                 staged = wheels / item.name
                 if item.is_file() and item.name.endswith(_WHEEL_SUFFIXES) and not staged.exists():
                     _link_or_copy(item, staged)
+    if spec.stable_headers is not None:
+        include = stable_headers(spec.stable_headers)
+        shutil.copytree(include, context / TORCH_HEADERS_PATH, copy_function=_link_or_copy_names)
     return context
+
+
+def stable_headers(version: str) -> Path:
+    """torch ``version``'s include folder (--stable-headers), from the cache or this machine's pip index."""
+    # Deferred: only a build with stable ops pinned to other headers reads the index (requests).
+    from imagegen.compat.headers import cached_include, fetch_headers
+    from imagegen.compat.pip_config import pip_index_url
+
+    cached = cached_include(version)
+    if cached is not None:
+        return cached
+    index = pip_index_url()
+    log.info(f"reading torch {version}'s headers out of its wheel on {redact(index)} (--stable-headers)")
+    try:
+        return fetch_headers(version, index)
+    except ImagegenError as exc:
+        raise type(exc)(
+            exc.message,
+            hint="--stable-headers own compiles against the image's own torch (its op modules then "
+            "differ from other torch releases' images); or check the network and pip's index",
+        ) from None

@@ -78,6 +78,7 @@ class SpecInput:
     keep_ca_cert: bool = _default("keep_ca_cert")
     buildkit: bool = _default("buildkit")
     bytecode: str = _default("bytecode")
+    stable_headers: str = _default("stable_headers")  # newest, own, or a torch release
     numpy: bool = _default("numpy")  # --numpy/--no-numpy
     max_jobs: int | str | None = _default("max_jobs")  # a variable's text until its check
     compile_cache: str | None = _default("compile_cache")  # local, redis://, s3://, gcs://
@@ -130,6 +131,9 @@ class ImageSpec:
     # A cross build's wheels for the build platform (its own CPU torch); None: none but the index's.
     build_wheelhouse: Path | None = None
     numpy: bool = True  # NumPy in the runtime venv, from torch's sources
+    # The torch release ("2.15.0") whose headers the stable ops compile against, staged into the
+    # build context; None: the image's own torch's (or no stable op).
+    stable_headers: str | None = None
     # sccache's cache for the build stage's compilers; None: ccache in a BuildKit cache mount.
     compile_cache: CompileCache | None = None
     # The torch index's whole URL when it has credentials: the build secret ``torch-index``,
@@ -345,6 +349,9 @@ def build_spec(inp: SpecInput) -> ImageSpec:
     if inp.keep_ca_cert and ca_cert is None:
         raise BadInputError("--keep-ca-cert needs --ca-cert FILE", hint="name the CA bundle to keep")
     bytecode: str = values["bytecode"]
+    stable_headers = checks.pinned_stable_headers(
+        values["stable_headers"], target, platform, torch, names, registry, offline
+    )
     numpy = inp.numpy
     compile_cache = _compile_cache(values["compile_cache"], buildkit)
     index_secret = inputs.index_secret(given_index if torch_index is not None else None, buildkit)
@@ -384,6 +391,7 @@ def build_spec(inp: SpecInput) -> ImageSpec:
         build_platform=build_platform,
         build_wheelhouse=build_wheelhouse if build_platform != platform else None,
         numpy=numpy,
+        stable_headers=stable_headers,
         compile_cache=compile_cache,
         torch_index_secret=index_secret,
     )

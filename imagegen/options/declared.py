@@ -300,6 +300,32 @@ OPTIONS: tuple[ImageOption, ...] = (
         check="checks.bytecode",
     ),
     ImageOption(
+        name="stable_headers",
+        flags=("--stable-headers",),
+        form="value",
+        commands=_IMAGE_CMDS,
+        help=(
+            "torch headers the stable-ABI ops compile against (torch >= 2.10, CPU or CUDA, linux/amd64). "
+            "newest (default): those of the target's newest torch, so every image of the target gets the "
+            "same op modules; own: the image's torch's; or a release such as 2.15.0."
+        ),
+        docs_option="`--stable-headers WHICH`",
+        docs_default="`newest`",
+        docs_meaning=(
+            "the torch headers the ops built for torch's stable ABI compile against (an image with torch "
+            ">= 2.10, CPU or CUDA, for linux/amd64). `newest`: those of the newest torch release the catalog "
+            "has for the target, read out of its wheel on this machine's pip index and staged into the "
+            "build context: every image of the target, whatever its torch, gets byte-identical op modules "
+            "(one ops layer to pull, one compile for the compile cache). `own`: the image's own torch's "
+            "(also what `--offline` uses). A release (`2.15.0`): that torch's"
+        ),
+        panel=BUILD,
+        metavar="newest|own|X.Y.Z",
+        env_kind="text",
+        default="newest",
+        check="checks.stable_headers",
+    ),
+    ImageOption(
         name="numpy",
         flags=("--numpy/--no-numpy",),
         form="toggle",

@@ -31,6 +31,9 @@ from op_builder.registry import OUR_OP_PACKAGES
 EXTRAS_DIR = "_imagegen"
 CA_PATH = f"{EXTRAS_DIR}/ca.crt"
 WHEELHOUSE_PATH = f"{EXTRAS_DIR}/wheelhouse"
+# --stable-headers: the pinned torch release's include folder, staged here, copied to the image's.
+TORCH_HEADERS_PATH = f"{EXTRAS_DIR}/torch-headers"
+TORCH_HEADERS_DIR = "/opt/torch-headers/include"
 
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 
@@ -124,6 +127,8 @@ def build_environment(spec: ImageSpec) -> tuple[str, ...]:
         env.append(f'{op_settings.CUDA_ARCH_LIST.name}="{";".join(spec.cuda_archs)}"')
     elif spec.accelerator == "rocm":
         env.append(f'{op_settings.ROCM_ARCH.name}="{";".join(spec.rocm_archs)}"')
+    if spec.stable_headers is not None:
+        env.append(f"{op_settings.STABLE_HEADERS.name}={TORCH_HEADERS_DIR}")
     if spec.cross:
         env += cross.build_environment(spec)
     return tuple(env)
@@ -228,6 +233,8 @@ def context_extras(spec: ImageSpec) -> tuple[str, ...]:
     if spec.wheelhouses:
         extras.append(WHEELHOUSE_PATH + "/")
     extras += [package.staged_path + "/" for package in spec.op_packages]
+    if spec.stable_headers is not None:
+        extras.append(TORCH_HEADERS_PATH + "/")
     return tuple(extras)
 
 
@@ -282,6 +289,9 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "op_sources_pth": OP_SOURCES_PTH,
         "keep_ca_cert": spec.keep_ca_cert,
         "wheelhouse": bool(spec.wheelhouses),
+        "stable_headers": spec.stable_headers,
+        "torch_headers_staged": TORCH_HEADERS_PATH,
+        "torch_headers_dir": TORCH_HEADERS_DIR,
         "devel_packages": shell_words(devel_packages(spec)),
         "runtime_packages": shell_words(runtime_packages(spec)),
         "runtime_python": not runtime_base_has_python(spec),

@@ -72,6 +72,9 @@ def standard_entries(op_sources: Sequence[str] = ()) -> tuple[MatrixEntry, ...]:
             rocm=version if accelerator == "rocm" else None,
             op_sources=tuple(op_sources),
             platform=platform,
+            # The committed files build from the repository root, which holds no staged headers;
+            # `imagegen build` and `bake` pin them (--stable-headers newest).
+            stable_headers="own",
         )
         entries.append(MatrixEntry(build_spec(inp)))  # the defaults, no IMAGEGEN_* variable
     return tuple(entries)
