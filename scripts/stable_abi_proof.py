@@ -1,12 +1,15 @@
 """One stable CPU module, built once, loads and computes right on two torch releases.
 
-    python scripts/stable_abi_proof.py [--torch VERSION] [--revision REV] [--work DIR] [--venvs DIR]
-                                       [--out FILE] [--test FILE ...] [--install-timeout SECONDS]
+    python scripts/stable_abi_proof.py [--torch VERSION] [--headers VERSION] [--revision REV] [--work DIR]
+                                       [--venvs DIR] [--out FILE] [--test FILE ...]
+                                       [--install-timeout SECONDS]
 
 Run with the project's venv (``make stable-abi-proof``). Steps:
 
 1. build: cpu_adam, cpu_adagrad and cpu_lion ahead of time into one wheel, with this Python's torch
-   (the build torch), from a copy of the build inputs (``imagegen.building.build_inputs``) of the
+   (the build torch) against the headers of torch ``--headers`` (default: the catalog's newest CPU
+   torch, as images pin them: ``DS_STABLE_HEADERS``, read out of its wheel on pip's index), from
+   a copy of the build inputs (``imagegen.building.build_inputs``) of the
    working tree (the report names its uncommitted edits) or of ``--revision`` (``git archive``);
    the tests below come from the same tree;
 2. two venvs under ``--venvs``, kept between runs and reused while their torch still matches: one
@@ -20,7 +23,9 @@ Run with the project's venv (``make stable-abi-proof``). Steps:
    "2.10")``; and the kernel tests that compare the ops against torch, copied alone out of the
    checkout (a pytest plugin records which module file each op had when the tests ran);
 4. across the two: every module is the same bytes in both venvs and in the wheel, and the two
-   torch releases differ.
+   torch releases differ;
+5. the same wheel built again with the other venv's torch against the same headers: every module
+   the same bytes as the first build's (an image of either torch gets the same modules).
 
 Prints a summary and writes the report (JSON) to ``--out`` (default
 ``bench/results/stable_abi_proof.json``).
@@ -70,9 +75,11 @@ DEFAULT_TESTS = (
 )
 RESULTS = REPO / "bench" / "results" / "stable_abi_proof.json"
 # pytest-timeout: the project's pytest configuration sets a timeout.
-TEST_PACKAGES = ("packaging", "numpy", "pytest", "pytest-timeout")
+# And what the other torch's build of the wheel runs (setup.py, torch's extension builder).
+TEST_PACKAGES = ("packaging", "numpy", "pytest", "pytest-timeout", "setuptools>=69", "wheel", "ninja")
 ENV_LABELS = ("build-torch", "other-torch")
-WORK_FOLDERS = ("tree", "src", "wheel", "logs", *ENV_LABELS)
+OTHER_BUILD = "other-build"
+WORK_FOLDERS = ("tree", "src", "wheel", "logs", OTHER_BUILD, *ENV_LABELS)
 HEARTBEAT_SECONDS = 30.0
 
 # Run in each venv: what the loader gives each op there, and the symbol check of that very file.
@@ -151,6 +158,7 @@ class Options:
     tests: tuple[str, ...] = DEFAULT_TESTS
     install_timeout: float = 25 * 60
     revision: str | None = None  # a git revision to build and test; None: the working tree
+    headers: str | None = None  # the torch release whose headers the builds compile against
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,9 @@ class ProofReport:
     wheel_modules: dict[str, dict[str, Any]]  # per op: member, sha256, stable_abi (manifest)
     envs: tuple[EnvResult, ...]
     failures: tuple[str, ...]  # across the venvs (each venv's own are in its entry)
+    headers: str = ""  # the torch release whose headers both builds compiled against
+    # The wheel built again with the other venv's torch: per op, member, sha256, stable_abi.
+    other_build: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -715,6 +726,36 @@ def judge_across(envs: Sequence[EnvResult], wheel: Mapping[str, Mapping[str, Any
     return failures
 
 
+def judge_rebuild(
+    wheel: Mapping[str, Mapping[str, Any]], rebuilt: Mapping[str, Mapping[str, Any]], torch: str
+) -> list[str]:
+    """Every module of the wheel built again with another torch against the same headers: the same bytes."""
+    return [
+        f"{op}'s module built with torch {torch} differs: {rebuilt.get(op, {}).get('sha256')} "
+        f"against {wheel[op]['sha256']}"
+        for op in OPS
+        if rebuilt.get(op, {}).get("sha256") != wheel[op]["sha256"]
+    ]
+
+
+def newest_cpu_torch() -> str:
+    """What an image of the CPU target pins by default (imagegen build --stable-headers newest)."""
+    from imagegen.imagespec import catalog  # deferred: the checkout's imagegen, as build_wheel's
+
+    return max(catalog.CPU_TARGET.torch_versions(), key=lambda v: stable_abi.release(v) or (0, 0))
+
+
+def torch_headers(version: str) -> Path:
+    """torch ``version``'s include folder, from imagegen's cache or read out of its wheel on pip's index."""
+    from imagegen.building.staging import stable_headers
+    from imagegen.errors import ImagegenError
+
+    try:
+        return stable_headers(version)
+    except ImagegenError as exc:
+        raise SetupError(f"torch {version}'s headers: {exc.message}") from None
+
+
 # ------------------------------------------------------------------ the pipeline
 
 
@@ -763,7 +804,10 @@ def prove(options: Options) -> ProofReport:
     log(
         f"  sources: {what}" + (f", with {len(source.modified)} uncommitted edits" if source.modified else "")
     )
-    wheel = steps.run("build the wheel", partial(build_wheel, options.work, source.root))
+    headers_version = options.headers or newest_cpu_torch()
+    include = steps.run(f"torch {headers_version}'s headers", partial(torch_headers, headers_version))
+    log(f"  against torch {headers_version}'s headers ({include})")
+    wheel = steps.run("build the wheel", partial(build_wheel, options.work, source.root, headers=include))
     in_wheel = wheel_modules(wheel)
     failures = judge_wheel(in_wheel)
     for entry in in_wheel.values():
@@ -779,7 +823,13 @@ def prove(options: Options) -> ProofReport:
         installing = partial(install_wheel, python, wheel, logs / f"wheel-install-{label}.log")
         steps.run(f"{label}: install the wheel", installing)
         envs.append(check_env(label, python, venv, options.work, options.tests, source.root, steps))
+        other_python = python
     failures += judge_across(envs, in_wheel)
+    rebuild = partial(
+        build_wheel, options.work / OTHER_BUILD, source.root, python=str(other_python), headers=include
+    )
+    other_build = wheel_modules(steps.run(f"{ENV_LABELS[-1]}: build the wheel again", rebuild))
+    failures += judge_rebuild(in_wheel, other_build, envs[-1].torch)
     ok = not failures and all(e.ok for e in envs)
     return ProofReport(
         ok=ok,
@@ -793,6 +843,8 @@ def prove(options: Options) -> ProofReport:
         envs=tuple(envs),
         failures=tuple(failures),
         seconds={**steps.seconds, "total": round(time.perf_counter() - start, 1)},
+        headers=headers_version,
+        other_build=other_build,
     )
 
 
@@ -815,11 +867,16 @@ def summary(report: ProofReport) -> Iterator[str]:
         )
         for failure in env.failures:
             yield f"    - {failure}"
+    yield f"  both builds against torch {report.headers}'s headers"
     for op, entry in report.wheel_modules.items():
-        yield f"  {op:12} sha256 {entry['sha256']}"
+        rebuilt = report.other_build.get(op, {}).get("sha256")
+        same = (
+            "the same from the other torch's build" if rebuilt == entry["sha256"] else f"rebuilt: {rebuilt}"
+        )
+        yield f"  {op:12} sha256 {entry['sha256']}  {same}"
     for failure in report.failures:
         yield f"  - {failure}"
-    verdict = "PROVEN: the same module bytes load and compute right on " + " and ".join(
+    verdict = "PROVEN: the same module bytes, built with either, load and compute right on " + " and ".join(
         f"torch {e.torch}" for e in report.envs
     )
     yield verdict if report.ok else "NOT PROVEN"
@@ -842,6 +899,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         default=REPO / "build" / "stable-abi-venvs",
         help="the two venvs, kept and reused between runs",
+    )
+    parser.add_argument(
+        "--headers",
+        metavar="VERSION",
+        help="the torch release whose headers both builds compile against "
+        "(default: the catalog's newest CPU torch)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON report")
     parser.add_argument(
@@ -873,6 +936,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tests=tuple(args.tests or DEFAULT_TESTS),
         install_timeout=args.install_timeout,
         revision=args.revision,
+        headers=args.headers,
     )
     try:
         report = prove(options)

@@ -65,6 +65,19 @@ def test_across_the_venvs_each_wrong_answer_fails(envs: list[Any], expected: str
     assert any(expected in f for f in failures), failures
 
 
+def test_the_other_torchs_build_must_give_the_same_bytes() -> None:
+    assert proof.judge_rebuild(WHEEL, WHEEL, "2.10.0+cu128") == []
+    other = {**WHEEL, "cpu_adam": {**WHEEL["cpu_adam"], "sha256": "other"}}
+    assert proof.judge_rebuild(WHEEL, other, "2.10.0+cu128") == [
+        "cpu_adam's module built with torch 2.10.0+cu128 differs: other against sha-cpu_adam"
+    ]
+    missing = {op: entry for op, entry in WHEEL.items() if op != "cpu_lion"}
+    assert (
+        "cpu_lion's module built with torch 2.10.0+cu128 differs: None"
+        in proof.judge_rebuild(WHEEL, missing, "2.10.0+cu128")[0]
+    )
+
+
 def test_the_installed_stable_modules_pass() -> None:
     assert proof.judge_modules(_probe(), SITE) == []
 
