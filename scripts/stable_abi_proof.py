@@ -373,10 +373,7 @@ def build_wheel(
     code = run_logged(
         command,
         work / "logs" / "wheel.log",
-        # That Python's venv first on PATH: torch's extension builder runs its ninja.
-        env=clean_env(
-            DS_BUILD_OPS="0", PATH=os.pathsep.join([str(Path(python).parent), os.environ["PATH"]]), **build
-        ),
+        env=clean_env(DS_BUILD_OPS="0", **build),
         cwd=source,
         show=lambda line: line.startswith(("op_builder:", "Successfully built")) or "building op" in line,
     )
