@@ -430,7 +430,7 @@ def venv_torch(python: Path) -> str | None:
     """The torch version of a venv that also has the test packages; None when it lacks one."""
     if not python.exists():
         return None
-    modules = ", ".join(p.replace("-", "_") for p in TEST_PACKAGES)
+    modules = ", ".join(re.split(r"[<>=!~ ]", p)[0].replace("-", "_") for p in TEST_PACKAGES)
     probe = f"import {modules}, torch; print(torch.__version__)"
     done = subprocess.run([str(python), "-c", probe], env=clean_env(), capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else None
