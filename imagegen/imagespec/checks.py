@@ -178,6 +178,14 @@ def stable_headers(value: str | None) -> str:
     return str(version)
 
 
+def stable_ops(
+    accelerator: str, platform: str, torch: str, names: tuple[str, ...], registry: Registry
+) -> bool:
+    """Some op of ``names`` gets a stable build in such an image (as op_builder.stable_abi decides)."""
+    declared = (registry.ops[name].stable_abi for name in names)
+    return any(stable_abi.stable_target(d, torch, accelerator, platform) for d in declared)
+
+
 def pinned_stable_headers(
     choice: str,
     target: Target,
@@ -196,9 +204,7 @@ def pinned_stable_headers(
     """
     if choice == STABLE_HEADERS_OWN or (choice == STABLE_HEADERS_NEWEST and offline):
         return None
-    accelerator = target.accelerator
-    declared = [registry.ops[name].stable_abi for name in names]
-    if not any(stable_abi.stable_target(d, torch, accelerator, platform) for d in declared):
+    if not stable_ops(target.accelerator, platform, torch, names, registry):
         return None
     if choice != STABLE_HEADERS_NEWEST:
         return choice

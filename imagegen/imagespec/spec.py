@@ -216,6 +216,11 @@ class ImageSpec:
         return self.cuda_archs if self.accelerator == "cuda" else self.rocm_archs
 
     @property
+    def stable_modules(self) -> bool:
+        """Some op gets a module built for torch's stable ABI (op_builder.stable_abi decides as here)."""
+        return checks.stable_ops(self.accelerator, self.platform, self.torch, self.ops, self.registry)
+
+    @property
     def build_variables(self) -> tuple[str, ...]:
         return tuple(self.registry.ops[name].build_variable for name in self.ops)
 

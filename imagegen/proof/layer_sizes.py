@@ -1,7 +1,8 @@
 """An image's layers, each with what it holds and its bytes (pure).
 
 A runtime image goes in layers by how often they change: the base, the ops' OS libraries, the
-Python dependencies (torch, its libraries, NumPy), our packages and op modules, the proof. A node
+Python dependencies (torch, its libraries, NumPy), the op modules built for torch's stable ABI (the
+same in every image of the target, whatever its torch), our packages and op modules, the proof. A node
 that holds an image's lower layers pulls only the ones above that it lacks, so each layer's bytes
 are what it costs such a node; ``imagegen size`` lists them. What a layer holds is read from its
 entries (``imagegen.engine.layers``), not from how it was built: any image's layers classify.
@@ -20,7 +21,9 @@ from imagegen.proof.runtime import within
 BASE = "base"
 OS_LIBRARIES = "OS libraries"
 DEPENDENCIES = "Python dependencies"
+STABLE_MODULES = "op modules for every torch (stable ABI)"
 OURS = "our packages and op modules"
+_STABLE_SUFFIX = ".abi3.so"
 PROOF = "proof"
 SETTINGS = "settings only"
 OTHER = "other"
@@ -47,6 +50,8 @@ def holds(layer: Layer) -> str:
     venv = [path for path in paths if within(path, _VENV)]
     if any("/site-packages/torch/" in path for path in venv):
         return DEPENDENCIES
+    if venv and all(path.endswith(_STABLE_SUFFIX) for path in paths):
+        return STABLE_MODULES
     if venv:
         return OURS
     if any(within(path, "/var/lib/dpkg") for path in paths):

@@ -290,6 +290,7 @@ def context(spec: ImageSpec) -> dict[str, object]:
         "keep_ca_cert": spec.keep_ca_cert,
         "wheelhouse": bool(spec.wheelhouses),
         "stable_headers": spec.stable_headers,
+        "stable_modules": spec.stable_modules,
         "torch_headers_staged": TORCH_HEADERS_PATH,
         "torch_headers_dir": TORCH_HEADERS_DIR,
         "devel_packages": shell_words(devel_packages(spec)),

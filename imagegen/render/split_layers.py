@@ -8,12 +8,16 @@ Run inside the image's build stage (standard library only; nothing of imagegen i
   ``DEPS_LIST`` (what the devel stage left there: torch, its NVIDIA libraries, NumPy, pip) and the
   venv's own files (its ``bin`` links, ``pyvenv.cfg``, the dependencies' scripts). It changes with
   torch and Python, not with an op;
+- ``OUT/modules``: the op modules built for torch's stable ABI (``*.abi3.so``) among those entries:
+  the same bytes in every image of the target, whatever its torch (``--stable-headers``), so two
+  images of one target with different torch releases share this layer too;
 - ``OUT/ours``: every other entry of the site folder (this project's wheel with the op modules,
   op packages' distributions and their ``.pth``), the scripts our distributions install, and each
   ``EXTRA_DIR`` (op packages' sources). It changes with an op, and is small.
 
-The runtime stage copies ``deps`` first and ``ours`` on top, so an op change, an op added or one
-removed ships only the small layer, and two images of one target share the large one to the byte:
+The runtime stage copies ``deps`` first, ``modules`` (when the image has stable ops) and ``ours`` on
+top, so an op change, an op added or one removed ships only the small layers, and two images of
+one target share the large one to the byte:
 
 - every file and folder gets one fixed time, ``EPOCH`` (the build's ``SOURCE_DATE_EPOCH``; 0 when
   empty), as Jib does, not the commit's: a new commit must not make torch's layer new;
@@ -61,6 +65,13 @@ def _ours(site: Path, venv: Path, deps: set[str]) -> list[Path]:
     for module in [p for p in owned if p.parent == site and p.suffix == ".py"]:
         owned.update(cache.glob(f"{module.stem}.*.pyc"))
     return sorted(p for p in owned if p.exists() or p.is_symlink())
+
+
+def _stable_modules(path: Path) -> list[Path]:
+    """The modules built for torch's stable ABI at or under ``path`` (Python's limited API names them)."""
+    if path.is_dir() and not path.is_symlink():
+        return sorted(path.rglob("*.abi3.so"))
+    return [path] if path.name.endswith(".abi3.so") else []
 
 
 def _drop_direct_url(info: Path) -> None:
@@ -118,6 +129,10 @@ def main(argv: list[str]) -> int:
     for info in (p for p in ours if p.name.endswith(".dist-info")):
         _drop_direct_url(info)
     _hash_based_bytecode(venv)
+    stable = [module for path in ours for module in _stable_modules(path)]
+    for module in stable:
+        _move(module, Path("/"), out / "modules")
+    (out / "modules").mkdir(exist_ok=True)
     for path in ours:
         _move(path, Path("/"), out / "ours")
     for extra in extras:
@@ -125,9 +140,12 @@ def main(argv: list[str]) -> int:
         _move(Path(extra), Path("/"), out / "ours")
     _move(venv, Path("/"), out / "deps")
     (out / "ours" / venv.relative_to("/")).mkdir(parents=True, exist_ok=True)
-    for layer in ("deps", "ours"):
+    for layer in ("deps", "modules", "ours"):
         _fix_times(out / layer, when)
-    print(f"split_layers: {len(ours)} entries of ours, the rest of {venv} the dependencies'")
+    print(
+        f"split_layers: {len(stable)} stable op modules, {len(ours)} entries of ours, "
+        f"the rest of {venv} the dependencies'"
+    )
     return 0
 
 

@@ -31,8 +31,14 @@ LAYERS = [
         LayerEntry("/opt/venv/bin/python", "symlink", target="/usr/bin/python3.11"),
     ),
     _layer(
+        "modules",
+        LayerEntry(f"{SITE}/kernels/_ops", "dir"),
+        _file(f"{SITE}/kernels/_ops/cpu_adam.abi3.so", 20),
+        _file(f"{SITE}/kernels/_ops/cpu_lion.abi3.so", 21),
+    ),
+    _layer(
         "ours",
-        _file(f"{SITE}/kernels/_ops/cpu_lion.so", 50),
+        _file(f"{SITE}/kernels/_ops/async_io.cpython-311-x86_64-linux-gnu.so", 50),
         _file(f"{SITE}/imagegen-0.1.0.dist-info/RECORD", 3),
     ),
     _layer("empty"),
@@ -47,6 +53,7 @@ def test_each_layer_holds_what_its_entries_say_and_weighs_its_files() -> None:
         ("sha256:base", "base", 110),
         ("sha256:apt", "OS libraries", 42),
         ("sha256:deps", "Python dependencies", 1007),
+        ("sha256:modules", "op modules for every torch (stable ABI)", 41),
         ("sha256:ours", "our packages and op modules", 53),
         ("sha256:empty", "settings only", 0),
         ("sha256:proof", "proof", 9),

@@ -88,6 +88,8 @@ def test_build_stage_sets_only_the_requested_build_variables() -> None:
         "setup.py pyproject.toml README.md ./",
         "op_builder/ op_builder/",
         "kernels/ kernels/",
+        # torch's headers the stable ops compile against (--stable-headers newest, staged)
+        "_imagegen/torch-headers/ /opt/torch-headers/include/",
         "imagegen/render/split_layers.py /tmp/imagegen-split-layers.py",  # after the ops are built
     ]
 
@@ -130,9 +132,10 @@ def test_runtime_is_non_root_without_jit_and_without_compilers() -> None:
     assert installed is not None
     for compiler in ("g++", "gcc", "make", "ccache", "build-essential", "-dev"):
         assert compiler not in installed[1]
-    # The venv by how often its parts change: the dependencies, then ours on top.
+    # The venv by how often its parts change: the dependencies, the stable op modules (the same
+    # for every torch of the target), then ours on top.
     copies = re.findall(r"^COPY --from=build (.*)$", runtime, flags=re.M)
-    assert copies == ["/layers/deps/ /", "/layers/ours/ /"]
+    assert copies == ["/layers/deps/ /", "/layers/modules/ /", "/layers/ours/ /"]
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,8 @@ def _venv(root: Path) -> tuple[Path, Path]:
     _write(site / "six-1.16.0.dist-info" / "RECORD", "six.py,,\n")
     # What the build adds: our wheel (a package, a top-level module, a script), a .pth.
     _write(site / "kernels" / "__init__.py", "Z = frozenset({'p', 'q'})\n")
-    _write(site / "kernels" / "_ops" / "cpu_lion.so", "ELF")
+    _write(site / "kernels" / "_ops" / "cpu_lion.abi3.so", "ELF stable")
+    _write(site / "kernels" / "_ops" / "async_io.cpython-311-x86_64-linux-gnu.so", "ELF")
     _write(site / "ourmod.py", "W = 2\n")
     info = site / "imagegen-0.1.0.dist-info"
     _write(info / "direct_url.json", '{"url": "file:///wheels/imagegen-0.1.0-py3-none-any.whl"}\n')
@@ -81,7 +82,7 @@ def _split(
 def _tree(root: Path) -> dict[str, bytes]:
     """Each entry of the layers made under ``root``, by its path below ``root``, and its bytes."""
     found = {}
-    for layer in ("deps", "ours"):
+    for layer in ("deps", "modules", "ours"):
         below = root / "layers" / layer / root.relative_to("/")
         for path in sorted(below.rglob("*")):
             data = (
@@ -120,6 +121,14 @@ def test_the_venv_splits_into_the_dependencies_and_ours(tmp_path: Path) -> None:
     info = ours / SITE / "imagegen-0.1.0.dist-info"
     assert not (info / "direct_url.json").exists() and "direct_url" not in (info / "RECORD").read_text()
     assert not (deps / SITE / "torch" / "__pycache__" / "gone.cpython-311.pyc").exists()
+    # The module built for torch's stable ABI is a layer of its own; the per-torch one stays ours.
+    modules = tmp_path / "layers" / "modules" / venv.relative_to("/")
+    assert [str(p.relative_to(modules)) for p in modules.rglob("*") if p.is_file()] == [
+        f"{SITE}/kernels/_ops/cpu_lion.abi3.so"
+    ]
+    assert sorted(os.listdir(ours / SITE / "kernels" / "_ops")) == [
+        "async_io.cpython-311-x86_64-linux-gnu.so"
+    ]
 
 
 def test_every_entry_has_one_time_and_bytecode_is_hash_based(tmp_path: Path) -> None:
