@@ -354,7 +354,9 @@ def build_wheel(
 
     source = copy_build_inputs(root, work / "src")
     wheels = work / "wheel"
-    build = {f"DS_BUILD_{op.upper()}": "1" for op in ops}
+    # The CPU ops for the CPU, whatever build of torch: a CUDA one would have the build check its
+    # CUDA against the toolkit here, which the CPU ops never use.
+    build = {f"DS_BUILD_{op.upper()}": "1" for op in ops} | {"DS_ACCELERATOR": "cpu"}
     if headers is not None:
         build["DS_STABLE_HEADERS"] = str(headers)
     # That Python's venv first on PATH: torch's extension builder runs its ninja.
