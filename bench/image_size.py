@@ -43,9 +43,13 @@ from imagegen.imagespec.spec import (  # noqa: E402
     spec_input,
 )
 from imagegen.runs import pipeline  # noqa: E402
+from op_builder.listing import op_names  # noqa: E402
+from op_builder.registry import builtin_ops  # noqa: E402
 
 GOAL = 0.5
-CUDA_OPS = "fused_adam,fused_lamb,fused_lion,transformer,quantizer,fp_quantizer"
+# Every GPU op of ours (the image takes no op package of another), as `python -m op_builder list
+# --gpu` names them.
+CUDA_OPS = ",".join(op_names(builtin_ops(), "gpu"))
 
 
 def cpu_spec(ops: str, engine: Engine, bytecode: str | None = None, tag: str | None = None) -> ImageSpec:

@@ -1,4 +1,4 @@
-"""``python -m op_builder {report,verify,selftest,binary,flags,plan,archs}``.
+"""``python -m op_builder {report,list,verify,selftest,binary,flags,plan,archs}``.
 
 argparse rather than a CLI framework: this runs inside slim runtime images,
 whose only dependencies are torch and packaging. This ``main`` is the only place
@@ -30,6 +30,7 @@ from op_builder.commands import (
     emit,
 )
 from op_builder.errors import BadInputError, UserFacingError
+from op_builder.listing import cmd_list
 from op_builder.op_sources import SOURCES_VARIABLE, source_dirs
 from op_builder.selftest.isa import ISA_LEVELS
 
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
 
     report = add("report", "every op: target, installed, compatible here, and why not")
     report.add_argument("--cuda", metavar="X.Y", help="judge against this CUDA toolkit version")
+    listing = add("list", "the names of the known ops, one a line, in the registry's order")
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument("--gpu", action="store_true", help="only the ops with GPU code (CUDA / HIP sources)")
+    which.add_argument("--cpu", action="store_true", help="only the C++ (CPU) ops")
     verify = add("verify", "load each op ahead of time, run its self-test, audit its GPU code")
     verify.add_argument("ops", nargs="*", help="ops to verify (default: every installed op)")
     verify.add_argument(
@@ -124,6 +129,7 @@ _COMMANDS = {
     "binary": cmd_binary,
     "preflight": cmd_preflight,
     "report": cmd_report,
+    "list": cmd_list,
     "verify": cmd_verify,
     "selftest": cmd_selftest,
     "flags": cmd_flags,

@@ -7,7 +7,8 @@
 # 1. a separate venv (E2E_DIR, default build/e2e-cuda) with `pip install torch`: the
 #    registry's CUDA build (CUDA 13.0 for torch 2.13), unlike the CPU wheel of the dev venv;
 # 2. `pip wheel --no-build-isolation .` with DS_ACCELERATOR=cuda, TORCH_CUDA_ARCH_LIST
-#    (default "8.0;9.0") and DS_BUILD_<OP>=1 for each GPU op: nvcc compiles the device code
+#    (default "8.0;9.0") and DS_BUILD_<OP>=1 for each GPU op (`python -m op_builder list
+#    --gpu`): nvcc compiles the device code
 #    and g++ the bindings against torch's real CUDA headers, which the dev venv lacks;
 # 3. install the wheel and run `python -m op_builder verify --json` with JIT disabled,
 #    outside the checkout: every op must load from its ahead-of-time module ("aot").
@@ -19,7 +20,6 @@ WORK="${E2E_DIR:-$ROOT/build/e2e-cuda}"
 VENV="$WORK/venv"
 ARCHS="${TORCH_CUDA_ARCH_LIST:-8.0;9.0}"
 PYTHON="${PYTHON:-python3}"
-OPS=(fused_adam fused_lamb fused_lion transformer quantizer fp_quantizer)
 
 step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
 
@@ -49,6 +49,12 @@ mkdir -p "$WORK"
 # TORCH_SPEC pins the torch to build against (default: the registry's newest CUDA build).
 "$VENV/bin/pip" install -q "${TORCH_SPEC:-torch}" packaging ninja
 "$VENV/bin/python" "$ROOT/scripts/e2e_cuda.py" torch-is-cuda
+
+# The GPU ops, as the registry lists them: this checkout's op_builder (run from $ROOT) under the
+# venv's python, which has what op_builder needs (packaging) where $PYTHON may not.
+listed="$(cd "$ROOT" && "$VENV/bin/python" -m op_builder list --gpu)"
+[ -n "$listed" ] || { echo "python -m op_builder list --gpu listed no op" >&2; exit 1; }
+mapfile -t OPS <<<"$listed"
 
 step "AOT wheel for ${OPS[*]} (TORCH_CUDA_ARCH_LIST=$ARCHS)"
 build_env=(DS_ACCELERATOR=cuda "TORCH_CUDA_ARCH_LIST=$ARCHS" DS_BUILD_OPS=0 "MAX_JOBS=${MAX_JOBS:-2}")

@@ -42,12 +42,23 @@ EXT_CACHE=${EXT_CACHE:-}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/build/gpu-proof-ext}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-GPU_OPS=(fused_adam fused_lamb fused_lion transformer quantizer fp_quantizer)
+GPU_OPS=()  # the registry's GPU ops, listed by the first step that needs them (gpu_ops)
 mkdir -p "$LOG_DIR" "$TORCH_EXTENSIONS_DIR"
 status=0
 
 step() { echo "=== $1 ($(date +%T))"; }
 note_failure() { echo "!!! $1 failed (exit $2)"; status=1; }
+
+# GPU_OPS as `python -m op_builder list --gpu` names them, asked of $PY (PYTHONPATH holds this
+# checkout) once, by the first step that uses them: the other steps neither wait for it nor fail
+# with it.
+gpu_ops() {
+    [[ ${#GPU_OPS[@]} -gt 0 ]] && return 0
+    local listed
+    listed=$("$PY" -m op_builder list --gpu) || return
+    [[ -n $listed ]] || { echo "python -m op_builder list --gpu listed no op" >&2; return 1; }
+    mapfile -t GPU_OPS <<<"$listed"
+}
 
 run_env() {
     step env
@@ -69,6 +80,7 @@ run_build() {
     if [[ -n "$EXT_CACHE" && -f "$EXT_CACHE" ]]; then
         tar -xf "$EXT_CACHE" -C "$TORCH_EXTENSIONS_DIR" && echo "restored $(tar -tf "$EXT_CACHE" | wc -l) cached builds"
     fi
+    gpu_ops || { note_failure "build (listing the GPU ops)" $?; return; }
     # Every op in its own process at once: their nvcc jobs share the cores.
     local pids=() op
     for op in "${GPU_OPS[@]}"; do
@@ -97,6 +109,7 @@ run_test() {
 
 run_selftest() {
     step "selftest --device cuda"
+    gpu_ops || { note_failure "selftest (listing the GPU ops)" $?; return; }
     "$PY" -m op_builder selftest "${GPU_OPS[@]}" --device cuda 2>&1 | tee "$LOG_DIR/selftest.txt"
     local rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || note_failure selftest "$rc"

@@ -5,6 +5,10 @@ from __future__ import annotations
 from kernels._build_common import INCLUDE_DIRS, OPENMP_RUNTIME_PACKAGES
 from op_builder.builder import CPUOpBuilder, SystemLibrary
 
+# Where this family's ops come among ours wherever ops are listed (op_builder.registry): CPU ops
+# first, then GPU ops, each by family rank, lowest first, then in the order defined here.
+FAMILY_RANK = 20
+
 LIBAIO = SystemLibrary(
     name="aio",
     header="libaio.h",

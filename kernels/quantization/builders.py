@@ -7,6 +7,10 @@ from op_builder import archs as arch_lib
 from op_builder.archs import ArchLimits, CudaArch
 from op_builder.builder import CUDAOpBuilder
 
+# Where this family's ops come among ours wherever ops are listed (op_builder.registry): CPU ops
+# first, then GPU ops, each by family rank, lowest first, then in the order defined here.
+FAMILY_RANK = 40
+
 # nvcc flags that keep fp32 IEEE in the quantizers' device code. The common flags'
 # --use_fast_math implies -ftz=true, which flushes denormal operands and results of every
 # fp32 op (__fdiv_rn, min / max, compares included): a group whose absmax is below about

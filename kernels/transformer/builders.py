@@ -5,6 +5,10 @@ from __future__ import annotations
 from kernels._build_common import INCLUDE_DIRS
 from op_builder.builder import CUDAOpBuilder
 
+# Where this family's ops come among ours wherever ops are listed (op_builder.registry): CPU ops
+# first, then GPU ops, each by family rank, lowest first, then in the order defined here.
+FAMILY_RANK = 30
+
 
 class TransformerBuilder(CUDAOpBuilder):
     name = "transformer"
