@@ -111,9 +111,24 @@ COMMAND_OPTIONS: tuple[ImageOption, ...] = (
         flags=("--output", "-o"),
         form="value",
         commands=frozenset({NEW_OP}),
-        help="The op package folder to create; its name is the package's import name. Default: ./NAME_ops",
+        help=(
+            "The op package folder to create; its name is the package's import name. Default: ./NAME_ops "
+            "(--in-tree: a new folder of kernels/, default kernels/NAME)."
+        ),
         metavar="DIR",
         value_type=Path,  # no default value: new-op names the folder after the op
+        spec=False,
+    ),
+    ImageOption(
+        name="in_tree",
+        flags=("--in-tree",),
+        form="switch",
+        commands=frozenset({NEW_OP}),
+        help=(
+            "A family of ours in this source checkout (kernels/NAME, its test in tests/kernels/), which the "
+            "registry finds as it is, instead of an op package of your own."
+        ),
+        default=False,
         spec=False,
     ),
 )

@@ -1,6 +1,8 @@
 """`imagegen new-op` skeletons for real: the CPU one compiles just in time, passes its self-test
 through ``python -m op_builder selftest`` and its own tests under pytest, as written; the CUDA
-one's device code and binding compile with nvcc for the builder's flags (skipped without nvcc)."""
+one's device code and binding compile with nvcc for the builder's flags (skipped without nvcc).
+An in-tree CPU family (``--in-tree``, in a copy of the checkout) does the same as one of ours, and
+passes the repository's mypy --strict."""
 
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ from typer.testing import CliRunner
 
 from imagegen.cli import app
 from tests.op_package_files import unique
+from tests.unit.imagegen.commands.test_new_op_in_tree import checkout_copy
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
 
 
-def _env(cache: Path) -> dict[str, str]:
+def _env(cache: Path, root: Path = REPO) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DS_", "PYTHONPATH"))}
-    env.update(TORCH_EXTENSIONS_DIR=str(cache), PYTHONPATH=str(REPO))
+    env.update(TORCH_EXTENSIONS_DIR=str(cache), PYTHONPATH=str(root))
     return env
 
 
@@ -33,8 +36,10 @@ def _new_op(root: Path, op: str, *extra: str) -> Path:
     return root
 
 
-def _run(command: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=cwd, env=_env(cache), capture_output=True, text=True, timeout=600)
+def _run(command: list[str], cache: Path, cwd: Path, root: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, cwd=cwd, env=_env(cache, root), capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +85,40 @@ def test_cuda_skeleton_compiles_for_the_builders_flags(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     compiled = sorted(Path(r["source"]).name for r in report["results"] if r["ok"])
     assert report["ok"] is True and compiled == [f"{op}.cu", f"{op}_binding.cpp"]
+
+
+@pytest.fixture(scope="module")
+def in_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """A copy of the checkout with a fresh CPU family of ours, and the JIT cache its tests share."""
+    base = tmp_path_factory.mktemp("in_tree")
+    checkout = checkout_copy(
+        base / "checkout", "tests/__init__.py", "tests/conftest.py", "tests/kernels/conftest.py"
+    )
+    op, cache = unique("built_tree"), base / "cache"
+    done = _run([sys.executable, "-m", "imagegen", "new-op", op, "--in-tree"], cache, checkout, checkout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return checkout, op, cache
+
+
+def test_in_tree_family_passes_its_selftest(in_tree: tuple[Path, str, Path]) -> None:
+    checkout, op, cache = in_tree
+    done = _run([sys.executable, "-m", "op_builder", "selftest", op, "--json"], cache, checkout, checkout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (result,) = json.loads(done.stdout)["ops"]
+    assert result["name"] == op and result["ok"] is True and result["max_abs_err"] <= result["tolerance"]
+
+
+def test_in_tree_family_test_passes_under_pytest(in_tree: tuple[Path, str, Path]) -> None:
+    checkout, op, cache = in_tree
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/kernels/test_{op}.py"]
+    done = _run(command, cache, checkout, checkout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "4 passed" in done.stdout
+
+
+def test_in_tree_family_passes_mypy_strict(in_tree: tuple[Path, str, Path]) -> None:
+    """make lint runs mypy --strict over kernels/: the family must not be the file that fails it."""
+    checkout, op, cache = in_tree
+    done = _run([sys.executable, "-m", "mypy", f"kernels/{op}"], cache, checkout, checkout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Success: no issues found in 4 source files" in done.stdout
