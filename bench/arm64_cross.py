@@ -37,6 +37,7 @@ from parallel_compile import CPU_OPS, machine  # noqa: E402
 from imagegen.engine import Engine, detect_engine  # noqa: E402
 from imagegen.imagespec.spec import ImageSpec, build_spec, spec_input  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
+from imagegen.runs.run_options import RunOptions  # noqa: E402
 
 GOAL = 1.5
 AMD64_WHEELS = os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels")
@@ -67,7 +68,7 @@ def spec(ops: str, variant: str) -> ImageSpec:
 
 
 def run(image: ImageSpec, engine: Engine) -> dict[str, Any]:
-    report = pipeline.build(image, verify=True, engine=engine, no_cache=True)
+    report = pipeline.build(image, RunOptions(verify=True, no_cache=True), engine=engine)
     verify = report.verify
     total = report.build_seconds + (verify.seconds if verify is not None else 0.0)
     return {

@@ -48,6 +48,7 @@ from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.imagespec import compile_cache  # noqa: E402
 from imagegen.imagespec.spec import build_spec, spec_input  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
+from imagegen.runs.run_options import RunOptions  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from image_size import cpu_spec, pip_index_url  # noqa: E402
@@ -121,7 +122,7 @@ def redis_on_loopback() -> Iterator[str]:
 def one_build(name: str, spec: Any, engine: Any, stage: str = "runtime") -> dict[str, Any]:
     # The CPU image: no layer cache at all. A CUDA build stage: its compile step reruns anyway.
     cpu = stage == "runtime"
-    report = pipeline.build(spec, engine=engine, no_cache=cpu, stage=stage, verify=cpu)
+    report = pipeline.build(spec, RunOptions(no_cache=cpu, stage=stage, verify=cpu), engine=engine)
     stats = report.compile_cache
     entry = {
         "build": name,

@@ -46,6 +46,7 @@ from parallel_compile import CPU_OPS, checkout, machine  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
+from imagegen.runs.run_options import RunOptions  # noqa: E402
 from op_builder import get_builder  # noqa: E402
 from op_builder.paths import PACKAGE_ROOT  # noqa: E402
 
@@ -77,7 +78,7 @@ def change_sources(src: Path, ops: Sequence[str], only: str | None = None) -> No
 
 
 def build(spec: Any, engine: Any, src: Path, no_cache: bool) -> dict[str, Any]:
-    report = pipeline.build(spec, verify=False, source=src, engine=engine, no_cache=no_cache)
+    report = pipeline.build(spec, RunOptions(verify=False, source=src, no_cache=no_cache), engine=engine)
     return {
         "build_seconds": round(report.build_seconds, 1),
         "compile_step_seconds": step_seconds(report.log, "pip wheel"),

@@ -43,6 +43,7 @@ from imagegen.imagespec.spec import (  # noqa: E402
     spec_input,
 )
 from imagegen.runs import pipeline  # noqa: E402
+from imagegen.runs.run_options import RunOptions  # noqa: E402
 from op_builder.listing import op_names  # noqa: E402
 from op_builder.registry import builtin_ops  # noqa: E402
 
@@ -157,7 +158,9 @@ def main() -> int:
     tags = {stage: f"imagegen-bench/{name}:{stage}" for stage in ("runtime", "build", "devel")}
     for stage, tag in tags.items():
         # The same spec under one tag per stage (the tag is not part of the Dockerfile).
-        report = pipeline.build(replace(spec, tag=tag), verify=False, source=REPO, engine=engine, stage=stage)
+        report = pipeline.build(
+            replace(spec, tag=tag), RunOptions(verify=False, source=REPO, stage=stage), engine=engine
+        )
         sizes[stage] = report.size_bytes
     ratio = sizes["runtime"] / sizes["devel"]
     import_seconds = import_torch_seconds(tags["runtime"])

@@ -34,6 +34,7 @@ from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
 from imagegen.runs.report import ImageReport  # noqa: E402
+from imagegen.runs.run_options import RunOptions  # noqa: E402
 
 COPIED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen")
 GOAL = 0.1
@@ -97,12 +98,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="imagegen-rebuild-") as tmp:
         checkout = Path(tmp)
         _copy_checkout(checkout)
-        cold = pipeline.build(spec, verify=False, source=checkout, engine=engine, no_cache=True)
+        cold = pipeline.build(spec, RunOptions(verify=False, source=checkout, no_cache=True), engine=engine)
         touched = checkout / args.touch
         touched.write_text(touched.read_text() + "\n# changed by bench/rebuild.py\n")
         time.sleep(1)  # a new mtime even on file systems with one-second resolution
         # The pipeline stages the context afresh, as `imagegen build` does on every run.
-        warm = pipeline.build(spec, verify=False, source=checkout, engine=engine)
+        warm = pipeline.build(spec, RunOptions(verify=False, source=checkout), engine=engine)
     ratio = warm.build_seconds / cold.build_seconds
     warm_steps = step_report(warm.log)
     results = {

@@ -23,6 +23,7 @@ from _common import write_json  # noqa: E402
 from bench.image_size import cpu_spec  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
+from imagegen.runs.run_options import RunOptions  # noqa: E402
 from imagegen.verify.container import verify_image  # noqa: E402
 
 OPS = "cpu_adam,cpu_adagrad,cpu_lion,async_io"
@@ -37,7 +38,7 @@ def main() -> int:
     engine = detect_engine()
     spec = cpu_spec(OPS, engine)
     # Cached after `make images`: the same spec renders the same Dockerfile.
-    pipeline.build(spec, verify=False, source=REPO, engine=engine)
+    pipeline.build(spec, RunOptions(verify=False, source=REPO), engine=engine)
     full: list[float] = []
     load_only: list[float] = []
     selftest_seconds: dict[str, float] = {}

@@ -21,6 +21,7 @@ from imagegen.render.matrix import STANDARD_MATRIX
 from imagegen.runs.bake import bake
 from imagegen.runs.bake_inputs import BakeRequest, check_platform_options
 from imagegen.runs.report import RunImage, RunReport
+from imagegen.runs.run_options import RunOptions
 from op_builder.suggest import did_you_mean
 
 TargetsArgument = Annotated[
@@ -87,7 +88,9 @@ def bake_command(
     torch_for = by_platform("--platform-torch", platform_torch, "linux/arm64=2.10.0")
     wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse, "linux/arm64=DIR")
     check_platform_options(
-        {"--platform-torch": torch_for, "--platform-wheelhouse": wheels_for}, {known[n][2] for n in names}
+        {"--platform-torch": torch_for, "--platform-wheelhouse": wheels_for},
+        {known[n][2] for n in names},
+        "bake",
     )
     requests = []  # image: flag > IMAGEGEN_* > default (for bake, --ops all), resolved once
     for name in names:
@@ -101,9 +104,8 @@ def bake_command(
             build_wheelhouse=image.wheelhouse,
         )  # fmt: skip
         requests.append(BakeRequest(name, make_spec(inp)))
-    report = bake(
-        requests, builder=builder, push=plan, verify=not no_verify, source=source, bake_file_out=bake_file
-    )
+    run = RunOptions(verify=not no_verify, push=plan, source=source)
+    report = bake(requests, run, builder=builder, bake_file_out=bake_file)
     if json:
         emit_json(report.to_json())
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 from imagegen.commands._options import JsonOption, by_platform, table_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
-from imagegen.errors import BadInputError, VerificationFailedError
+from imagegen.errors import VerificationFailedError
 from imagegen.files import write_atomic
 from imagegen.imagespec.checks import platform_list
 from imagegen.imagespec.spec import ImageSpec, SpecInput
@@ -18,7 +18,9 @@ from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.signing import Signer
 from imagegen.proof.size import check_budget, parse_size
 from imagegen.runs import multiarch, pipeline
+from imagegen.runs.bake_inputs import check_platform_options
 from imagegen.runs.report import ImageReport, RunReport
+from imagegen.runs.run_options import RunOptions
 from imagegen.verify.table import render_table
 
 
@@ -42,13 +44,9 @@ def build(
     torch_for = by_platform("--platform-torch", platform_torch, "linux/arm64=2.10.0")
     wheels_for = by_platform("--platform-wheelhouse", platform_wheelhouse, "linux/arm64=DIR")
     several = len(platforms) > 1
-    built = set(platforms)
-    for option, chosen in (("--platform-torch", torch_for), ("--platform-wheelhouse", wheels_for)):
-        for name in sorted(set(chosen) - built):
-            raise BadInputError(
-                f"{option} names {name}, which this build is not for (--platform {', '.join(sorted(built))})",
-                hint=f"add it: --platform {','.join(sorted(built | {name}))}",
-            )
+    check_platform_options(
+        {"--platform-torch": torch_for, "--platform-wheelhouse": wheels_for}, set(platforms), "build"
+    )
     # The push rule, before any spec's work: where this run pushes, if anywhere.
     plan = PushPlan.for_build(push=push, verify=not no_verify, tag=image.tag, platforms=len(platforms))
     specs = [
@@ -65,36 +63,27 @@ def build(
         )
         for p in platforms
     ]
-    tag = image.tag
-    signer = None if sign_key is None else Signer.from_file(sign_key)  # a bad key: exit 2 before building
-    budget = None if max_size is None else parse_size(max_size)
-    if several:
-        _build_platforms(specs, tag, plan, no_verify, source, signer, budget, json)
-        return
-    report = pipeline.build(
-        specs[0], verify=not no_verify, source=source, signer=signer, max_size=budget, push=plan
+    run = RunOptions(
+        verify=not no_verify,
+        push=plan,
+        signer=None if sign_key is None else Signer.from_file(sign_key),  # a bad key: exit 2 before building
+        max_size=None if max_size is None else parse_size(max_size),
+        source=source,
     )
+    if several:
+        _build_platforms(specs, image.tag, run, json)
+        return
+    report = pipeline.build(specs[0], run)
     if json:
         emit_json(RunReport.one_image(specs[0], report).to_json())
     else:
         _print(report)
     _keep_report(report)
-    _check_report(report, budget, json)
+    _check_report(report, run.max_size, json)
 
 
-def _build_platforms(
-    specs: Sequence[ImageSpec],
-    tag: str | None,
-    push: PushPlan,
-    no_verify: bool,
-    source: Path | None,
-    signer: Signer | None,
-    budget: int | None,
-    json: bool,
-) -> None:
-    result = multiarch.build_platforms(
-        specs, tag=tag, push=push, verify=not no_verify, source=source, signer=signer, max_size=budget
-    )
+def _build_platforms(specs: Sequence[ImageSpec], tag: str | None, run: RunOptions, json: bool) -> None:
+    result = multiarch.build_platforms(specs, tag, run)
     if json:
         emit_json(result.to_json())
     else:
@@ -113,7 +102,7 @@ def _build_platforms(
             reported=json,
         )
     for report in result.reports:
-        _check_report(report, budget, json)
+        _check_report(report, run.max_size, json)
 
 
 def _check_report(report: ImageReport, budget: int | None, json: bool) -> None:

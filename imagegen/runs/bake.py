@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,6 @@ from imagegen.engine.images import inspect_image_id, local_images
 from imagegen.engine.process import cancel_sessions
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
 from imagegen.files import write_atomic
-from imagegen.oci.push_plan import NO_PUSH, PushPlan
 from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
 from imagegen.render.dockerfile import render
@@ -46,6 +44,7 @@ from imagegen.render.matrix import BakeTarget, bake_file, base_args
 from imagegen.runs.bake_inputs import BakeRequest, check_bake_file, missing_standins
 from imagegen.runs.finish import Built, finish
 from imagegen.runs.report import RunImage, RunReport, image_report
+from imagegen.runs.run_options import LOCAL, RunOptions
 
 BUILDX_HINT = "install Debian's buildx plugin: `bash scripts/buildx-plugin.sh` (make system-deps does it)"
 
@@ -225,16 +224,12 @@ def _staged(
 
 def bake(
     requests: Sequence[BakeRequest],
-    *,
+    run: RunOptions = LOCAL,
     builder: str | None = None,
-    push: PushPlan = NO_PUSH,
-    verify: bool = True,
-    source: Path | None = None,
-    env: Mapping[str, str] = os.environ,
     bake_file_out: Path | None = None,
 ) -> RunReport:
     """Build ``requests`` with ``docker buildx bake`` on ``builder``, verify each image built, and
-    push those that passed as ``push`` says (``PushPlan.for_bake``: each under a registry). A
+    push those that passed as ``run.push`` says (``PushPlan.for_bake``: each under a registry). A
     failed target is reported, not raised.
 
     Raises BadInputError, before anything builds (nothing to bake, an image whose reference under
@@ -244,9 +239,10 @@ def bake(
     """
     if not requests:
         raise BadInputError("nothing to bake", hint="name targets of the matrix, e.g. `imagegen bake cpu`")
-    push.check_references([r.spec.tag for r in requests])
+    env = run.env
+    run.push.check_references([r.spec.tag for r in requests])
     check_bake_file(bake_file_out)
-    root = source or source_root()
+    root = run.source or source_root()
     check_sources(root)
     engine = detect_engine(env)
     client = buildx_client(engine)
@@ -268,7 +264,7 @@ def bake(
         with log.step(f"bake {len(targets)} target(s)"):
             runs = run_bakes({t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}, env)
     made = _Made(root, digests, started, proof_now())
-    images = [_finish(engine, request, runs[request.name], verify, push, made) for request in requests]
+    images = [_finish(engine, request, runs[request.name], run, made) for request in requests]
     return RunReport("bake", tuple(images), builder=builder, driver=driver)
 
 
@@ -282,22 +278,20 @@ class _Made:
     finished: datetime.datetime
 
 
-def _finish(
-    engine: Engine, request: BakeRequest, run: _Run, verify: bool, push: PushPlan, made: _Made
-) -> RunImage:
+def _finish(engine: Engine, request: BakeRequest, baked: _Run, run: RunOptions, made: _Made) -> RunImage:
     """Seal, verify (and push) one target's image, or say why its build failed."""
     spec = request.spec
 
     def stopped(why: str) -> RunImage:
-        return RunImage(request.name, spec.platform, spec.tag, None, stopped=why, seconds=run.seconds)
+        return RunImage(request.name, spec.platform, spec.tag, None, stopped=why, seconds=baked.seconds)
 
-    if run.returncode != 0:
+    if baked.returncode != 0:
         failure = describe_failure(
-            run.lines,
+            baked.lines,
             engine.kind,
             op_sources(spec.registry),
             spec.tag,
-            engine_error=f"docker exited {run.returncode}",
+            engine_error=f"docker exited {baked.returncode}",
         )
         return stopped(failure.message)
     try:
@@ -306,11 +300,11 @@ def _finish(
         here = Built(
             spec, image_id, render(spec), made.root, made.digests[request.name], made.started, made.finished
         )
-        done = finish(engine, here, verify=verify, push=push)
+        done = finish(engine, here, run)
     except UserFacingError as exc:  # the verifier could not run, a push failed: this target only
         return stopped(exc.message)
     # The image's report, as `imagegen build` makes it; the table's row is read from it.
     report = image_report(
-        spec, engine.kind, image_id, run.seconds, run.lines, done, size_bytes=done.size_bytes
+        spec, engine.kind, image_id, baked.seconds, baked.lines, done, size_bytes=done.size_bytes
     )
     return RunImage(request.name, spec.platform, spec.tag, report)

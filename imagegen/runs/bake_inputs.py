@@ -55,14 +55,23 @@ def check_bake_file(path: Path | None) -> None:
     tmp.unlink(missing_ok=True)
 
 
-def check_platform_options(chosen: Mapping[str, Mapping[str, str]], platforms: Collection[str]) -> None:
+def check_platform_options(
+    chosen: Mapping[str, Mapping[str, str]], platforms: Collection[str], command: str
+) -> None:
     """BadInputError when ``--platform-torch`` / ``--platform-wheelhouse`` (``chosen``: option ->
-    {platform: value}) names a platform no target of this bake is for: it would change nothing."""
+    {platform: value}) names a platform this ``build``'s ``--platform`` or no target of this
+    ``bake`` is for: it would change nothing."""
+    built = set(platforms)
+    named = ", ".join(sorted(built))
     for option, values in chosen.items():
-        for platform in sorted(set(values) - set(platforms)):
+        for platform in sorted(set(values) - built):
+            if command == "build":
+                raise BadInputError(
+                    f"{option} names {platform}, which this build is not for (--platform {named})",
+                    hint=f"add it: --platform {','.join(sorted(built | {platform}))}",
+                )
             raise BadInputError(
-                f"{option} names {platform}, which none of the targets is for "
-                f"(they are for {', '.join(sorted(platforms))})",
+                f"{option} names {platform}, which none of the targets is for (they are for {named})",
                 hint=f"drop it, or add a target for {platform} (`imagegen bake --help` names them)",
             )
 

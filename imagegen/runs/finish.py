@@ -21,9 +21,9 @@ from imagegen.engine import Engine
 from imagegen.engine.images import tag_image
 from imagegen.imagespec.spec import ImageSpec
 from imagegen.oci.publish import Published, publish_image
-from imagegen.oci.push_plan import NO_PUSH, PushPlan
-from imagegen.proof.seal import ProofReport, Signer, seal_image
+from imagegen.proof.seal import ProofReport, seal_image
 from imagegen.proof.size import SizeReport, measure_image
+from imagegen.runs.run_options import RunOptions
 from imagegen.verify.container import VerifyResult, verify_image
 
 # A step of the sequence: (name, title) -> a context that times it (pipeline's report keeps the
@@ -64,36 +64,26 @@ class Finished:
         return self.size.total_bytes
 
 
-def finish(
-    engine: Engine,
-    built: Built,
-    *,
-    verify: bool,
-    push: PushPlan = NO_PUSH,
-    signer: Signer | None = None,
-    proof_dir: Path | None = None,
-    max_size: int | None = None,
-    step: Step = logged_step,
-) -> Finished:
-    """Seal, measure, verify and push ``built``'s image (as ``push`` says: ``PushPlan.reference``).
+def finish(engine: Engine, built: Built, run: RunOptions, step: Step = logged_step) -> Finished:
+    """Seal, measure, verify and push ``built``'s image (as ``run.push`` says: ``PushPlan.reference``).
     Raises what each step raises (the verifier cannot run, a push fails); a failed verification
-    or an image over ``max_size`` is not ``ok`` and not pushed."""
-    spec = built.spec
+    or an image over ``run.max_size`` is not ``ok`` and not pushed."""
+    spec, signer, max_size = built.spec, run.signer, run.max_size
     with step("proof", f"SBOM and provenance of {spec.tag}"):
         proof = seal_image(
             engine, spec, runtime_image_id=built.image_id, dockerfile=built.dockerfile, root=built.root,
             context_digests=built.context_digests, started=built.started, finished=built.finished,
-            signer=signer, directory=proof_dir,
+            signer=signer, directory=run.proof_dir,
         )  # fmt: skip
     with step("size", f"measure {spec.tag}"):
         size = measure_image(spec.tag)
     verified = None
-    if verify:
+    if run.verify:
         with step("verify", f"verify {spec.tag}"):
             verified = verify_image(spec.tag, ops=spec.ops)
     ok = (verified is None or verified.ok) and (max_size is None or size.total_bytes <= max_size)
     published = None
-    push_as = push.reference(spec.tag)
+    push_as = run.push.reference(spec.tag)
     if push_as is not None and ok:
         with step("push", f"push {push_as}"):
             if push_as != spec.tag:

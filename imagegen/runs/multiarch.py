@@ -11,10 +11,8 @@ nothing pushed; a failure while pushing leaves the platforms' own tags but no in
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from imagegen import log
 from imagegen.engine import detect_engine
@@ -22,10 +20,10 @@ from imagegen.errors import BadInputError
 from imagegen.imagespec.spec import ImageSpec
 from imagegen.oci.manifest import Descriptor
 from imagegen.oci.publish import Published, publish_image, publish_index
-from imagegen.oci.push_plan import NO_PUSH, PushPlan
-from imagegen.proof.signing import Signer
+from imagegen.oci.push_plan import NO_PUSH
 from imagegen.runs import pipeline
 from imagegen.runs.report import ImageReport, RunImage, RunReport
+from imagegen.runs.run_options import LOCAL, RunOptions
 
 
 def platform_tag(tag: str, platform: str) -> str:
@@ -37,51 +35,32 @@ def platform_tag(tag: str, platform: str) -> str:
     return f"{name}:{version}-{suffix}"
 
 
-def build_platforms(
-    specs: Sequence[ImageSpec],
-    *,
-    tag: str | None,
-    push: PushPlan = NO_PUSH,
-    verify: bool = True,
-    source: Path | None = None,
-    env: Mapping[str, str] = os.environ,
-    signer: Signer | None = None,
-    max_size: int | None = None,
-) -> RunReport:
-    """Build and verify each spec (one per platform), then, as ``push`` says (an index: made by
+def build_platforms(specs: Sequence[ImageSpec], tag: str | None, run: RunOptions = LOCAL) -> RunReport:
+    """Build and verify each spec (one per platform), then, as ``run.push`` says (an index: made by
     ``PushPlan.for_build``, which checked its rule), push them and their index under its tag,
-    only when every platform passed."""
+    only when every platform passed. Each platform's build pushes nothing itself."""
     platforms = tuple(spec.platform for spec in specs)
     if len(set(platforms)) != len(platforms):
         raise BadInputError(f"a platform is named twice: {', '.join(platforms)}")
-    engine = detect_engine(env, prefer_buildkit=all(s.buildkit for s in specs))
+    engine = detect_engine(run.env, prefer_buildkit=all(s.buildkit for s in specs))
+    each = replace(run, push=NO_PUSH)
     reports = []
     for spec in specs:
         local = replace(spec, tag=platform_tag(tag, spec.platform) if tag else spec.tag)
         with log.step(f"{spec.platform}: {local.tag}"):
-            reports.append(
-                pipeline.build(
-                    local,
-                    verify=verify,
-                    source=source,
-                    engine=engine,
-                    env=env,
-                    signer=signer,
-                    max_size=max_size,
-                )
-            )
-    if push.kind != "index" or not all(r.ok for r in reports):
+            reports.append(pipeline.build(local, each, engine=engine))
+    if run.push.kind != "index" or not all(r.ok for r in reports):
         return _run(specs, reports, tag, None)
-    assert push.target is not None and tag == push.target  # PushPlan.for_build
+    assert run.push.target is not None and tag == run.push.target  # PushPlan.for_build
     published: list[tuple[str, Published]] = []
     for platform, report in zip(platforms, reports):
         with log.step(f"push {report.tag}"):
             documents = None if report.proof is None else report.proof.documents
-            done = publish_image(engine, report.tag, report.verify, documents, signer)
+            done = publish_image(engine, report.tag, report.verify, documents, run.signer)
         assert done is not None  # verified: every report is ok
         published.append((platform, done))
     with log.step(f"push the index {tag}"):
-        index = publish_index(tag, published, signer)
+        index = publish_index(tag, published, run.signer)
     reports = [replace(r, pushed=True, published=p) for r, (_, p) in zip(reports, published)]
     return _run(specs, reports, tag, index)
 

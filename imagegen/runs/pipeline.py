@@ -9,12 +9,10 @@ themselves.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 
 from imagegen import log
 from imagegen.building.bases import missing_base_hint
@@ -24,13 +22,13 @@ from imagegen.building.staging import staged_context
 from imagegen.engine import Engine, build_image, detect_engine, image_size
 from imagegen.errors import BuildFailedError
 from imagegen.imagespec.spec import ImageSpec
-from imagegen.oci.push_plan import NO_PUSH, PushPlan
-from imagegen.proof.seal import Signer, context_digests
+from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
 from imagegen.render import cross
 from imagegen.render.dockerfile import render
 from imagegen.runs.finish import Built, finish
 from imagegen.runs.report import ImageReport, StepTiming, image_report
+from imagegen.runs.run_options import LOCAL, RunOptions
 
 # The name benchmarks and tests have always called the image's report by.
 
@@ -58,37 +56,24 @@ def _build_args(spec: ImageSpec, verify: bool) -> dict[str, str]:
     return args
 
 
-def build(
-    spec: ImageSpec,
-    *,
-    verify: bool = True,
-    source: Path | None = None,
-    engine: Engine | None = None,
-    stage: str = "runtime",
-    no_cache: bool = False,
-    env: Mapping[str, str] = os.environ,
-    signer: Signer | None = None,
-    proof_dir: Path | None = None,
-    max_size: int | None = None,
-    push: PushPlan = NO_PUSH,
-) -> ImageReport:
-    """Build ``spec``'s image up to ``stage`` from the checkout at ``source`` (default: the one
-    imagegen runs from), verify it, and push it as ``push`` says when every op verified.
+def build(spec: ImageSpec, run: RunOptions = LOCAL, engine: Engine | None = None) -> ImageReport:
+    """Build ``spec``'s image up to ``run.stage`` from the checkout at ``run.source`` (default: the
+    one imagegen runs from), verify it, and push it as ``run.push`` says when every op verified.
 
     ``engine``: one already detected (benchmarks building several images); default: detect
     it here, and fall back to the classic variant of the Dockerfile when BuildKit is wanted
-    but missing. ``no_cache`` re-runs every build step. The runtime stage is measured by part
-    (``imagegen.proof.size``); with ``max_size`` (bytes), a larger image is not ``ok`` and not pushed.
-    A ``stage`` short of the runtime is built and measured only: no proof, verification or push.
+    but missing. ``run.no_cache`` re-runs every build step. The runtime stage is measured by part
+    (``imagegen.proof.size``); with ``run.max_size`` (bytes), a larger image is not ``ok`` and not
+    pushed. A stage short of the runtime is built and measured only: no proof, verification or push.
     Raises BadInputError, EngineUnavailableError, BuildFailedError (with how to get the base
     images when they are not here), VerificationFailedError (when the verifier cannot run).
     """
-    root = source or source_root()
+    root = run.source or source_root()
     check_sources(root)  # bad input before any engine work
     steps = _Steps()
     if engine is None:
         with steps.step("engine", "detect the container engine"):
-            engine = detect_engine(env, prefer_buildkit=spec.buildkit)
+            engine = detect_engine(run.env, prefer_buildkit=spec.buildkit)
             log.info(f"{engine.kind} builder, server {engine.server_version}")
     if spec.buildkit and engine.kind == "classic":
         log.warn("BuildKit is not available here: building the classic variant (no cache mounts)")
@@ -96,7 +81,7 @@ def build(
     text = render(spec)
     started = proof_now()
 
-    secrets = build_secrets(spec, env)  # credentials as BuildKit secrets
+    secrets = build_secrets(spec, run.env)  # credentials as BuildKit secrets
     with steps.step("build", f"build {spec.tag}"), staged_context(spec, root) as context, secrets as found:
         try:
             result = build_image(
@@ -104,28 +89,25 @@ def build(
                 context,
                 text,
                 spec.tag,
-                target=stage,
-                build_args=_build_args(spec, verify),
-                no_cache=no_cache,
+                target=run.stage,
+                build_args=_build_args(spec, run.verify),
+                no_cache=run.no_cache,
                 platform=spec.platform,
                 secrets=found,
                 network=_network(spec),
             )
         except BuildFailedError as exc:
             raise _with_base_hint(exc, spec) from None
-        sources = context_digests(context) if stage == "runtime" else {}
+        sources = context_digests(context) if run.stage == "runtime" else {}
     done = None
-    if stage == "runtime":
+    if run.stage == "runtime":
         built = Built(spec, result.image_id, text, root, sources, started, proof_now())
-        done = finish(
-            engine, built, verify=verify, push=push, signer=signer,
-            proof_dir=proof_dir, max_size=max_size, step=steps.step,
-        )  # fmt: skip
+        done = finish(engine, built, run, step=steps.step)
     # A stage short of the image (benchmarks) is built and measured only: nothing to prove or push.
     size = done.size_bytes if done is not None else image_size(engine, spec.tag)
     return image_report(
         spec, engine.kind, result.image_id, result.seconds, result.log, done,
-        size_bytes=size, stage=stage, steps=tuple(steps.timings), max_size=max_size,
+        size_bytes=size, stage=run.stage, steps=tuple(steps.timings), max_size=run.max_size,
     )  # fmt: skip
 
 

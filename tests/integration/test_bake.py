@@ -21,6 +21,7 @@ import pytest
 from imagegen.engine import detect_engine
 from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.runs.bake import BakeRequest, bake
+from imagegen.runs.run_options import RunOptions
 from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE, bridge_gateway, imagegen, run_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]
@@ -132,7 +133,7 @@ def test_a_failing_target_stops_only_itself(buildx: None) -> None:
 
     good = spec()
     broken = spec(base_devel="imagegen-standin/no-such-base:1", tag="imagegen-it/bake:broken")
-    report = bake([BakeRequest("cpu", good), BakeRequest("broken", broken)], source=REPO)
+    report = bake([BakeRequest("cpu", good), BakeRequest("broken", broken)], RunOptions(source=REPO))
     by_target = {image.target: image for image in report.images}
     assert by_target["cpu"].ok and by_target["cpu"].verify is not None and by_target["cpu"].verify.ok
     assert not by_target["broken"].ok and by_target["broken"].error

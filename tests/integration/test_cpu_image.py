@@ -322,6 +322,7 @@ import os, sys
 from imagegen.runs import pipeline
 from imagegen.engine import detect_engine
 from imagegen.imagespec.spec import SpecInput, build_spec, spec_input
+from imagegen.runs.run_options import RunOptions
 
 engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
 spec = build_spec(
@@ -330,7 +331,7 @@ spec = build_spec(
                tag="imagegen-it/interrupted:1"),
 )
 print("engine", engine.kind, flush=True)
-pipeline.build(spec, verify=False, engine=engine, no_cache=True)
+pipeline.build(spec, RunOptions(verify=False, no_cache=True), engine=engine)
 """
 
 

@@ -12,6 +12,7 @@ from imagegen.engine.build_log import compile_seconds, describe_failure, find_fa
 from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.proof.size import SizeReport
 from imagegen.runs import finish, pipeline
+from imagegen.runs.run_options import RunOptions
 
 SOURCES = {
     "cpu_adam": ("optim/csrc/cpu_adam.cpp",),
@@ -133,7 +134,7 @@ def test_the_build_report_carries_each_ops_compile_seconds(monkeypatch: pytest.M
     monkeypatch.setattr(finish, "seal_image", lambda *args, **kw: None)
     spec = build_spec(SpecInput(cpu=True, ops="cpu_adam,cpu_lion", tag="it:1"))
     engine = Engine("buildkit", "/usr/bin/docker", "20.10.24")
-    report = pipeline.build(spec, source=REPO, engine=engine, verify=False)
+    report = pipeline.build(spec, RunOptions(source=REPO, verify=False), engine=engine)
     assert report.compile_seconds == {"cpu_adam": 19.64, "cpu_lion": 20.0}
     data = report.to_json()
     assert data["compile_seconds"] == {"cpu_adam": 19.6, "cpu_lion": 20.0}

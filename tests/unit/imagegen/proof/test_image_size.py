@@ -18,6 +18,7 @@ from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.size import KINDS, OverBudgetError, attribute, base_bytes_of, check_budget, parse_size
 from imagegen.proof.size_probe import Tally, measure, owners, pth_paths
 from imagegen.runs import pipeline
+from imagegen.runs.run_options import RunOptions
 from tests.unit.imagegen.runs.test_pipeline import REPO, FakeEngine, spec
 
 GiB, MiB = 2**30, 2**20
@@ -223,11 +224,11 @@ TO_TAG = PushPlan.for_build(push=True, verify=True, tag=None)
 def test_over_budget_is_not_ok_and_not_pushed(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine()
     engine.install(monkeypatch)
-    report = pipeline.build(spec(), source=REPO, max_size=100 * MiB, push=TO_TAG)
+    report = pipeline.build(spec(), RunOptions(source=REPO, max_size=100 * MiB, push=TO_TAG))
     assert not report.ok and report.over_budget and not report.pushed
     assert not any(call.startswith("push") for call in engine.calls)
     assert report.verify is not None and report.verify.ok  # verified, but too large
-    report = pipeline.build(spec(), source=REPO, max_size=123 * MiB, push=TO_TAG)
+    report = pipeline.build(spec(), RunOptions(source=REPO, max_size=123 * MiB, push=TO_TAG))
     assert report.ok and report.pushed
 
 

@@ -104,7 +104,7 @@ def test_a_platform_option_for_no_target_of_the_bake_is_exit_2(option: list[str]
 def test_every_target_is_baked_with_all_its_ops_async_io_too(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, BakeRequest] = {}
 
-    def fake_bake(requests: Sequence[BakeRequest], **_: Any) -> Any:
+    def fake_bake(requests: Sequence[BakeRequest], *_: Any, **__: Any) -> Any:
         seen.update({r.name: r for r in requests})
         raise BadInputError("stop here")
 
@@ -126,7 +126,7 @@ def test_a_cross_targets_own_torch_comes_from_the_wheelhouse(
 ) -> None:
     seen: dict[str, BakeRequest] = {}
 
-    def fake_bake(requests: Sequence[BakeRequest], **_: Any) -> Any:
+    def fake_bake(requests: Sequence[BakeRequest], *_: Any, **__: Any) -> Any:
         seen.update({r.name: r for r in requests})
         raise BadInputError("stop here")
 

@@ -22,6 +22,7 @@ from imagegen.proof.size import SizeReport
 from imagegen.render.dockerfile import labels, render
 from imagegen.render.matrix import BAKE_FILE, render_matrix, standard_entries, write_matrix
 from imagegen.runs import finish, pipeline
+from imagegen.runs.run_options import RunOptions
 
 REPO = Path(__file__).resolve().parents[4]
 runner = CliRunner()
@@ -276,5 +277,7 @@ def test_pipeline_passes_the_spec_platform_to_the_build(monkeypatch: pytest.Monk
     monkeypatch.setattr(finish, "measure_image", lambda tag: SizeReport(tag, 1, ()))
     monkeypatch.setattr(finish, "seal_image", lambda *args, **kw: None)
     s = spec(platform="linux/arm64", ops="cpu_adam", tag="it:arm64")
-    pipeline.build(s, source=REPO, engine=Engine("buildkit", "/usr/bin/docker", "20.10"), verify=False)
+    pipeline.build(
+        s, RunOptions(source=REPO, verify=False), engine=Engine("buildkit", "/usr/bin/docker", "20.10")
+    )
     assert seen["platform"] == "linux/arm64"

@@ -23,6 +23,7 @@ from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
 from imagegen.runs import finish, pipeline
 from imagegen.runs.report import ImageReport
+from imagegen.runs.run_options import RunOptions
 from imagegen.verify.container import VerifyResult
 from op_builder.report import OpVerification
 
@@ -119,7 +120,7 @@ def spec(**changes: Any) -> ImageSpec:
 def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine()
     engine.install(monkeypatch)
-    report = pipeline.build(spec(), source=REPO)
+    report = pipeline.build(spec(), RunOptions(source=REPO))
     assert engine.calls == [
         "detect", "build it:1 runtime no_cache=False", "proof it:1 from sha256:abc",
         "size it:1", "verify it:1",
@@ -147,7 +148,7 @@ def test_report_has_every_summary_key_with_its_meaning(monkeypatch: pytest.Monke
 def test_failed_verification_is_a_report_and_nothing_is_pushed(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine(failing=("cpu_lion",))
     engine.install(monkeypatch)
-    report = pipeline.build(spec(), source=REPO, push=TO_TAG)
+    report = pipeline.build(spec(), RunOptions(source=REPO, push=TO_TAG))
     assert not report.ok and not report.pushed and report.failed_ops == ("cpu_lion",)
     assert not any(call.startswith("push") for call in engine.calls)
 
@@ -155,7 +156,7 @@ def test_failed_verification_is_a_report_and_nothing_is_pushed(monkeypatch: pyte
 def test_push_after_verification_and_a_given_engine_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine()
     engine.install(monkeypatch)
-    report = pipeline.build(spec(), source=REPO, engine=ENGINE, no_cache=True, push=TO_TAG)
+    report = pipeline.build(spec(), RunOptions(source=REPO, no_cache=True, push=TO_TAG), engine=ENGINE)
     assert report.ok and report.pushed
     assert engine.calls == [
         "build it:1 runtime no_cache=True", "proof it:1 from sha256:abc",
@@ -168,7 +169,7 @@ def test_push_after_verification_and_a_given_engine_is_not_probed(monkeypatch: p
 def test_a_stage_without_verification(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine()
     engine.install(monkeypatch)
-    report = pipeline.build(spec(), source=REPO, engine=ENGINE, verify=False, stage="devel")
+    report = pipeline.build(spec(), RunOptions(source=REPO, verify=False, stage="devel"), engine=ENGINE)
     assert report.ok and report.verify is None and report.to_json()["verify_seconds"] is None
     assert report.proof is None  # only a runtime image gets an SBOM
     assert engine.calls == ["build it:1 devel no_cache=False"]
@@ -177,7 +178,7 @@ def test_a_stage_without_verification(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_build_failure_gets_the_base_image_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     FakeEngine(build_error=BuildFailedError("building it:1 failed", hint="log")).install(monkeypatch)
     with pytest.raises(BuildFailedError) as info:
-        pipeline.build(spec(), source=REPO)
+        pipeline.build(spec(), RunOptions(source=REPO))
     assert info.value.message == "building it:1 failed"
     assert info.value.hint == f"not here: {spec().base_devel}\nlog"
 
@@ -187,7 +188,7 @@ def test_classic_engine_builds_the_classic_variant(monkeypatch: pytest.MonkeyPat
     engine.install(monkeypatch)
     rendered: list[bool] = []
     monkeypatch.setattr(pipeline, "render", lambda s: rendered.append(s.buildkit) or "FROM scratch\n")
-    pipeline.build(spec(), source=REPO, engine=Engine("classic", None, "20.10.24"), verify=False)
+    pipeline.build(spec(), RunOptions(source=REPO, verify=False), engine=Engine("classic", None, "20.10.24"))
     assert rendered == [False]
 
 
@@ -256,7 +257,7 @@ def test_bake_finishes_an_image_with_the_same_sequence_and_report(monkeypatch: p
     run = bake._Run("cpu", None, 0.0, ["#9 20.1 op_builder: built cpu_adam in 19.64s"], 42.0, 0)  # type: ignore[arg-type]
     when = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
     made = bake._Made(REPO, {"cpu": {}}, when, when)
-    image = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, UNDER_REGISTRY, made)
+    image = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, RunOptions(push=UNDER_REGISTRY), made)
     assert engine.calls == [
         "proof it:1 from sha256:baked", "size it:1", "verify it:1",
         "tag reg.example:5000/it:1", "push reg.example:5000/it:1", "attach reg.example:5000/it:1 2",
@@ -268,6 +269,6 @@ def test_bake_finishes_an_image_with_the_same_sequence_and_report(monkeypatch: p
     # A failing op: the same report says so, nothing is pushed.
     engine.calls.clear()
     engine.failing = ("cpu_lion",)
-    failed = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, True, UNDER_REGISTRY, made)
+    failed = bake._finish(ENGINE, BakeRequest("cpu", spec()), run, RunOptions(push=UNDER_REGISTRY), made)
     assert not failed.ok and failed.report is not None and failed.report.failed_ops == ("cpu_lion",)
     assert not any(call.startswith(("tag", "push")) for call in engine.calls)

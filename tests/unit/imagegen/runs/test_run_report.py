@@ -27,6 +27,7 @@ from imagegen.proof.size import attribute
 from imagegen.runs import multiarch, pipeline
 from imagegen.runs.finish import Finished
 from imagegen.runs.report import ImageReport, RunImage, RunReport, image_report
+from imagegen.runs.run_options import RunOptions
 from imagegen.verify.container import VerifyResult
 from op_builder.report import OpVerification
 
@@ -140,7 +141,7 @@ def test_one_platform_keeps_the_image_object_and_adds_the_run() -> None:
 def test_several_platforms_keep_platforms_and_add_images(monkeypatch: pytest.MonkeyPatch) -> None:
     # Through build_platforms itself, each platform's build answered by a real report.
     monkeypatch.setattr(multiarch, "detect_engine", lambda env, prefer_buildkit: ENGINE)
-    monkeypatch.setattr(pipeline, "build", lambda image, **kw: report(image))
+    monkeypatch.setattr(pipeline, "build", lambda image, run, engine=None: report(image))
     index = Descriptor.of(OCI_INDEX, b"{}")
     signers = []
     monkeypatch.setattr(
@@ -155,7 +156,7 @@ def test_several_platforms_keep_platforms_and_add_images(monkeypatch: pytest.Mon
     push = PushPlan.for_build(push=True, verify=True, tag=tag, platforms=2)
     key: Any = object()  # a signer, passed along as it is
     run = multiarch.build_platforms(
-        [spec(), spec("linux/arm64")], tag=tag, push=push, source=Path("."), signer=key
+        [spec(), spec("linux/arm64")], tag, RunOptions(push=push, source=Path("."), signer=key)
     )
     data = printed(run)
     assert_shape(data, {**RUN, **PLATFORMS}, "build --platform")
@@ -168,7 +169,9 @@ def test_several_platforms_keep_platforms_and_add_images(monkeypatch: pytest.Mon
     assert [p["pushed"] for p in data["platforms"]] == [True, True]
     assert signers == [key]  # the run's signer signs the index too
     # Not pushed: no index, and the same keys.
-    unpushed = printed(multiarch.build_platforms([spec(), spec("linux/arm64")], tag=None, source=Path(".")))
+    unpushed = printed(
+        multiarch.build_platforms([spec(), spec("linux/arm64")], None, RunOptions(source=Path(".")))
+    )
     assert_shape(unpushed, {**RUN, **PLATFORMS}, "build --platform, not pushed")
     assert unpushed["pushed"] is False and unpushed["index"] is None and unpushed["tag"] is None
 
