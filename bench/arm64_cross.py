@@ -37,7 +37,7 @@ from parallel_compile import CPU_OPS, machine  # noqa: E402
 from imagegen.engine import Engine, detect_engine  # noqa: E402
 from imagegen.imagespec.spec import ImageSpec, build_spec, spec_input  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
-from imagegen.runs.run_options import RunOptions  # noqa: E402
+from imagegen.runs.run_choices import RunOptions  # noqa: E402
 
 GOAL = 1.5
 AMD64_WHEELS = os.environ.get("IMAGEGEN_BENCH_WHEELHOUSE", "/opt/wheels")

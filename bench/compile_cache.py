@@ -48,7 +48,7 @@ from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.imagespec import compile_cache  # noqa: E402
 from imagegen.imagespec.spec import build_spec, spec_input  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
-from imagegen.runs.run_options import RunOptions  # noqa: E402
+from imagegen.runs.run_choices import RunOptions  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from image_size import cpu_spec, pip_index_url  # noqa: E402

@@ -46,7 +46,7 @@ from parallel_compile import CPU_OPS, checkout, machine  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
-from imagegen.runs.run_options import RunOptions  # noqa: E402
+from imagegen.runs.run_choices import RunOptions  # noqa: E402
 from op_builder import get_builder  # noqa: E402
 from op_builder.paths import PACKAGE_ROOT  # noqa: E402
 

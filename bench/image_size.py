@@ -43,7 +43,7 @@ from imagegen.imagespec.spec import (  # noqa: E402
     spec_input,
 )
 from imagegen.runs import pipeline  # noqa: E402
-from imagegen.runs.run_options import RunOptions  # noqa: E402
+from imagegen.runs.run_choices import RunOptions  # noqa: E402
 from op_builder.listing import op_names  # noqa: E402
 from op_builder.registry import builtin_ops  # noqa: E402
 

@@ -34,7 +34,7 @@ from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.engine.log_lines import BK_HEADER  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
 from imagegen.runs.report import ImageReport  # noqa: E402
-from imagegen.runs.run_options import RunOptions  # noqa: E402
+from imagegen.runs.run_choices import RunOptions  # noqa: E402
 
 COPIED = ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen")
 GOAL = 0.1

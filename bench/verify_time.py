@@ -23,7 +23,7 @@ from _common import write_json  # noqa: E402
 from bench.image_size import cpu_spec  # noqa: E402
 from imagegen.engine import detect_engine  # noqa: E402
 from imagegen.runs import pipeline  # noqa: E402
-from imagegen.runs.run_options import RunOptions  # noqa: E402
+from imagegen.runs.run_choices import RunOptions  # noqa: E402
 from imagegen.verify.container import verify_image  # noqa: E402
 
 OPS = "cpu_adam,cpu_adagrad,cpu_lion,async_io"

@@ -746,11 +746,11 @@ def newest_cpu_torch() -> str:
 
 def torch_headers(version: str) -> Path:
     """torch ``version``'s include folder, from imagegen's cache or read out of its wheel on pip's index."""
-    from imagegen.building.staging import stable_headers
     from imagegen.errors import ImagegenError
+    from imagegen.runs.torch_headers import torch_include
 
     try:
-        return stable_headers(version)
+        return torch_include(version)
     except ImagegenError as exc:
         raise SetupError(f"torch {version}'s headers: {exc.message}") from None
 

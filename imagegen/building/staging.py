@@ -28,12 +28,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from imagegen import log, settings
+from imagegen import settings
 from imagegen.building.build_inputs import check_sources, copy_build_inputs, source_root
-from imagegen.errors import BuildFailedError, ImagegenError
+from imagegen.errors import BuildFailedError
 from imagegen.imagespec.spec import ImageSpec
 from imagegen.render.dockerfile import CA_PATH, TORCH_HEADERS_PATH, WHEELHOUSE_PATH
-from imagegen.urls import redact
 
 _WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
@@ -111,13 +110,21 @@ def context_slot(root: Path | None = None) -> Iterator[Path]:
 
 
 @contextmanager
-def staged_context(spec: ImageSpec, root: Path | None = None) -> Iterator[Path]:
-    """The build context for ``spec``, staged in a slot; emptied on exit (also on Ctrl-C)."""
+def staged_context(
+    spec: ImageSpec, root: Path | None = None, torch_headers: Path | None = None
+) -> Iterator[Path]:
+    """The build context for ``spec``, staged in a slot; emptied on exit (also on Ctrl-C).
+    ``torch_headers``: the include folder of ``spec.stable_headers`` (``imagegen.runs.torch_headers``
+    finds it), which the context then holds; needed exactly when the spec pins one."""
+    if (spec.stable_headers is None) != (torch_headers is None):
+        raise ValueError(
+            f"the spec pins torch headers {spec.stable_headers}; the context is given {torch_headers}"
+        )
     root = root or source_root()
     check_sources(root)
     with context_slot() as slot:
         try:
-            context = _stage(spec, root, slot)
+            context = _stage(spec, root, slot, torch_headers)
         except OSError as exc:
             raise BuildFailedError(
                 f"could not stage the build context in {slot}: {exc.strerror or exc}",
@@ -127,7 +134,7 @@ def staged_context(spec: ImageSpec, root: Path | None = None) -> Iterator[Path]:
         yield context
 
 
-def _stage(spec: ImageSpec, root: Path, slot: Path) -> Path:
+def _stage(spec: ImageSpec, root: Path, slot: Path, torch_headers: Path | None) -> Path:
     context = copy_build_inputs(root, slot)
     if spec.ca_cert is not None:
         (context / CA_PATH).parent.mkdir(parents=True, exist_ok=True)
@@ -142,28 +149,6 @@ def _stage(spec: ImageSpec, root: Path, slot: Path) -> Path:
                 staged = wheels / item.name
                 if item.is_file() and item.name.endswith(_WHEEL_SUFFIXES) and not staged.exists():
                     _link_or_copy(item, staged)
-    if spec.stable_headers is not None:
-        include = stable_headers(spec.stable_headers)
-        shutil.copytree(include, context / TORCH_HEADERS_PATH, copy_function=_link_or_copy_names)
+    if torch_headers is not None:
+        shutil.copytree(torch_headers, context / TORCH_HEADERS_PATH, copy_function=_link_or_copy_names)
     return context
-
-
-def stable_headers(version: str) -> Path:
-    """torch ``version``'s include folder (--stable-headers), from the cache or this machine's pip index."""
-    # Deferred: only a build with stable ops pinned to other headers reads the index (requests).
-    from imagegen.compat.headers import cached_include, fetch_headers
-    from imagegen.compat.pip_config import pip_index_url
-
-    cached = cached_include(version)
-    if cached is not None:
-        return cached
-    index = pip_index_url()
-    log.info(f"reading torch {version}'s headers out of its wheel on {redact(index)} (--stable-headers)")
-    try:
-        return fetch_headers(version, index)
-    except ImagegenError as exc:
-        raise type(exc)(
-            exc.message,
-            hint="--stable-headers own compiles against the image's own torch (its op modules then "
-            "differ from other torch releases' images); or check the network and pip's index",
-        ) from None

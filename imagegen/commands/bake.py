@@ -21,7 +21,7 @@ from imagegen.render.matrix import STANDARD_MATRIX
 from imagegen.runs.bake import bake
 from imagegen.runs.bake_inputs import BakeRequest, check_platform_options
 from imagegen.runs.report import RunImage, RunReport
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 from op_builder.suggest import did_you_mean
 
 TargetsArgument = Annotated[

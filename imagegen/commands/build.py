@@ -20,7 +20,7 @@ from imagegen.proof.size import check_budget, parse_size
 from imagegen.runs import multiarch, pipeline
 from imagegen.runs.bake_inputs import check_platform_options
 from imagegen.runs.report import ImageReport, RunReport
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 from imagegen.verify.table import render_table
 
 

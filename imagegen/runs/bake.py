@@ -44,7 +44,8 @@ from imagegen.render.matrix import BakeTarget, bake_file, base_args
 from imagegen.runs.bake_inputs import BakeRequest, check_bake_file, missing_standins
 from imagegen.runs.finish import Built, finish
 from imagegen.runs.report import RunImage, RunReport, image_report
-from imagegen.runs.run_options import LOCAL, RunOptions
+from imagegen.runs.run_choices import LOCAL, RunOptions
+from imagegen.runs.torch_headers import pinned_headers
 
 BUILDX_HINT = "install Debian's buildx plugin: `bash scripts/buildx-plugin.sh` (make system-deps does it)"
 
@@ -199,7 +200,7 @@ def _staged(
         targets = []
         for request in requests:
             spec = request.spec
-            context = stack.enter_context(staged_context(spec, root))
+            context = stack.enter_context(staged_context(spec, root, pinned_headers(spec)))
             digests[request.name] = context_digests(context)
             # Outside the context, as `imagegen build` keeps it: never COPYed, no cache churn.
             dockerfile = Path(tmp) / request.name / "Dockerfile"

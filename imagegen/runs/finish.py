@@ -23,7 +23,7 @@ from imagegen.imagespec.spec import ImageSpec
 from imagegen.oci.publish import Published, publish_image
 from imagegen.proof.seal import ProofReport, seal_image
 from imagegen.proof.size import SizeReport, measure_image
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 from imagegen.verify.container import VerifyResult, verify_image
 
 # A step of the sequence: (name, title) -> a context that times it (pipeline's report keeps the

@@ -23,7 +23,7 @@ from imagegen.oci.publish import Published, publish_image, publish_index
 from imagegen.oci.push_plan import NO_PUSH
 from imagegen.runs import pipeline
 from imagegen.runs.report import ImageReport, RunImage, RunReport
-from imagegen.runs.run_options import LOCAL, RunOptions
+from imagegen.runs.run_choices import LOCAL, RunOptions
 
 
 def platform_tag(tag: str, platform: str) -> str:

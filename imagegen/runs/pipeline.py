@@ -28,7 +28,8 @@ from imagegen.render import cross
 from imagegen.render.dockerfile import render
 from imagegen.runs.finish import Built, finish
 from imagegen.runs.report import ImageReport, StepTiming, image_report
-from imagegen.runs.run_options import LOCAL, RunOptions
+from imagegen.runs.run_choices import LOCAL, RunOptions
+from imagegen.runs.torch_headers import pinned_headers
 
 # The name benchmarks and tests have always called the image's report by.
 
@@ -82,7 +83,9 @@ def build(spec: ImageSpec, run: RunOptions = LOCAL, engine: Engine | None = None
     started = proof_now()
 
     secrets = build_secrets(spec, run.env)  # credentials as BuildKit secrets
-    with steps.step("build", f"build {spec.tag}"), staged_context(spec, root) as context, secrets as found:
+    headers = pinned_headers(spec)
+    staged = staged_context(spec, root, headers)
+    with steps.step("build", f"build {spec.tag}"), staged as context, secrets as found:
         try:
             result = build_image(
                 engine,

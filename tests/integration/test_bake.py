@@ -21,7 +21,7 @@ import pytest
 from imagegen.engine import detect_engine
 from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.runs.bake import BakeRequest, bake
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 from tests.integration.conftest import CA_CERT, REPO, WHEELHOUSE, bridge_gateway, imagegen, run_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]

@@ -322,7 +322,7 @@ import os, sys
 from imagegen.runs import pipeline
 from imagegen.engine import detect_engine
 from imagegen.imagespec.spec import SpecInput, build_spec, spec_input
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 
 engine = detect_engine(prefer_buildkit=sys.argv[1] == "buildkit")
 spec = build_spec(

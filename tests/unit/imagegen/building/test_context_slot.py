@@ -82,7 +82,7 @@ def test_slots_live_in_the_xdg_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 def test_staged_context_uses_a_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    spec = build_spec(SpecInput(cpu=True, ops="all"))
+    spec = build_spec(SpecInput(cpu=True, ops="all", stable_headers="own"))
     with staged_context(spec, REPO) as first:
         assert (first / "setup.py").is_file()
     with staged_context(spec, REPO) as second:
@@ -117,7 +117,7 @@ def test_staging_that_fails_is_one_build_error_naming_the_slot(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(staging, "copy_build_inputs", disk_full)
-    spec = build_spec(SpecInput(cpu=True, ops="all"))
+    spec = build_spec(SpecInput(cpu=True, ops="all", stable_headers="own"))
     slot = tmp_path / "imagegen" / "contexts" / "slot-0"
     with pytest.raises(BuildFailedError) as failed, staged_context(spec, REPO):
         pass

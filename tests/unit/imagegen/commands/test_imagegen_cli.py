@@ -111,7 +111,9 @@ def test_staged_context_holds_only_the_wheel_inputs_and_the_extras(tmp_path: Pat
     (wheels / "notes.txt").write_text("not a wheel")
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    spec = build_spec(SpecInput(cpu=True, ops="all", wheelhouse=str(wheels), ca_cert=str(ca)))
+    spec = build_spec(
+        SpecInput(cpu=True, ops="all", wheelhouse=str(wheels), ca_cert=str(ca), stable_headers="own")
+    )
     with staged_context(spec, REPO) as context:
         top = sorted(p.name for p in context.iterdir())
         assert top == sorted(

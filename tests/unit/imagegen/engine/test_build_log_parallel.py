@@ -12,7 +12,7 @@ from imagegen.engine.build_log import compile_seconds, describe_failure, find_fa
 from imagegen.imagespec.spec import SpecInput, build_spec
 from imagegen.proof.size import SizeReport
 from imagegen.runs import finish, pipeline
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 
 SOURCES = {
     "cpu_adam": ("optim/csrc/cpu_adam.cpp",),

@@ -124,7 +124,7 @@ def test_dockerfile_for_arm64_pins_2_10() -> None:
 def test_a_build_of_two_platforms_gives_each_its_own_default(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[ImageSpec] = []
 
-    def fake_build_platforms(specs: list[ImageSpec], **_: Any) -> Any:
+    def fake_build_platforms(specs: list[ImageSpec], *_: Any, **__: Any) -> Any:
         seen.extend(specs)
         raise BadInputError("stop here", hint="the test has what it wants")
 
@@ -145,7 +145,7 @@ def test_a_build_of_two_platforms_with_one_torch_too_new_for_arm64_is_exit_2() -
 def test_bake_gives_each_target_its_platforms_default(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, ImageSpec] = {}
 
-    def fake_bake(requests: Any, **_: Any) -> Any:
+    def fake_bake(requests: Any, *_: Any, **__: Any) -> Any:
         seen.update({r.name: r.spec for r in requests})
         raise BadInputError("stop here")
 

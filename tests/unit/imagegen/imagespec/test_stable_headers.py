@@ -13,6 +13,7 @@ from imagegen.imagespec import catalog
 from imagegen.imagespec.checks import stable_headers
 from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 from imagegen.render.dockerfile import TORCH_HEADERS_DIR, TORCH_HEADERS_PATH, context_extras, render
+from imagegen.runs.torch_headers import pinned_headers
 
 NEWEST_CPU = max(catalog.CPU_TARGET.torch_versions(), key=lambda v: tuple(map(int, v.split("."))))
 
@@ -84,6 +85,15 @@ def test_the_staged_context_holds_the_cached_headers(tmp_path: Path, monkeypatch
     (include / "torch" / "headeronly").mkdir(parents=True)
     (include / "torch" / "headeronly" / "version.h").write_text("#define TORCH_VERSION_MINOR 12\n")
     pinned = spec(cpu=True, ops="cpu_lion", torch="2.10.0", stable_headers="2.12.0")
-    with staging.staged_context(pinned) as context:
+    found = pinned_headers(pinned)  # from the cache: no index is asked
+    assert found == include
+    with staging.staged_context(pinned, torch_headers=found) as context:
         staged = context / TORCH_HEADERS_PATH / "torch" / "headeronly" / "version.h"
         assert staged.read_text() == "#define TORCH_VERSION_MINOR 12\n"
+    assert pinned_headers(spec(cpu=True, ops="cpu_lion", torch="2.10.0", stable_headers="own")) is None
+
+
+def test_a_context_without_the_headers_its_spec_pins_is_refused() -> None:
+    pinned = spec(cpu=True, ops="cpu_lion", torch="2.10.0")
+    with pytest.raises(ValueError, match="pins torch headers"), staging.staged_context(pinned):
+        pass

@@ -173,6 +173,7 @@ BAD_VALUES: dict[str, str] = {
     "wheelhouse": "/nonexistent/wheels",
     "ca_cert": "/nonexistent/ca.pem",
     "bytecode": "some",
+    "stable_headers": "2.9.1",
     "max_jobs": "0",
     "compile_cache": "nfs://cache",
 }

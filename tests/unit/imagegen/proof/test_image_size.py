@@ -18,7 +18,7 @@ from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.size import KINDS, OverBudgetError, attribute, base_bytes_of, check_budget, parse_size
 from imagegen.proof.size_probe import Tally, measure, owners, pth_paths
 from imagegen.runs import pipeline
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 from tests.unit.imagegen.runs.test_pipeline import REPO, FakeEngine, spec
 
 GiB, MiB = 2**30, 2**20

@@ -22,7 +22,7 @@ from imagegen.proof.size import SizeReport
 from imagegen.render.dockerfile import labels, render
 from imagegen.render.matrix import BAKE_FILE, render_matrix, standard_entries, write_matrix
 from imagegen.runs import finish, pipeline
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 
 REPO = Path(__file__).resolve().parents[4]
 runner = CliRunner()

@@ -23,7 +23,7 @@ from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
 from imagegen.runs import finish, pipeline
 from imagegen.runs.report import ImageReport
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 from imagegen.verify.container import VerifyResult
 from op_builder.report import OpVerification
 

@@ -27,7 +27,7 @@ from imagegen.proof.size import attribute
 from imagegen.runs import multiarch, pipeline
 from imagegen.runs.finish import Finished
 from imagegen.runs.report import ImageReport, RunImage, RunReport, image_report
-from imagegen.runs.run_options import RunOptions
+from imagegen.runs.run_choices import RunOptions
 from imagegen.verify.container import VerifyResult
 from op_builder.report import OpVerification
 
