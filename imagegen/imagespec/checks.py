@@ -11,7 +11,7 @@ from imagegen import options, settings
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
 from imagegen.imagespec.catalog import Accelerator, Target
-from op_builder import CUDAOpBuilder, stable_abi
+from op_builder import CUDAOpBuilder
 from op_builder import archs as arch_lib
 from op_builder.cross import PLATFORM_ALIASES
 from op_builder.registry import Registry, check_op_names
@@ -27,9 +27,6 @@ _VERSION_RE = re.compile(r"\d+\.\d+\Z")  # \Z: "$" would let a trailing newline 
 BYTECODE_TAG_SUFFIX = {"startup": "", "all": "-allbytecode", "none": "-nobytecode"}
 BYTECODE_MODES = tuple(BYTECODE_TAG_SUFFIX)
 DEFAULT_BYTECODE: str = options.default("bytecode")
-# --stable-headers: the target's newest torch, or the image's own.
-STABLE_HEADERS_NEWEST: str = options.default("stable_headers")
-STABLE_HEADERS_OWN = "own"
 
 
 def target(cuda: str | None, rocm: str | None, cpu: bool) -> Target:
@@ -157,59 +154,6 @@ def bytecode(value: str | None) -> str:
             + "use startup (the default: what torch and the ops import), all, or none",
         )
     return mode
-
-
-def stable_headers(value: str | None) -> str:
-    """``newest``, ``own`` or a torch release of 2.10 or later (``2.15.0``)."""
-    if value is None:
-        return STABLE_HEADERS_NEWEST
-    choice = value.strip().lower()
-    if choice in (STABLE_HEADERS_NEWEST, STABLE_HEADERS_OWN):
-        return choice
-    try:
-        version = Version(choice)
-    except InvalidVersion:
-        version = None
-    if version is None or len(version.release) != 3 or version.local or version.release[:2] < (2, 10):
-        raise BadInputError(
-            f"--stable-headers {value!r} is neither newest, own nor a torch release of 2.10 or later",
-            hint="use newest (the default: the target's newest torch), own (the image's torch), or X.Y.Z",
-        )
-    return str(version)
-
-
-def stable_ops(
-    accelerator: str, platform: str, torch: str, names: tuple[str, ...], registry: Registry
-) -> bool:
-    """Some op of ``names`` gets a stable build in such an image (as op_builder.stable_abi decides)."""
-    declared = (registry.ops[name].stable_abi for name in names)
-    return any(stable_abi.stable_target(d, torch, accelerator, platform) for d in declared)
-
-
-def pinned_stable_headers(
-    choice: str,
-    target: Target,
-    platform: str,
-    torch: str,
-    names: tuple[str, ...],
-    registry: Registry,
-    offline: bool,
-) -> str | None:
-    """The torch release whose headers the image's stable ops compile against; None: the image's own.
-
-    Only an image with an op that gets a stable build (op_builder.stable_abi: torch >= 2.10, CPU or
-    CUDA, linux/amd64) has one to pin. ``newest`` is the target's newest torch on the platform, or
-    the image's own where that is newer (a torch the catalog does not know yet); an offline build
-    reads no index, so it keeps its own.
-    """
-    if choice == STABLE_HEADERS_OWN or (choice == STABLE_HEADERS_NEWEST and offline):
-        return None
-    if not stable_ops(target.accelerator, platform, torch, names, registry):
-        return None
-    if choice != STABLE_HEADERS_NEWEST:
-        return choice
-    newest = max((Version(t) for t in target.torch_versions(platform)), default=Version(torch))
-    return str(newest) if newest > Version(torch) else None
 
 
 def python(

@@ -23,6 +23,7 @@ from imagegen import options
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog, checks, given_values, inputs
 from imagegen.imagespec import compile_cache as compile_cache_lib
+from imagegen.imagespec import stable_headers as stable_headers_rule
 from imagegen.imagespec.catalog import Accelerator
 from imagegen.imagespec.checks import BYTECODE_MODES as BYTECODE_MODES
 from imagegen.imagespec.checks import BYTECODE_TAG_SUFFIX as BYTECODE_TAG_SUFFIX
@@ -218,7 +219,9 @@ class ImageSpec:
     @property
     def stable_modules(self) -> bool:
         """Some op gets a module built for torch's stable ABI (op_builder.stable_abi decides as here)."""
-        return checks.stable_ops(self.accelerator, self.platform, self.torch, self.ops, self.registry)
+        return stable_headers_rule.stable_ops(
+            self.accelerator, self.platform, self.torch, self.ops, self.registry
+        )
 
     @property
     def build_variables(self) -> tuple[str, ...]:
@@ -265,6 +268,7 @@ CHECK_MODULES: Mapping[str, ModuleType] = {
     "inputs": inputs,
     "checks": checks,
     "compile_cache": compile_cache_lib,
+    "stable_headers": stable_headers_rule,
 }
 
 
@@ -354,7 +358,7 @@ def build_spec(inp: SpecInput) -> ImageSpec:
     if inp.keep_ca_cert and ca_cert is None:
         raise BadInputError("--keep-ca-cert needs --ca-cert FILE", hint="name the CA bundle to keep")
     bytecode: str = values["bytecode"]
-    stable_headers = checks.pinned_stable_headers(
+    stable_headers = stable_headers_rule.pinned(
         values["stable_headers"], target, platform, torch, names, registry, offline
     )
     numpy = inp.numpy

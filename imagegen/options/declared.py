@@ -323,7 +323,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         metavar="newest|own|X.Y.Z",
         env_kind="text",
         default="newest",
-        check="checks.stable_headers",
+        check="stable_headers.value",
     ),
     ImageOption(
         name="numpy",

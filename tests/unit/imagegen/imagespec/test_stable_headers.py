@@ -10,8 +10,8 @@ import pytest
 from imagegen.building import staging
 from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
-from imagegen.imagespec.checks import stable_headers
 from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
+from imagegen.imagespec.stable_headers import value as stable_headers
 from imagegen.render.dockerfile import TORCH_HEADERS_DIR, TORCH_HEADERS_PATH, context_extras, render
 from imagegen.runs.torch_headers import pinned_headers
 
