@@ -15,9 +15,9 @@ import os
 import sys
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from op_builder import settings
+from op_builder import cli_table, settings
 from op_builder.commands import (
     cmd_archs,
     cmd_binary,
@@ -32,7 +32,6 @@ from op_builder.commands import (
 from op_builder.errors import BadInputError, UserFacingError
 from op_builder.listing import cmd_list
 from op_builder.op_sources import SOURCES_VARIABLE, source_dirs
-from op_builder.selftest.isa import ISA_LEVELS
 
 # 128 + SIGINT, as shells report a command stopped by Ctrl-C (imagegen's too).
 INTERRUPTED_EXIT_CODE = 130
@@ -59,69 +58,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line ``op_builder.cli_table`` describes: every subcommand and option is a row."""
     parser = _Parser(prog="python -m op_builder", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        command = sub.add_parser(name, help=help_text)
-        command.add_argument("--json", action="store_true", help="machine-readable output")
-        command.add_argument(
-            "--op-source",
-            action="append",
-            default=[],
-            metavar="DIR",
-            help=f"an op package directory whose ops join ours (repeatable; also {SOURCES_VARIABLE})",
-        )
-        return command
-
-    report = add("report", "every op: target, installed, compatible here, and why not")
-    report.add_argument("--cuda", metavar="X.Y", help="judge against this CUDA toolkit version")
-    listing = add("list", "the names of the known ops, one a line, in the registry's order")
-    which = listing.add_mutually_exclusive_group()
-    which.add_argument("--gpu", action="store_true", help="only the ops with GPU code (CUDA / HIP sources)")
-    which.add_argument("--cpu", action="store_true", help="only the C++ (CPU) ops")
-    verify = add("verify", "load each op ahead of time, run its self-test, audit its GPU code")
-    verify.add_argument("ops", nargs="*", help="ops to verify (default: every installed op)")
-    verify.add_argument(
-        "--no-selftest", dest="selftest", action="store_false", help="only load and audit, skip self-tests"
-    )
-    verify.add_argument(
-        "--device",
-        choices=("cpu", "cuda", "auto"),
-        default="auto",
-        help="where self-tests run (default: auto)",
-    )
-    verify.add_argument(
-        "--require-gpu", action="store_true", help="a GPU op's self-test skipped for want of a GPU fails"
-    )
-    selftest = add("selftest", "each op's kernel against an independent reference; exit 0 only if all pass")
-    selftest.add_argument("ops", nargs="*", help="ops to test (default: the installed ops, else every op)")
-    selftest.add_argument(
-        "--device",
-        choices=("cpu", "cuda", "auto"),
-        default="auto",
-        help="where GPU ops run: cuda, or cpu (GPU ops are then skipped, and fail); auto: cuda if visible",
-    )
-    selftest.add_argument(
-        "--isa",
-        choices=(*ISA_LEVELS, "auto"),
-        default="auto",
-        help="force the CPU optimizers' instruction set (default: the best this CPU runs)",
-    )
-    flags = add("flags", "the exact sources and flags an op gets under this environment")
-    flags.add_argument("op")
-    flags.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
-    plan = add("plan", "which ops DS_BUILD_* selects, their archs, and every error")
-    plan.add_argument("--cuda", metavar="X.Y", help="plan for this CUDA toolkit version")
-    preflight = add("preflight", "can every installed op run on this machine's GPUs and driver? exit 0 if so")
-    preflight.add_argument(
-        "--require-gpu", action="store_true", help="a GPU op that cannot be checked for want of a GPU fails"
-    )
-    device_code = add("binary", "the GPU code a shared object holds: SASS, PTX and gfx targets")
-    device_code.add_argument("file", help="a compiled module (.so) or object file")
-    archs = add("archs", "resolve an arch list and show its nvcc flags")
-    archs.add_argument("list", nargs="?", help="arch list (default: TORCH_CUDA_ARCH_LIST or the toolkit's)")
-    archs.add_argument("--cuda", metavar="X.Y", help="validate against this CUDA toolkit version")
+    for command in cli_table.COMMANDS:
+        parsed = sub.add_parser(command.name, help=command.help)
+        groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+        for option in cli_table.options_of(command.name):
+            target: Any = parsed
+            if option.group is not None:
+                if option.group not in groups:
+                    groups[option.group] = parsed.add_mutually_exclusive_group()
+                target = groups[option.group]
+            target.add_argument(*(option.flags or (option.name,)), **option.argparse_settings())
     return parser
 
 
