@@ -3,13 +3,13 @@
 is pushed checked as it is made) sends an image; ``publish`` pushes after a passing
 verification and does nothing otherwise. The engine sends it (``imagegen.engine.push``: through
 the docker CLI when there is one, so its credential helpers and ``docker login`` apply). The
-image's SBOM and provenance (and the provenance's signature) then follow it as OCI referrers of the manifest just
-pushed (``imagegen.oci.referrers``), each annotated with the build's time. With a signing key the
-manifest is also signed for cosign: its signature, provenance and SBOM as cosign 3's bundles
-(``imagegen.proof.bundle``) among the referrers, and as cosign 2's ``.sig`` / ``.att`` tags
-(``imagegen.oci.cosign_tags``). ``publish_index`` puts several platforms' pushed manifests under
-one tag as an OCI image index, signed the same way when there is a key: cosign and Kyverno resolve
-a tag to the index's digest, and look for signatures of that digest.
+image's SBOM and provenance (and the provenance's signature) then follow it as OCI referrers of
+the manifest just pushed (``imagegen.oci.referrers``), each annotated with the build's time. With
+a signing key the manifest is also signed for cosign: its signature, provenance and SBOM as cosign
+3's bundles (``imagegen.proof.bundle``) among the referrers, and as cosign 2's ``.sig`` / ``.att``
+tags (``imagegen.oci.cosign_tags``). ``publish_index`` puts several platforms' pushed manifests
+under one tag as an OCI image index, signed the same way when there is a key: cosign and Kyverno
+resolve a tag to the index's digest, and look for signatures of that digest.
 """
 
 from __future__ import annotations
