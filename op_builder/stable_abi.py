@@ -158,12 +158,17 @@ def defines(target: str, op_namespace: str, accelerator: str) -> tuple[str, ...]
     return tuple(flags)
 
 
+# Symbols the linker defines for a module whose link refers to them: torch's CPU builds' libraries
+# export them, its CUDA builds' do not. Referred to always, they are in every module alike.
+LINKER_SYMBOLS = ("_end", "_edata", "__bss_start")
+
+
 def link_flags() -> tuple[str, ...]:
-    """A stable module's link flags: it exports its PyInit_ function alone, and keeps no static
-    symbol table. What the linker adds of its own (``_end``, ``_edata``, ``__bss_start``) follows
-    the libraries on its command line (torch's CPU builds export them, its CUDA builds do not):
-    without these, the same sources linked against two torch releases are the same bytes."""
-    return (f"-Wl,--version-script={EXPORTS_MAP}", "-Wl,--strip-all")
+    """A stable module's link flags: it exports its PyInit_ function alone, and the linker's own
+    symbols are in it whatever torch's libraries on the command line export, so the same sources
+    linked against two torch releases are the same bytes (build ID included). The static symbol
+    table stays: the SBOM reads the instruction-set paths from its function names."""
+    return (f"-Wl,--version-script={EXPORTS_MAP}", *(f"-Wl,--undefined={name}" for name in LINKER_SYMBOLS))
 
 
 # Python's limited API, which torch's extension classes define ahead of time (py_limited_api=True);
