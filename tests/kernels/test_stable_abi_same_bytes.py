@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension
 
+from imagegen.proof.probe import elf_facts
 from tests._script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +46,10 @@ def test_two_folders_and_two_places_of_the_headers_build_the_same_module(tmp_pat
     second = _built_module(tmp_path / "elsewhere" / "two", _pinned_copy(tmp_path / "h2" / "x" / "include"))
     assert hashlib.sha256(first).hexdigest() == hashlib.sha256(second).hexdigest()
     assert str(tmp_path).encode() not in first  # no folder of the build or of the headers is in it
+    # Its function names stay: the SBOM reads the instruction-set paths from them.
+    module = tmp_path / "cpu_lion.abi3.so"
+    module.write_bytes(first)
+    assert {"scalar", "avx2", "avx512"} <= set(elf_facts(str(module))[0])
 
 
 def test_the_build_reads_the_pinned_headers_not_the_installed_torchs(tmp_path: Path) -> None:
