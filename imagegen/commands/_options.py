@@ -82,12 +82,14 @@ def table_options(command: str) -> Callable[[F], F]:
 
     def decorate(func: F) -> F:
         own = inspect.signature(func)
-        packed = "image" in own.parameters  # what the image is, in one SpecInput
+        # What the image is, in one SpecInput; verify's and sbom's ``image`` is their IMAGE argument.
+        image = own.parameters.get("image")
+        packed = image is not None and _evaluated(image.annotation, func) is SpecInput
         spec_options = [o for o in table if o.spec and packed]
         run_options = {o.name: o for o in table if not (o.spec and packed)}
         parameters = []
         for param in own.parameters.values():
-            if param.name == "image":
+            if param.name == "image" and packed:
                 parameters += [_parameter(o) for o in spec_options]
             elif param.name in run_options:  # its annotation here is only for the type checker
                 parameters.append(_parameter(run_options[param.name]))

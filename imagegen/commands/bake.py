@@ -32,24 +32,6 @@ TargetsArgument = Annotated[
         show_default=False,
     ),
 ]
-BuilderOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--builder", metavar="NAME", help="The buildx builder to bake on. Default: the current one."
-    ),
-]
-PushRegistryOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--push",
-        metavar="REGISTRY",
-        help="Push each image that passed verification as REGISTRY/TAG (a host, a port, a path).",
-    ),
-]
-BakeFileOption = Annotated[
-    Optional[Path],
-    typer.Option("--bake-file", metavar="FILE", help="Also write the bake file this run used here."),
-]
 
 
 def _matrix_targets() -> dict[str, tuple[catalog.Accelerator, str | None, str]]:
@@ -62,21 +44,21 @@ def _matrix_targets() -> dict[str, tuple[catalog.Accelerator, str | None, str]]:
     return found
 
 
-@table_options("bake")
+@table_options("bake")  # every option but --json: the table's rows (--push REGISTRY: push_registry)
 def bake_command(
     image: SpecInput,
     targets: TargetsArgument = None,
-    builder: BuilderOption = None,
-    push: PushRegistryOption = None,
+    builder: str | None = None,
+    push_registry: str | None = None,
     platform_torch: tuple[str, ...] = (),
     platform_wheelhouse: tuple[str, ...] = (),
     no_verify: bool = False,
-    bake_file: BakeFileOption = None,
+    bake_file: Path | None = None,
     source: Path | None = None,
     json: JsonOption = False,
 ) -> None:
     """Bake targets of the matrix with docker buildx, verify every image, push those that pass."""
-    plan = PushPlan.for_bake(push, verify=not no_verify)  # the push rule, before anything else
+    plan = PushPlan.for_bake(push_registry, verify=not no_verify)  # the push rule, before anything else
     known = _matrix_targets()
     names = list(dict.fromkeys(targets or known))
     for name in names:

@@ -13,14 +13,13 @@ was built and verified here. What has none of these is only rendered.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Any
 from urllib.parse import urlsplit
 
-import typer
 from rich.table import Table
 
 from imagegen import log
-from imagegen.commands._options import JsonOption
+from imagegen.commands._options import JsonOption, table_options
 from imagegen.commands._output import console, emit_json
 from imagegen.compat import headers, results, upstream
 from imagegen.compat.pip_config import pip_index_url
@@ -127,25 +126,6 @@ def render_table(entries: list[dict[str, Any]], width: int | None = None) -> Tab
     return fitted(lambda dropped: _table(entries, dropped), DROPPABLE, width)
 
 
-CheckUpstreamOption = Annotated[
-    bool,
-    typer.Option(
-        "--check-upstream",
-        help="Compare the catalog with the package index: new torch releases and minors, new CUDA "
-        "releases, stale defaults. Exit 1 when something is missing, 3 when the index cannot be read.",
-    ),
-]
-IndexUrlOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--index-url",
-        metavar="URL",
-        help="With --check-upstream: the index to read (a PEP 691 simple API). Default: the one pip "
-        "installs from here (PIP_INDEX_URL, pip's configuration, else pip's own default).",
-    ),
-]
-
-
 _INDEX_HINT = "name the index's simple API, e.g. --index-url https://HOST/simple"
 
 
@@ -223,7 +203,7 @@ def _say_findings(report: dict[str, Any]) -> None:
         out.print(f"  held ({finding['kind']}): {finding['message']}: {finding['held']}")
 
 
-def check_upstream(json: bool, index_url: str | None) -> None:
+def compare_upstream(json: bool, index_url: str | None) -> None:
     index = _index(index_url)
     log.info(f"reading torch, {upstream.NVCC} and {upstream.TOOLKIT} from {redact(index)} ...")
     found_upstream = upstream.read(index, headers.session())
@@ -236,13 +216,12 @@ def check_upstream(json: bool, index_url: str | None) -> None:
         raise CatalogBehindError("the catalog is behind its upstream", reported=True)
 
 
-def catalog(
-    json: JsonOption = False, check_upstream_: CheckUpstreamOption = False, index_url: IndexUrlOption = None
-) -> None:
+@table_options("catalog")  # every option but --json: the table's rows
+def catalog(json: JsonOption = False, check_upstream: bool = False, index_url: str | None = None) -> None:
     """List every target: torch range, default torch, bases, platforms, default archs, and proof;
     with --check-upstream, what the package index publishes that the catalog lacks."""
-    if check_upstream_:
-        check_upstream(json, index_url)
+    if check_upstream:
+        compare_upstream(json, index_url)
         return
     if index_url:
         raise BadInputError("--index-url is read only with --check-upstream", hint="add --check-upstream")

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
 
 from imagegen import log
 from imagegen.commands._options import table_options
@@ -15,24 +12,17 @@ from imagegen.files import write_atomic
 from imagegen.imagespec.spec import SpecInput
 from imagegen.render.dockerfile import context_extras, render
 
-OutputOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--output", "-o", metavar="FILE", help="Write here (atomically) instead of stdout ('-': stdout)."
-    ),
-]
 
-
-@table_options("dockerfile")
-def dockerfile(image: SpecInput, output: OutputOption = None) -> None:
+@table_options("dockerfile")  # every option: the table's rows (-o FILE: dockerfile_output)
+def dockerfile(image: SpecInput, dockerfile_output: Path | None = None) -> None:
     """Render the multi-stage Dockerfile (devel -> build -> runtime) for the selected ops."""
     spec = make_spec(image)
     text = render(spec)
-    if output is None or str(output) == "-":  # '-' is stdout, as for most tools
+    if dockerfile_output is None or str(dockerfile_output) == "-":  # '-' is stdout, as for most tools
         sys.stdout.write(text)
         return
-    write_atomic(output, text)
-    log.info(f"wrote {output}")
+    write_atomic(dockerfile_output, text)
+    log.info(f"wrote {dockerfile_output}")
     needed = context_extras(spec)
     if needed:
         held = " and ".join(needed)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from imagegen.commands._options import JsonOption
+from imagegen.commands._options import JsonOption, table_options
 from imagegen.commands._output import console
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.files import write_atomic
@@ -25,27 +25,14 @@ ImageArgument = Annotated[
         metavar="IMAGE", help="Image tag or id; REGISTRY/NAME@DIGEST: read from the registry (its referrers)."
     ),
 ]
-ProvenanceOption = Annotated[
-    bool,
-    typer.Option("--provenance", help="The provenance statement (in-toto, SLSA v1) instead of the SBOM."),
-]
-SignatureOption = Annotated[
-    bool,
-    typer.Option("--signature", help="The provenance's signed DSSE envelope (images built with --sign-key)."),
-]
-OutputOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--output", "-o", metavar="FILE", help="Write the document here, byte for byte ('-': stdout)."
-    ),
-]
 
 
+@table_options("sbom")  # every option but --json: the table's rows (-o FILE: sbom_output)
 def sbom(
     image: ImageArgument,
-    provenance: ProvenanceOption = False,
-    signature: SignatureOption = False,
-    output: OutputOption = None,
+    provenance: bool = False,
+    signature: bool = False,
+    sbom_output: Path | None = None,
     json: JsonOption = False,
 ) -> None:
     """Print IMAGE's SBOM (CycloneDX 1.6): every op module with its sha256, device code or CPU code paths."""
@@ -59,10 +46,10 @@ def sbom(
     # Judged before anything is printed or written: a document that is no JSON object (or not
     # UTF-8) is no proof imagegen sealed, and a half-shown one would read as an answer.
     document = proof_lib.document_object(image, kind, data)
-    if output is not None and str(output) != "-":
-        write_atomic(output, data)
+    if sbom_output is not None and str(sbom_output) != "-":
+        write_atomic(sbom_output, data)
         return
-    if json or output is not None or kind != "sbom":
+    if json or sbom_output is not None or kind != "sbom":
         sys.stdout.write(data.decode())
         sys.stdout.flush()
         return

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from imagegen.commands._options import JsonOption
+from imagegen.commands._options import JsonOption, table_options
 from imagegen.commands._output import console, emit_json
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.checks import op_list
@@ -21,76 +21,42 @@ from op_builder.suggest import closest
 
 _EMPTY_OPS = "leave --ops out to check every op of the image's io.imagegen.ops label, or name some"
 ImageArgument = Annotated[str, typer.Argument(metavar="IMAGE", help="Image tag or id.")]
-VerifyOpsOption = Annotated[
-    Optional[str],
-    typer.Option("--ops", help="Comma-separated ops to check. Default: the image's io.imagegen.ops label."),
-]
-TimeoutOption = Annotated[
-    float, typer.Option("--timeout", metavar="SECONDS", help="Give up after this long.")
-]
-GpusOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--gpus",
-        metavar="all|IDS",
-        help="GPUs for the verify container (all, or indexes/UUIDs: 0,1): GPU ops then run their "
-        "self-tests on them. Needs the NVIDIA container toolkit.",
-    ),
-]
-KeyOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--key",
-        metavar="FILE",
-        help="Ed25519 or ECDSA P-256 public key (PEM): the provenance must be signed with its private key.",
-    ),
-]
-DerivedOption = Annotated[
-    bool,
-    typer.Option(
-        "--derived",
-        help="With --key: IMAGE is built FROM a signed image. Prove what the signature still covers (the "
-        "signed layers, intact, and the op modules they hold) and list every added layer, file and setting "
-        "as not covered. Without it, only the signed image itself passes.",
-    ),
-]
-RequireGpuOption = Annotated[
-    bool,
-    typer.Option("--require-gpu", help="A GPU op's self-test skipped for want of a GPU fails verification."),
-]
 
 
+# Every option but --json: the table's rows (--ops: verify_ops, --timeout, --key: verify_...).
+@table_options("verify")
 def verify(
     image: ImageArgument,
-    ops: VerifyOpsOption = None,
-    timeout: TimeoutOption = 300.0,
-    gpus: GpusOption = None,
-    require_gpu: RequireGpuOption = False,
-    key: KeyOption = None,
-    derived: DerivedOption = False,
+    verify_ops: str | None = None,
+    verify_timeout: float = 300.0,
+    gpus: str | None = None,
+    require_gpu: bool = False,
+    verify_key: Path | None = None,
+    derived: bool = False,
     json: JsonOption = False,
 ) -> None:
     """Verify IMAGE: every op loads ahead of time, passes its self-test, and holds its planned GPU code."""
     # Each op once, in the order given; an empty --ops is bad input, not "every op".
     lower_case = "op names are lower case; " + _EMPTY_OPS
-    names = None if ops is None else list(op_list(ops, _EMPTY_OPS, all_hint=lower_case))
+    names = None if verify_ops is None else list(op_list(verify_ops, _EMPTY_OPS, all_hint=lower_case))
     # A misspelt op of ours is caught here, before the engine is asked; other names may be an op
     # package's, which only the image knows (verify_image checks them against its labels).
     check_op_names([n for n in names or () if n in ALL_OPS or closest(n, ALL_OPS)])
     selected = verify_lib.parse_gpus(gpus)
-    if derived and key is None:
+    if derived and verify_key is None:
         raise BadInputError(
             "--derived without --key: it says what a signature covers of an image built on a signed one",
             hint="add --key PUBLIC_KEY.pem (the signed image's key)",
         )
-    public_key = None if key is None else load_public_key(key)  # a bad key file: exit 2 before the engine
-    verify_lib.check_verify_input(image, timeout)  # so is a bad reference or timeout
+    # A bad key file: exit 2 before the engine.
+    public_key = None if verify_key is None else load_public_key(verify_key)
+    verify_lib.check_verify_input(image, verify_timeout)  # so is a bad reference or timeout
     # The proof first: with --key it is read from outside the image, and decides whether the image
     # is the signed one whatever its own Python does when it runs (below).
-    proof = proof_lib.check_image(image, public_key, timeout=timeout, derived=derived)
+    proof = proof_lib.check_image(image, public_key, timeout=verify_timeout, derived=derived)
     try:
         result = verify_lib.verify_image(
-            image, ops=names, timeout=timeout, gpus=selected, require_gpu=require_gpu
+            image, ops=names, timeout=verify_timeout, gpus=selected, require_gpu=require_gpu
         )
     except VerificationFailedError as exc:
         if proof is None or proof.ok:

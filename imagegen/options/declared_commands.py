@@ -1,16 +1,33 @@
-"""The options table's rows for the commands that make no image (``standins``, ``matrix``,
-``new-op``): every option of theirs but ``--json`` and ``matrix --op-source`` (the image
-commands' row). Some read like the image options' (``--cuda``, ``--cpu``, ``--platform``) but mean
-something else there, each under a name of its own and said in its help; the others are each
-command's own (``matrix --out``, ``standins --force``, ``new-op --output``...). None has an
-``IMAGEGEN_*`` variable, and docs/imagegen.md's options table lists none (``--help`` does)."""
+"""The options table's rows that each belong to one command: every option of the commands that
+make no image (``standins``, ``matrix``, ``new-op``) but ``--json`` and ``matrix --op-source`` (the
+image commands' row), and the own options of ``dockerfile``, ``bake``, ``verify``, ``sbom`` and
+``catalog``. Some read like the image options' (``--cuda``, ``--cpu``, ``--platform``, ``--ops``,
+``--push``) but mean something else there, each under a name of its own and said in its help; the
+others are each command's own (``matrix --out``, ``verify --key``, ``bake --builder``...). None has
+an ``IMAGEGEN_*`` variable. docs/imagegen.md's options table lists those of ``dockerfile`` and
+``bake`` (the commands it is for); the others are in ``--help`` and their commands' sections.
+
+Their values are checked where the command uses them, in the order its messages were always
+given (``verify`` judges ``--ops``, then ``--gpus``, ``--key``, the image and ``--timeout``), so
+none has a row's ``check``: the table checks the values of what the image is
+(``imagespec.spec.checked_values``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from imagegen.options.declared_target import AMD64
-from imagegen.options.model import MATRIX, NEW_OP, STANDINS, ImageOption
+from imagegen.options.model import (
+    BAKE,
+    CATALOG,
+    DOCKERFILE,
+    MATRIX,
+    NEW_OP,
+    SBOM,
+    STANDINS,
+    VERIFY,
+    ImageOption,
+)
 
 COMMAND_OPTIONS: tuple[ImageOption, ...] = (
     ImageOption(
@@ -129,6 +146,186 @@ COMMAND_OPTIONS: tuple[ImageOption, ...] = (
             "registry finds as it is, instead of an op package of your own."
         ),
         default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="dockerfile_output",
+        flags=("--output", "-o"),
+        form="value",
+        commands=frozenset({DOCKERFILE}),
+        help="Write here (atomically) instead of stdout ('-': stdout).",
+        docs_option="`--output FILE` / `-o FILE`",
+        docs_default="stdout",
+        docs_meaning=(
+            "write the Dockerfile to FILE, atomically (temp file + rename), instead of stdout; `-` is "
+            "stdout. A path that cannot be written exits 2 (see output files, below)"
+        ),
+        metavar="FILE",
+        value_type=Path,
+        spec=False,
+    ),
+    ImageOption(
+        name="builder",
+        flags=("--builder",),
+        form="value",
+        commands=frozenset({BAKE}),
+        help="The buildx builder to bake on. Default: the current one.",
+        docs_option="`--builder NAME`",
+        docs_default="the current builder",
+        docs_meaning=(
+            "the `docker buildx` builder the targets are baked on; one `docker buildx inspect` does not know "
+            "exits 2 before anything builds"
+        ),
+        metavar="NAME",
+        spec=False,
+    ),
+    ImageOption(
+        # Not build's --push (a switch, the tag's own registry): bake pushes under this registry.
+        name="push_registry",
+        flags=("--push",),
+        form="value",
+        commands=frozenset({BAKE}),
+        help="Push each image that passed verification as REGISTRY/TAG (a host, a port, a path).",
+        docs_option="`--push REGISTRY`",
+        docs_meaning=(
+            "push each image that passed verification as `REGISTRY/<tag>` (refused together with "
+            "`--no-verify`); a REGISTRY that is not `HOST[:PORT][/PATH]` exits 2 before anything builds"
+        ),
+        metavar="REGISTRY",
+        spec=False,
+    ),
+    ImageOption(
+        name="bake_file",
+        flags=("--bake-file",),
+        form="value",
+        commands=frozenset({BAKE}),
+        help="Also write the bake file this run used here.",
+        docs_option="`--bake-file FILE`",
+        docs_meaning=(
+            "also write the bake file the run used there (atomically, at the end); a path that cannot be "
+            "written exits 2 before anything builds"
+        ),
+        metavar="FILE",
+        value_type=Path,
+        spec=False,
+    ),
+    ImageOption(
+        # Not the image's --ops: no 'all' here, and no value means the image's label.
+        name="verify_ops",
+        flags=("--ops",),
+        form="value",
+        commands=frozenset({VERIFY}),
+        help="Comma-separated ops to check. Default: the image's io.imagegen.ops label.",
+        spec=False,
+    ),
+    ImageOption(
+        name="verify_timeout",
+        flags=("--timeout",),
+        form="value",
+        commands=frozenset({VERIFY}),
+        help="Give up after this long.",
+        metavar="SECONDS",
+        default=300.0,
+        value_type=float,
+        show_default=True,  # --help has always said "[default: 300.0]"
+        spec=False,
+    ),
+    ImageOption(
+        name="gpus",
+        flags=("--gpus",),
+        form="value",
+        commands=frozenset({VERIFY}),
+        help=(
+            "GPUs for the verify container (all, or indexes/UUIDs: 0,1): GPU ops then run their self-tests "
+            "on them. Needs the NVIDIA container toolkit."
+        ),
+        metavar="all|IDS",
+        spec=False,
+    ),
+    ImageOption(
+        name="require_gpu",
+        flags=("--require-gpu",),
+        form="switch",
+        commands=frozenset({VERIFY}),
+        help="A GPU op's self-test skipped for want of a GPU fails verification.",
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="verify_key",
+        flags=("--key",),
+        form="value",
+        commands=frozenset({VERIFY}),
+        help="Ed25519 or ECDSA P-256 public key (PEM): the provenance must be signed with its private key.",
+        metavar="FILE",
+        value_type=Path,
+        spec=False,
+    ),
+    ImageOption(
+        name="derived",
+        flags=("--derived",),
+        form="switch",
+        commands=frozenset({VERIFY}),
+        help=(
+            "With --key: IMAGE is built FROM a signed image. Prove what the signature still covers (the "
+            "signed layers, intact, and the op modules they hold) and list every added layer, file and "
+            "setting as not covered. Without it, only the signed image itself passes."
+        ),
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="provenance",
+        flags=("--provenance",),
+        form="switch",
+        commands=frozenset({SBOM}),
+        help="The provenance statement (in-toto, SLSA v1) instead of the SBOM.",
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="signature",
+        flags=("--signature",),
+        form="switch",
+        commands=frozenset({SBOM}),
+        help="The provenance's signed DSSE envelope (images built with --sign-key).",
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
+        name="sbom_output",
+        flags=("--output", "-o"),
+        form="value",
+        commands=frozenset({SBOM}),
+        help="Write the document here, byte for byte ('-': stdout).",
+        metavar="FILE",
+        value_type=Path,
+        spec=False,
+    ),
+    ImageOption(
+        name="check_upstream",
+        flags=("--check-upstream",),
+        form="switch",
+        commands=frozenset({CATALOG}),
+        help=(
+            "Compare the catalog with the package index: new torch releases and minors, new CUDA releases, "
+            "stale defaults. Exit 1 when something is missing, 3 when the index cannot be read."
+        ),
+        default=False,
+        spec=False,
+    ),
+    ImageOption(
+        # Only read with --check-upstream: the command says so when it is given alone, and checks it
+        # (catalog.checked_index_url) only then, as it checks pip's index URL taken in its place.
+        name="index_url",
+        flags=("--index-url",),
+        form="value",
+        commands=frozenset({CATALOG}),
+        help=(
+            "With --check-upstream: the index to read (a PEP 691 simple API). Default: the one pip installs "
+            "from here (PIP_INDEX_URL, pip's configuration, else pip's own default)."
+        ),
+        metavar="URL",
         spec=False,
     ),
 )

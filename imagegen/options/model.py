@@ -30,6 +30,7 @@ BUILD = "Build"
 # Which commands take an option.
 DOCKERFILE, BUILD_CMD, BAKE, MATRIX = "dockerfile", "build", "bake", "matrix"
 OPS, STANDINS, NEW_OP = "ops", "standins", "new-op"
+VERIFY, CATALOG, SBOM = "verify", "catalog", "sbom"
 _IMAGE_CMDS = frozenset({DOCKERFILE, BUILD_CMD})
 _WITH_BAKE = frozenset({DOCKERFILE, BUILD_CMD, BAKE})
 # The commands whose options docs/imagegen.md's options table lists (the others' are in --help).
@@ -64,7 +65,7 @@ class ImageOption:
     env_kind: Kind | None = None  # None: no IMAGEGEN_* variable
     env_suffix: str = ""  # IMAGEGEN_<suffix>; default: the name upper-cased
     env_note: str = ""  # after the variable in the docs ("folders separated by `:`")
-    value_type: type = str  # str, int or Path (a value's type as typed)
+    value_type: type = str  # str, int, float or Path (a value's type as typed)
     spec: bool = True
     # --help shows ``default`` ("[default: dockerfiles]"): the command's parameter then defaults to
     # it, so a flag left off reads as given at that value. Only for a row without a variable (the

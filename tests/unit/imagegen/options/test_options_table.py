@@ -41,8 +41,8 @@ def test_each_command_takes_exactly_the_tables_options_for_it(command: str) -> N
         if command in option.commands:
             flags = option.flags[0].split("/") + list(option.flags[1:])
             assert option.name in cli and set(flags) <= set(cli[option.name]), option.name
-        else:  # bake's own --push (a registry) is not the table's build --push
-            assert option.name not in cli or option.name == "push", option.name
+        else:  # bake's --push (a registry, push_registry) is not build's --push (a switch, push)
+            assert option.name not in cli, option.name
 
 
 def test_matrix_takes_the_tables_op_source() -> None:
@@ -309,16 +309,6 @@ NOT_ROWS: dict[str, str] = {
     "--json": "the output format of every command, one alias (commands/_options.JsonOption) whose "
     "callback tells the error handler to answer in JSON; no command's setting",
 }
-# The commands whose own options are still declared in their files: each flag named, so the list
-# shrinks as they move, and an option added by hand elsewhere fails below. (bake and dockerfile
-# are docs/imagegen.md's options-table commands: a row of theirs joins that table.)
-OWN_OPTIONS: dict[str, frozenset[str]] = {
-    "bake": frozenset({"--builder", "--push", "--bake-file"}),  # --push: a registry, not build's
-    "catalog": frozenset({"--check-upstream", "--index-url"}),
-    "dockerfile": frozenset({"--output"}),
-    "sbom": frozenset({"--provenance", "--signature", "--output"}),
-    "verify": frozenset({"--ops", "--timeout", "--gpus", "--key", "--derived", "--require-gpu"}),
-}
 
 
 def _row_flags(option: options.ImageOption) -> set[str]:
@@ -329,13 +319,12 @@ def _not_from_the_table(command: str, params: list[Any]) -> list[str]:
     """The options among ``params`` (a command's click parameters) that are neither the table's
     row for ``command`` (by name and flags) nor a named exception."""
     rows = {option.name: _row_flags(option) for option in options.for_command(command)}
-    allowed = set(NOT_ROWS) | OWN_OPTIONS.get(command, frozenset())
     return [
         param.opts[0]
         for param in params
         if param.param_type_name == "option"
         and rows.get(param.name) != set(param.opts) | set(param.secondary_opts)
-        and param.opts[0] not in allowed
+        and param.opts[0] not in NOT_ROWS
     ]
 
 
@@ -343,8 +332,38 @@ def _not_from_the_table(command: str, params: list[Any]) -> list[str]:
 def test_every_option_of_every_command_is_a_row_or_a_named_exception(command: str) -> None:
     params = get_command(app).commands[command].params  # type: ignore[attr-defined]
     assert _not_from_the_table(command, params) == [], command
-    flags = {flag for param in params for flag in param.opts}
-    assert OWN_OPTIONS.get(command, frozenset()) <= flags, "a named exception is gone: drop it"
+
+
+def test_each_row_has_a_name_of_its_own_and_no_command_takes_a_flag_twice() -> None:
+    names = [option.name for option in options.OPTIONS]
+    assert len(names) == len(set(names))  # BY_NAME and the commands' parameters go by name
+    commands = {command for option in options.OPTIONS for command in option.commands}
+    for command in commands:
+        flags = [flag for option in options.for_command(command) for flag in _row_flags(option)]
+        assert len(flags) == len(set(flags)), command
+
+
+def test_a_commands_image_argument_is_left_as_it_is() -> None:
+    # verify's and sbom's IMAGE is a positional argument named ``image``: only a SpecInput
+    # parameter of that name takes the table's options of what the image is.
+    seen: dict[str, Any] = {}
+
+    @_options.table_options("sbom")
+    def command(
+        image: Annotated[str, typer.Argument(metavar="IMAGE")],
+        provenance: bool = False,
+        signature: bool = False,
+        sbom_output: Path | None = None,
+    ) -> None:
+        seen.update(image=image, provenance=provenance, sbom_output=sbom_output)
+
+    probe = typer.Typer(add_completion=False)
+    probe.command()(command)
+    result = CliRunner().invoke(probe, ["imagegen:cpu", "--provenance", "-o", "out.json"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"image": "imagegen:cpu", "provenance": True, "sbom_output": Path("out.json")}
+    params = get_command(probe).params
+    assert [p.name for p in params if p.param_type_name == "argument"] == ["image"]
 
 
 def test_a_hand_declared_option_is_found() -> None:
@@ -373,3 +392,5 @@ def test_a_shown_default_is_the_rows_and_only_a_row_without_a_variable_shows_one
     assert shown and all(option.env_name is None and option.default is not None for option in shown)
     assert "[default: dockerfiles]" in CliRunner().invoke(app, ["matrix", "--help"]).output
     assert options.resolve({}, {}, "matrix")["matrix_out"] == Path("dockerfiles")
+    assert "[default: 300.0]" in CliRunner().invoke(app, ["verify", "--help"]).output
+    assert options.resolve({}, {}, "verify")["verify_timeout"] == 300.0
