@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagegen.proof import sbom as sbom_props
-from imagegen.proof.documents import SBOM, sha256_digest
+from imagegen.proof.documents import SBOM, digest_problem
 from imagegen.proof.facts import ImageFacts, OpModule
 from imagegen.proof.provenance import STATEMENT_TYPE
 
@@ -189,18 +189,18 @@ def compare_statement(
         return None, (Mismatch(None, "the signed provenance is not an in-toto statement"),)
     problems: list[Mismatch] = []
     named = _named_sbom_digest(document)
-    if named is None:
-        problems.append(Mismatch(None, "the signed provenance names no SBOM"))
-    elif sbom is None:
-        problems.append(Mismatch(None, f"the signed provenance names the SBOM {named}; the image has none"))
-    elif sha256_digest(sbom) != named:
-        problems.append(
-            Mismatch(
-                None,
-                f"the SBOM is not the one the signed provenance names: {sha256_digest(sbom)}, "
-                f"the signed provenance says {named}",
-            )
-        )
+    problem = digest_problem(
+        sbom,
+        named,
+        unnamed="the signed provenance names no SBOM",
+        missing=f"the signed provenance names the SBOM {named}; the image has none",
+        changed=lambda actual: (
+            f"the SBOM is not the one the signed provenance names: {actual}, "
+            f"the signed provenance says {named}"
+        ),
+    )
+    if problem is not None:
+        problems.append(Mismatch(None, problem))
     return document, tuple(problems)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +47,19 @@ KEYID_LABEL = "io.imagegen.provenance.keyid"
 
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_problem(
+    data: bytes | None, named: str | None, *, unnamed: str, missing: str, changed: Callable[[str], str]
+) -> str | None:
+    """What is wrong between a document and the digest something names for it, in the caller's
+    words (``changed`` is given the document's own digest); None when they agree."""
+    if named is None:
+        return unnamed
+    if data is None:
+        return missing
+    actual = sha256_digest(data)
+    return None if actual == named else changed(actual)
 
 
 _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}

@@ -4,6 +4,7 @@ documents from the image's files, and the checks ``imagegen verify`` and ``image
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,8 +24,8 @@ from imagegen.proof.documents import (
     PROVENANCE,
     SBOM,
     SIGNATURE,
+    digest_problem,
     json_object,
-    sha256_digest,
 )
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.outside import check_layers
@@ -66,21 +67,21 @@ class ImageDocuments:
             label, data = self.labels.get(kind.label), self.files.get(kind.filename)
             if label is None and data is None:
                 continue
-            if data is None:
-                found.append(
-                    Mismatch(None, f"{PROOF_DIR}/{kind.filename} is missing (its label says {label})")
-                )
-            elif label is None:
-                found.append(Mismatch(None, f"{PROOF_DIR}/{kind.filename} has no {kind.label} label"))
-            elif sha256_digest(data) != label:
-                found.append(
-                    Mismatch(
-                        None,
-                        f"{PROOF_DIR}/{kind.filename} was changed after the build: {sha256_digest(data)}, "
-                        f"its label says {label}",
-                    )
-                )
+            path = f"{PROOF_DIR}/{kind.filename}"
+            problem = digest_problem(
+                data,
+                label,
+                unnamed=f"{path} has no {kind.label} label",
+                missing=f"{path} is missing (its label says {label})",
+                changed=functools.partial(_changed, path, label),
+            )
+            if problem is not None:
+                found.append(Mismatch(None, problem))
         return found
+
+
+def _changed(path: str, label: str | None, actual: str) -> str:
+    return f"{path} was changed after the build: {actual}, its label says {label}"
 
 
 def read_documents(image: str) -> ImageDocuments:
