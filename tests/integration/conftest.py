@@ -5,10 +5,17 @@ images (`imagegen standins`, cached by tag). With no engine every test here is
 skipped, with the reason printed. One CPU image (cpu_adam, cpu_lion) is built once per
 session through the real CLI and shared by the tests that inspect it; rebuilds reuse
 BuildKit's layer and ccache caches, so only the first run on a machine compiles.
+
+Builds that several test files make alike are made once per session here too: the CPU image
+signed with an Ed25519 key, the same signed with a P-256 key and pushed, the CPU image from
+sources with one op changed, an image with an op package's op, and a build that fails because one
+op does not compile. No test changes them: a test that needs another image derives one under a
+tag of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -18,14 +25,20 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from imagegen.building.build_inputs import copy_build_inputs
 from imagegen.engine import client as engine_client
+from op_builder import get_builder
+from op_builder.paths import PACKAGE_ROOT
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("IMAGEGEN_IT_WHEELHOUSE", "/opt/wheels"))
@@ -110,6 +123,182 @@ def cpu_image(docker_ready: None) -> dict[str, Any]:
     assert result.returncode == 0, f"imagegen build failed ({result.returncode}):\n{result.stderr[-5000:]}"
     summary: dict[str, Any] = result.json()
     return summary
+
+
+def _remove_image(client: Any, tag: str) -> None:
+    with contextlib.suppress(Exception):  # not made, when its build failed
+        client.images.remove(tag, force=True)
+
+
+# ---------------------------------------------------------------- the CPU image, signed
+
+
+SIGNED_TAG = "imagegen-it/cpu-signed:" + "-".join(CPU_OPS)
+
+
+def ed25519_keys(folder: Path) -> tuple[Path, Path, Path]:
+    """(private key, its public key, another key's public key) in PEM, written to ``folder``."""
+    key, other = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
+    private = folder / "key.pem"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    public, wrong = folder / "pub.pem", folder / "wrong.pem"
+    for path, k in ((public, key), (wrong, other)):
+        path.write_bytes(
+            k.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+    return private, public, wrong
+
+
+@dataclass(frozen=True)
+class Keys:
+    private: Path
+    public: Path
+    other: Path  # another key's public half, of the same type
+
+
+@dataclass(frozen=True)
+class SignedImage:
+    tag: str
+    summary: dict[str, Any]  # `imagegen build --json`'s
+    keys: Keys
+
+
+@pytest.fixture(scope="session")
+def signed_cpu_image(
+    cpu_image: dict[str, Any], docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SignedImage]:
+    """The CPU image signed with an Ed25519 key by `imagegen build --sign-key`, once for the tests
+    of the proof (tests/integration/test_proof.py) and of verification from outside
+    (test_verify_outside.py); its layers are the CPU image's, built first, so only the proof is
+    new work. The tests verify it and derive images from it, under tags of their own."""
+    keys = Keys(*ed25519_keys(tmp_path_factory.mktemp("ed25519")))
+    built = imagegen(*build_args(SIGNED_TAG), "--sign-key", str(keys.private))
+    try:
+        assert built.returncode == 0, built.stderr[-3000:]
+        yield SignedImage(SIGNED_TAG, built.json(), keys)
+    finally:
+        _remove_image(docker_client, SIGNED_TAG)
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def p256_keys(folder: Path) -> Keys:
+    """cosign's default key type (cosign 3 cannot verify with Ed25519 keys by default), made as
+    docs/imagegen.md says."""
+    made = {}
+    for name in ("key", "other"):
+        _openssl(
+            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(folder / name)
+        )
+        _openssl("pkey", "-in", str(folder / name), "-pubout", "-out", str(folder / f"{name}.pub"))
+        made[name] = folder / f"{name}.pub"
+    return Keys(folder / "key", made["key"], made["other"])
+
+
+PUSHED_REPOSITORY = "imagegen-it/cosign-verify"
+
+
+@pytest.fixture(scope="session")
+def pushed_signed_image(
+    local_registry: str, docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SignedImage]:
+    """The CPU image signed with a P-256 key and pushed to the local registry by `imagegen build
+    --sign-key KEY --push`, once for the real cosign (test_cosign.py) and the referrers read back
+    with nothing of imagegen's (test_publish.py). Its tag is ``LOCAL_REGISTRY/PUSHED_REPOSITORY:1``."""
+    keys = p256_keys(tmp_path_factory.mktemp("p256"))
+    tag = f"{local_registry}/{PUSHED_REPOSITORY}:1"
+    started = time.monotonic()
+    result = imagegen(*build_args(tag), "--sign-key", str(keys.private), "--push")
+    print(f"\nimagegen build --sign-key --push: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    try:
+        assert result.returncode == 0, result.stderr[-5000:]
+        yield SignedImage(tag, result.json(), keys)
+    finally:
+        # The registry's port differs at each session: a tag left behind would never be reused.
+        _remove_image(docker_client, tag)
+
+
+# ---------------------------------------------------------------- one op that does not compile
+
+
+BROKEN_OP = "cpu_lion"
+MISSING_HEADER = "imagegen_missing_on_purpose.h"
+
+
+def op_source(op: str) -> Path:
+    """The op's first source, relative to the checkout (kernels/<family>/csrc/...)."""
+    return Path(get_builder(op).source_paths()[0]).relative_to(PACKAGE_ROOT)
+
+
+@pytest.fixture(scope="session")
+def broken_build(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    """`imagegen build` of the CPU ops from a copy of the build inputs in which BROKEN_OP's first
+    source starts by including a header that does not exist (a fatal error: that compiler stops at
+    once, while cpu_adam's goes on, their output interleaved): the failed build's output, once for
+    the tests that read what it names (test_cpu_image.py, test_parallel_build_image.py)."""
+    checkout = copy_build_inputs(REPO, tmp_path_factory.mktemp("broken") / "checkout")
+    source = checkout / op_source(BROKEN_OP)
+    source.write_text(f'#include "{MISSING_HEADER}"\n' + source.read_text())
+    return imagegen(*build_args("imagegen-it/broken:" + "-".join(CPU_OPS)), "--source", str(checkout))
+
+
+# ---------------------------------------------------------------- beside an op package's op
+
+
+OP_PACKAGE = REPO / "examples" / "acme_ops"
+OP_PACKAGE_OPS = ("acme_rmsnorm", "cpu_adam")
+OP_PACKAGE_TAG = "imagegen-it/op-package:acme_rmsnorm-cpu_adam"
+
+
+@pytest.fixture(scope="session")
+def op_package_image(docker_ready: None) -> dict[str, Any]:
+    """cpu_adam beside examples/acme_ops's CPU op, built and verified once by `imagegen build
+    --op-source`: its JSON summary. The op package's tests (test_op_package_image.py) check it,
+    and the runtime layers' (test_runtime_layers.py) hold it, an image of other ops of the CPU
+    image's target, to the layers it shares with the CPU image."""
+    result = imagegen(*build_args(OP_PACKAGE_TAG, OP_PACKAGE_OPS), "--op-source", str(OP_PACKAGE))
+    assert result.returncode == 0, f"imagegen build failed ({result.returncode}):\n{result.stderr[-5000:]}"
+    summary: dict[str, Any] = result.json()
+    return summary
+
+
+# ---------------------------------------------------------------- the CPU image, one op changed
+
+
+CHANGED_TAG = "imagegen-it/cpu-changed:" + "-".join(CPU_OPS)
+CHANGED_OP = "cpu_lion"
+
+
+@dataclass(frozen=True)
+class ChangedImage:
+    tag: str
+    build: Cli  # `imagegen build --json`'s output, its build log on stderr
+
+
+@pytest.fixture(scope="session")
+def changed_cpu_image(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChangedImage]:
+    """The CPU image built without verification from a copy of the build inputs in which one op's
+    source (CHANGED_OP's) ends with a new comment line, as a user's op change does: the build stage
+    runs again (the line is new at each session, so no cache answers for it) and the devel stage
+    is the CPU image's. One build for the runtime layers' tests (test_runtime_layers.py) and the
+    compile times' (test_parallel_build_image.py)."""
+    checkout = copy_build_inputs(REPO, tmp_path_factory.mktemp("changed") / "checkout")
+    source = checkout / op_source(CHANGED_OP)
+    source.write_text(source.read_text() + f"\n// a one-line change {uuid.uuid4().hex}\n")
+    built = imagegen(*build_args(CHANGED_TAG), "--no-verify", "--source", str(checkout))
+    try:
+        assert built.returncode == 0, built.stderr[-5000:]
+        yield ChangedImage(CHANGED_TAG, built)
+    finally:
+        _remove_image(docker_client, CHANGED_TAG)
 
 
 def run_in(client: Any, image: str, command: Sequence[str], **options: Any) -> tuple[int, str]:

@@ -2,7 +2,8 @@
 (sid) and cosign 2 (trixie), installed by scripts/system-deps.sh, against Debian's registry 2.8 on
 the loopback (no referrers API: cosign finds the bundles through the `sha256-<hex>` tag).
 
-One signed CPU image is built and pushed for the whole module. An image index of two platforms
+One signed CPU image is built and pushed for the whole session (conftest's
+``pushed_signed_image``, which test_publish.py reads too). An image index of two platforms
 is made from it and an image derived from it (`publish_index`, as `imagegen build --platform
 A,B --push` calls it), so that `cosign verify` of an index tag runs here without building arm64
 under emulation. Each command is the one docs/imagegen.md shows (`test_the_docs_show_the_commands
@@ -19,8 +20,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +38,13 @@ from imagegen.proof import documents as docs
 from imagegen.proof.bundle import Subject
 from imagegen.proof.signing import Signer
 from tests.integration import oci_reader
-from tests.integration.conftest import REPO, build_args, imagegen
+from tests.integration.conftest import PUSHED_REPOSITORY, REPO, Keys, SignedImage
 from tests.integration.derived import derive
 
 pytestmark = pytest.mark.docker
 
 COSIGN_ROOT = Path(os.environ.get("COSIGN_ROOT", "/usr/local/lib/imagegen"))
-REPOSITORY = "imagegen-it/cosign-verify"
+REPOSITORY = PUSHED_REPOSITORY
 SIGN = "https://sigstore.dev/cosign/sign/v1"
 SLSA = "https://slsa.dev/provenance/v1"
 CYCLONEDX = "https://cyclonedx.org/bom"
@@ -69,13 +68,6 @@ def _binary(major: int) -> Path:
     if not binary.is_file():
         pytest.skip(f"no cosign {major} at {binary} (scripts/system-deps.sh installs Debian's)")
     return binary
-
-
-@dataclass(frozen=True)
-class Keys:
-    private: Path
-    public: Path
-    other: Path  # another P-256 key's public half
 
 
 @dataclass(frozen=True)
@@ -107,40 +99,24 @@ def cosign(major: int, kind: str, public: Path, reference: str) -> Verified:
     return Verified(done.returncode, done.stdout, done.stderr)
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
-    # cosign's default key type (cosign 3 cannot verify with Ed25519 keys by default), made as
-    # docs/imagegen.md says.
-    folder = tmp_path_factory.mktemp("keys")
-    made = {}
-    for name in ("key", "other"):
-        _openssl(
-            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(folder / name)
-        )
-        _openssl("pkey", "-in", str(folder / name), "-pubout", "-out", str(folder / f"{name}.pub"))
-        made[name] = folder / f"{name}.pub"
-    return Keys(folder / "key", made["key"], made["other"])
-
-
-@pytest.fixture(scope="module")
-def signed(local_registry: str, keys: Keys, docker_client: Any) -> Iterator[dict[str, Any]]:
-    """The CPU image, built, signed and pushed once by the CLI; its summary."""
+def pushed(request: pytest.FixtureRequest) -> SignedImage:
+    """The session's CPU image signed with a P-256 key (cosign's default key type, made as
+    docs/imagegen.md says) and pushed by the CLI."""
     _binary(3), _binary(2)  # before the build: without cosign there is nothing to check
-    started = time.monotonic()
-    tag = f"{local_registry}/{REPOSITORY}:1"
-    result = imagegen(*build_args(tag), "--sign-key", str(keys.private), "--push")
-    print(f"\nimagegen build --sign-key --push: {time.monotonic() - started:.0f} s", file=sys.stderr)
-    try:
-        assert result.returncode == 0, result.stderr[-5000:]
-        yield result.json()
-    finally:
-        # The registry's port differs at each session: a tag left behind would never be reused.
-        if docker_client.images.list(name=tag):
-            docker_client.api.remove_image(tag, force=True)
+    image: SignedImage = request.getfixturevalue("pushed_signed_image")
+    return image
+
+
+@pytest.fixture(scope="module")
+def signed(pushed: SignedImage) -> dict[str, Any]:
+    """The pushed image's build summary."""
+    return pushed.summary
+
+
+@pytest.fixture(scope="module")
+def keys(pushed: SignedImage) -> Keys:
+    return pushed.keys
 
 
 @pytest.fixture(scope="module")

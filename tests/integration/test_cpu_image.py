@@ -9,22 +9,24 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imagegen.building.build_inputs import copy_build_inputs
 from imagegen.engine.sealed import sealed_container_options
 from tests._processes import processes_mentioning
 from tests.integration.conftest import (
+    BROKEN_OP,
     CA_CERT,
     CPU_OPS,
     CPU_TAG,
+    MISSING_HEADER,
     REPO,
     STANDIN_DEVEL,
+    Cli,
     build_args,
     imagegen,
+    op_source,
     run_in,
 )
 
@@ -227,33 +229,15 @@ def test_cpu_adam_step_runs_in_the_sealed_image(cpu_image: dict[str, Any], docke
     assert result["diff"] < 1e-5  # ... and what torch.optim.AdamW does
 
 
-def _source_of(op: str) -> Path:
-    """The op's first source, relative to the checkout (kernels/<family>/csrc/...)."""
-    from op_builder import get_builder
-    from op_builder.paths import PACKAGE_ROOT
-
-    return Path(get_builder(op).source_paths()[0]).relative_to(PACKAGE_ROOT)
-
-
-def _broken_checkout(tmp_path: Path, op: str) -> Path:
-    """A copy of the project's build inputs with ``op``'s first source made uncompilable."""
-    copy = copy_build_inputs(REPO, tmp_path / "checkout")
-    source = copy / _source_of(op)
-    # A missing header is a fatal error: the compiler stops at once instead of parsing torch first.
-    source.write_text('#include "imagegen_missing_on_purpose.h"\n' + source.read_text())
-    return copy
-
-
-def test_an_op_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -> None:
-    checkout = _broken_checkout(tmp_path, "cpu_lion")
-    result = imagegen(*build_args("imagegen-it/broken:cpu_lion", ops=["cpu_lion"]), "--source", str(checkout))
-    assert result.returncode == 1
-    error = json.loads(result.stdout)["error"]
-    assert "cpu_lion" in error["message"]
-    assert "imagegen_missing_on_purpose.h" in error["hint"]  # the compiler's own line, in the hint
+def test_an_op_that_does_not_compile_fails_the_build_naming_it(broken_build: Cli) -> None:
+    # The session's build from sources where cpu_lion's does not compile (conftest's broken_build).
+    assert broken_build.returncode == 1
+    error = json.loads(broken_build.stdout)["error"]
+    assert BROKEN_OP in error["message"]
+    assert MISSING_HEADER in error["hint"]  # the compiler's own line, in the hint
     assert error["exit_code"] == 1
     # The checkout itself was not touched.
-    assert "imagegen_missing_on_purpose" not in (REPO / _source_of("cpu_lion")).read_text()
+    assert MISSING_HEADER not in (REPO / op_source(BROKEN_OP)).read_text()
 
 
 # About 100 s on 2 cores, nearly all of it docker compressing the ~0.9 GB torch layer for the

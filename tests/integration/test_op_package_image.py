@@ -1,6 +1,7 @@
 """An image with an op package from outside the repository: examples/acme_ops beside cpu_adam.
 
-Built from the stand-ins by the real CLI, then verified again in a sealed container: both ops
+Built from the stand-ins by the real CLI (once per session: conftest's ``op_package_image``), then
+verified again in a sealed container: both ops
 load ahead of time and pass their self-tests (the package's own, against torch), the labels
 name the package's op and the digest of its sources, and the package imports in the runtime
 as a user's code would import it.
@@ -14,21 +15,18 @@ from typing import Any
 import pytest
 
 from imagegen.imagespec.spec import SpecInput, build_spec
-from tests.integration.conftest import REPO, build_args, imagegen, run_in
+from tests.integration.conftest import OP_PACKAGE, OP_PACKAGE_OPS, OP_PACKAGE_TAG, imagegen, run_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
-PACKAGE = REPO / "examples" / "acme_ops"
-TAG = "imagegen-it/op-package:acme_rmsnorm-cpu_adam"
-OPS = ("acme_rmsnorm", "cpu_adam")
+PACKAGE = OP_PACKAGE
+TAG = OP_PACKAGE_TAG
+OPS = OP_PACKAGE_OPS
 
 
 @pytest.fixture(scope="module")
-def package_image(docker_ready: None) -> dict[str, Any]:
-    result = imagegen(*build_args(TAG, OPS), "--op-source", str(PACKAGE))
-    assert result.returncode == 0, f"imagegen build failed ({result.returncode}):\n{result.stderr[-5000:]}"
-    summary: dict[str, Any] = result.json()
-    return summary
+def package_image(op_package_image: dict[str, Any]) -> dict[str, Any]:
+    return op_package_image
 
 
 def test_the_package_op_is_built_and_verified_like_ours(package_image: dict[str, Any]) -> None:

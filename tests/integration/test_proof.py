@@ -1,7 +1,8 @@
 """The SBOM and provenance an image carries: in the CPU image the session builds, checked against
 the image's own files (hashed here, their symbols read by nm); a derived image whose op module
-was replaced after the build fails `imagegen verify`, naming the op; a signed build verifies with
-its key only; the proof step's Dockerfile builds with the classic builder too."""
+was replaced after the build fails `imagegen verify`, naming the op; a signed build (the
+session's, conftest's ``signed_cpu_image``) verifies with its key only; the proof step's
+Dockerfile builds with the classic builder too."""
 
 from __future__ import annotations
 
@@ -18,19 +19,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from imagegen.engine import Engine, build_image
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.image_proof import read_documents
 from imagegen.proof.seal import PROOF_STAGE, proof_dockerfile
-from tests.integration.conftest import CPU_OPS, CPU_TAG, STANDIN_RUNTIME, build_args, imagegen, run_in
+from tests.integration.conftest import (
+    CPU_OPS,
+    CPU_TAG,
+    SIGNED_TAG,
+    STANDIN_RUNTIME,
+    SignedImage,
+    imagegen,
+    run_in,
+)
 from tests.integration.derived import derive
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
-SIGNED_TAG = "imagegen-it/cpu-signed:" + "-".join(CPU_OPS)
 SWAPPED_TAG = "imagegen-it/swapped-module:cpu_lion"
 ALTERED_TAG = "imagegen-it/altered-provenance:cpu"
 RELABELLED_TAG = "imagegen-it/altered-provenance:relabelled"
@@ -64,7 +70,7 @@ def op_components(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def derived_images(docker_client: Any) -> Iterator[None]:
     yield
-    for tag in (SWAPPED_TAG, ALTERED_TAG, RELABELLED_TAG, FORGED_TAG, CLASSIC_TAG, SIGNED_TAG):
+    for tag in (SWAPPED_TAG, ALTERED_TAG, RELABELLED_TAG, FORGED_TAG, CLASSIC_TAG):
         with contextlib.suppress(Exception):  # not made by a test that failed early
             docker_client.images.remove(tag, force=True)
 
@@ -165,32 +171,12 @@ def test_verify_fails_on_an_image_whose_module_was_replaced(
     assert "cpu_lion" in text.stderr and "changed after the build" in text.stderr
 
 
-def _keys(tmp_path: Path) -> tuple[Path, Path, Path]:
-    key, other = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
-    private = tmp_path / "key.pem"
-    private.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    public, wrong = tmp_path / "pub.pem", tmp_path / "wrong.pem"
-    for path, k in ((public, key), (wrong, other)):
-        path.write_bytes(
-            k.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-        )
-    return private, public, wrong
-
-
 def test_a_signed_build_verifies_with_its_key_only(
-    cpu_image: dict[str, Any], docker_client: Any, derived_images: None, tmp_path: Path
+    cpu_image: dict[str, Any], signed_cpu_image: SignedImage, docker_client: Any, derived_images: None
 ) -> None:
-    private, public, wrong = _keys(tmp_path)
-    built = imagegen(*build_args(SIGNED_TAG), "--sign-key", str(private))  # layers from the CPU image's build
-    assert built.returncode == 0, built.stderr[-3000:]
+    public, wrong = signed_cpu_image.keys.public, signed_cpu_image.keys.other
     assert (
-        built.json()["proof"]["documents"]["signature"]["media_type"]
+        signed_cpu_image.summary["proof"]["documents"]["signature"]["media_type"]
         == "application/vnd.dsse.envelope.v1+json"
     )
     good = imagegen("verify", SIGNED_TAG, "--key", str(public), "--json")
@@ -226,13 +212,11 @@ def test_a_signed_build_verifies_with_its_key_only(
 
 
 def test_a_forger_who_rewrites_the_sbom_fails_verify_with_the_key(
-    cpu_image: dict[str, Any], docker_client: Any, derived_images: None, tmp_path: Path
+    signed_cpu_image: SignedImage, docker_client: Any, derived_images: None
 ) -> None:
     # A module replaced, the SBOM rewritten with its new hash and relabelled: everything but the
     # signed statement agrees with the forgery, so only the statement as the root can catch it.
-    private, public, _ = _keys(tmp_path)
-    built = imagegen(*build_args(SIGNED_TAG), "--sign-key", str(private))  # this test's own key
-    assert built.returncode == 0, built.stderr[-3000:]
+    public = signed_cpu_image.keys.public
     sbom = image_file(docker_client, SIGNED_TAG, f"{PROOF_DIR}/sbom.cdx.json")
     document = json.loads(sbom)
     component = op_components(document)["cpu_lion"]

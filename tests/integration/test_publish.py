@@ -21,7 +21,7 @@ from imagegen.oci.publish import attach_proof
 from imagegen.oci.referrers import Document, attach
 from imagegen.oci.registry import RegistryClient
 from tests.integration import oci_reader
-from tests.integration.conftest import build_args, imagegen
+from tests.integration.conftest import PUSHED_REPOSITORY, SignedImage, build_args, imagegen
 from tests.integration.derived import derive
 from tests.unit.imagegen.proof.test_sbom_scanners import scan
 
@@ -120,20 +120,12 @@ def test_a_proof_changed_after_the_build_is_not_attached(
 
 
 def test_a_p256_signed_push_carries_cosigns_bundles_and_a_cyclonedx_referrer(
-    local_registry: str, docker_client: Any, tmp_path: Path
+    pushed_signed_image: SignedImage, local_registry: str, tmp_path: Path
 ) -> None:
-    # The key type cosign makes by default, made as docs/imagegen.md says.
-    key, public = tmp_path / "cosign.key.pem", tmp_path / "cosign.pub.pem"
-    subprocess.run(
-        ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key)],
-        check=True,
-    )
-    subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(public)], check=True)
-    repository = "imagegen-it/cosign"
-    remote = f"{local_registry}/{repository}:signed"
-    result = imagegen(*build_args(remote, ops=("cpu_adam", "cpu_lion")), "--sign-key", str(key), "--push")
-    assert result.returncode == 0, result.stderr[-3000:]
-    digest = result.json()["published"]["digest"]
+    # The session's push signed with the key type cosign makes by default (conftest's p256_keys).
+    repository, remote = PUSHED_REPOSITORY, pushed_signed_image.tag
+    public = pushed_signed_image.keys.public
+    digest = pushed_signed_image.summary["published"]["digest"]
     # Read back with nothing of imagegen's: the registry through urllib, the referrers by the tag schema.
     _, index = oci_reader.manifest(local_registry, repository, "sha256-" + digest.split(":", 1)[1])
     artifacts = []
@@ -199,4 +191,3 @@ def test_a_p256_signed_push_carries_cosigns_bundles_and_a_cyclonedx_referrer(
     subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(other)], check=True)
     refused = imagegen("verify", remote, "--key", str(other))
     assert refused.returncode == 1 and "no signature verifies" in refused.stderr
-    docker_client.api.remove_image(remote, force=True)

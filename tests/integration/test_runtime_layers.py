@@ -1,30 +1,24 @@
 """Runtime images in layers by how often they change, on real builds of the CPU image.
 
-Three images of one target: the CPU ops (the session's image); the same with one op's source
-changed by a comment (what a user's op change is); one op fewer. What a node that holds the first
-must pull for another is the bytes of the layers it does not hold, read here from the engine's
-layer folders (sizes of the files each layer holds)."""
+Three images of one target, each the session's (tests/integration/conftest.py): the CPU ops; the
+same with one op's source changed by a comment (what a user's op change is); other ops (cpu_adam
+beside an op package's op). What a node that holds the first must pull for another is the bytes
+of the layers it does not hold, read here from the engine's layer folders (sizes of the files
+each layer holds)."""
 
 from __future__ import annotations
 
-import contextlib
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imagegen.building.build_inputs import copy_build_inputs
 from imagegen.engine.layer_dirs import layer_dirs, read_dir_layer
-from op_builder import get_builder
-from op_builder.paths import PACKAGE_ROOT
-from tests.integration.conftest import CPU_OPS, CPU_TAG, REPO, build_args, imagegen
+from tests.integration.conftest import CHANGED_TAG, CPU_TAG, OP_PACKAGE_TAG, ChangedImage
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
-CHANGED = "imagegen-it/layers:changed"
-FEWER = "imagegen-it/layers:fewer"
+CHANGED = CHANGED_TAG
+OTHER = OP_PACKAGE_TAG
 
 
 def _layers(client: Any, tag: str) -> list[tuple[str, int]]:
@@ -46,19 +40,12 @@ def _new_bytes(held: list[tuple[str, int]], wanted: list[tuple[str, int]]) -> in
 
 @pytest.fixture(scope="module")
 def images(
-    cpu_image: dict[str, Any], docker_client: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    checkout = copy_build_inputs(REPO, tmp_path_factory.mktemp("changed") / "checkout")
-    source = checkout / Path(get_builder("cpu_lion").source_paths()[0]).relative_to(PACKAGE_ROOT)
-    source.write_text(source.read_text() + f"\n// a one-line change {uuid.uuid4().hex}\n")
-    changed = imagegen(*build_args(CHANGED), "--no-verify", "--source", str(checkout))
-    assert changed.returncode == 0, changed.stderr[-5000:]
-    fewer = imagegen(*build_args(FEWER, ops=CPU_OPS[:1]), "--no-verify")
-    assert fewer.returncode == 0, fewer.stderr[-5000:]
-    yield {tag: _layers(docker_client, tag) for tag in (CPU_TAG, CHANGED, FEWER)}
-    for tag in (CHANGED, FEWER):
-        with contextlib.suppress(Exception):
-            docker_client.images.remove(tag, force=True)
+    cpu_image: dict[str, Any],
+    changed_cpu_image: ChangedImage,
+    op_package_image: dict[str, Any],
+    docker_client: Any,
+) -> dict[str, Any]:
+    return {tag: _layers(docker_client, tag) for tag in (CPU_TAG, changed_cpu_image.tag, OTHER)}
 
 
 def test_the_dependencies_are_one_large_layer_every_image_of_the_target_shares(
@@ -86,6 +73,6 @@ def test_an_op_change_is_megabytes_to_pull(images: dict[str, Any]) -> None:
 
 
 def test_images_of_other_ops_share_nearly_every_byte(images: dict[str, Any]) -> None:
-    total = sum(size for _, size in images[FEWER])
-    shared = total - _new_bytes(images[CPU_TAG], images[FEWER])
+    total = sum(size for _, size in images[OTHER])
+    shared = total - _new_bytes(images[CPU_TAG], images[OTHER])
     assert shared >= 0.95 * total, (shared, total)

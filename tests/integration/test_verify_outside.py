@@ -1,4 +1,5 @@
-"""`imagegen verify --key` on a real signed image and images derived from it, read from outside.
+"""`imagegen verify --key` on a real signed image (the session's, conftest's ``signed_cpu_image``)
+and images derived from it, read from outside.
 
 The signed image passes as exactly the signed one. Every derived image fails (exit 1) unless
 `--derived` is asked for: the red-team's routes to code that runs before the op loads (a `.pth`
@@ -19,21 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from imagegen.engine.layer_dirs import layer_dirs, read_dir_layer
 from imagegen.engine.layers import Layer, image_layers
 from imagegen.proof import outside
 from imagegen.proof.image_proof import check_image
 from imagegen.proof.signing import load_public_key
-from tests.integration.conftest import build_args, imagegen
+from tests.integration.conftest import SIGNED_TAG, SignedImage, imagegen
 from tests.integration.derived import derive
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
-SIGNED = "imagegen-it/outside-signed:cpu_adam-cpu_lion"
-OPS = ("cpu_adam", "cpu_lion")
+SIGNED = SIGNED_TAG
 SITE = "/opt/venv/lib/python3.11/site-packages"
 PROOF_DIR = "/opt/imagegen/proof"
 # What a forger's hook does once it runs: rewrite whatever the verifier prints to "all is well".
@@ -41,31 +39,22 @@ HOOK = b"import builtins; builtins.print = lambda *a, **k: None\n"
 
 
 @pytest.fixture(scope="module")
-def signed(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("keys")
-    key = ed25519.Ed25519PrivateKey.generate()
-    private, public = folder / "key.pem", folder / "pub.pem"
-    private.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    public.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    built = imagegen(*build_args(SIGNED, ops=OPS), "--sign-key", str(private))
-    assert built.returncode == 0, built.stderr[-3000:]
-    statement = json.loads(Path(built.json()["proof"]["documents"]["provenance"]["path"]).read_bytes())
+def signed(signed_cpu_image: SignedImage, docker_client: Any) -> Iterator[dict[str, Any]]:
+    documents = signed_cpu_image.summary["proof"]["documents"]
+    statement = json.loads(Path(documents["provenance"]["path"]).read_bytes())
     modules = {
         s["annotations"]["imagegen:op"]: s["name"]
         for s in statement["subject"]
         if "imagegen:op" in s.get("annotations", {})
     }
     made: list[str] = []
-    yield {"public": str(public), "modules": modules, "made": made, "statement": statement}
-    for tag in [*made, SIGNED]:
+    yield {
+        "public": str(signed_cpu_image.keys.public),
+        "modules": modules,
+        "made": made,
+        "statement": statement,
+    }
+    for tag in made:  # the signed image itself is the session's
         with contextlib.suppress(Exception):
             docker_client.images.remove(tag, force=True)
 
