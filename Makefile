@@ -10,7 +10,7 @@ TORCH_SPEC ?=
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system-deps docker standins test parity test-fast lint format bench bench-images images \
+.PHONY: setup system-deps docker standins test parity test-fast test-slow lint format bench bench-images images \
         image-cuda update-pull matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean \
         stable-abi-proof
 
@@ -52,6 +52,12 @@ parity: setup
 
 test-fast: setup
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
+
+# The slow tier alone (the tests marked slow: registry pushes, the arm64 image under qemu, every
+# GPU source through hipcc and the arm64 host compiler, DeepSpeed parity, ...): long, not in CI;
+# docs/testing.md lists each with what the default tier keeps of it, and their last result.
+test-slow: setup docker
+	IMAGEGEN_STRICT_SKIPS=1 SLOW=1 $(PY) -m pytest -ra -m slow $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,8 +1,14 @@
 """`make cuda-check` and `make hip-check` as tests: every GPU op's .cu source compiles with
-the local nvcc (8.0 and 9.0) and, hipified, with Debian's ROCm hipcc (gfx90a and gfx1030),
-using the flags the op builder gives it; the bindings of the GPU ops built against torch's stable
-ABI build as stable modules that keep to it, and as ATen + pybind11 bindings too. Each is skipped,
-with the reason, without its compiler."""
+the local nvcc (8.0 and 9.0), using the flags the op builder gives it, and every binding of the GPU
+ops built against torch's stable ABI builds as a stable module that keeps to it; one op's source,
+hipified, compiles with Debian's ROCm hipcc (gfx90a and gfx1030), one .cu compiles for an arm64
+host, and one stable binding builds as the ATen + pybind11 binding too. Each is skipped, with the
+reason, without its compiler.
+
+The exhaustive variants of the last three (every source hipified, every .cu for an arm64 host,
+every binding built both ways: about 4 minutes of a 2-core CI run together) are the slow tier's
+(SLOW=1; `make hip-check`, `make cuda-check HOST=aarch64`); docs/testing.md records their last
+result."""
 
 from __future__ import annotations
 
@@ -19,17 +25,23 @@ import pytest
 
 from op_builder import ALL_OPS
 from op_builder.stable_abi import stable_target
+from tests._script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
 HAS_HIPCC = shutil.which("hipcc") is not None
+# The op the default tier's representative checks compile: one .cu (the shared multi-tensor and
+# portability headers, gpu_multi_tensor.h and gpu_compat.h, included) and one binding, the
+# cheapest of our GPU ops to build; the slow tier builds every op.
+REPRESENTATIVE = "fused_lion"
 
 
-def _cu_sources() -> set[str]:
+def _cu_sources(ops: list[str] | None = None) -> set[str]:
+    """The .cu sources of ``ops`` (default: every GPU op of ours), relative to the checkout."""
     return {
         str(Path(src).relative_to(REPO))
-        for builder in ALL_OPS.values()
-        if builder.target == "gpu"
+        for name, builder in ALL_OPS.items()
+        if builder.target == "gpu" and (ops is None or name in ops)
         for src in builder.source_paths()
         if src.endswith(".cu")
     }
@@ -58,26 +70,94 @@ def _run_check(script: str, *args: str, **env: str) -> set[str]:
     return {_source(r) for r in _report(script, *args, **env)["results"] if r["ok"]}
 
 
-@pytest.mark.skipif(not HAS_NVCC, reason="no CUDA toolkit (nvcc) on this machine: cuda-check needs one")
-def test_every_cuda_source_compiles_for_the_builders_flags() -> None:
-    assert _run_check("cuda_check.py", "--archs", "8.0;9.0") == _cu_sources()
+# The GPU ops whose bindings are written once for both ABIs (kernels/includes/op_abi.h).
+STABLE_GPU_OPS = sorted(name for name, b in ALL_OPS.items() if b.target == "gpu" and b.stable_abi is not None)
+HAS_STABLE_TORCH = stable_target("2.10", version("torch"), "cuda") is not None
+NEEDS_NVCC = pytest.mark.skipif(
+    not HAS_NVCC, reason="no CUDA toolkit (nvcc) on this machine: cuda-check needs one"
+)
+NEEDS_STABLE_TORCH = pytest.mark.skipif(
+    not HAS_STABLE_TORCH, reason="this torch is older than 2.10: it has no stable ABI to build"
+)
+
+
+@pytest.fixture(scope="module")
+def cuda_check_run() -> tuple[int, dict[str, Any], str]:
+    """One `cuda_check.py` run that two tests read: every .cu for 8.0 and 9.0 and, where this
+    torch has a stable ABI, every stable binding built as its stable module (`--bindings stable`),
+    so the device code compiles once per run, not again for the bindings' test. (exit status,
+    report, output); each test judges its own results, so one part failing fails only its test."""
+    args = ["--archs", "8.0;9.0", *(["--bindings", "stable"] if HAS_STABLE_TORCH else [])]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "cuda_check.py"), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    return done.returncode, json.loads(done.stdout), done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def _failed(results: list[dict[str, Any]]) -> list[str]:
+    return [f"{r['source']} ({r['variant']}):\n{r['output']}" for r in results if not r["ok"]]
+
+
+@NEEDS_NVCC
+def test_every_cuda_source_compiles_for_the_builders_flags(
+    cuda_check_run: tuple[int, dict[str, Any], str],
+) -> None:
+    status, report, output = cuda_check_run
+    assert status in (0, 1), output  # 1: something failed, which the results name
+    device = [r for r in report["results"] if r["source"].endswith(".cu")]
+    assert not _failed(device), _failed(device)
+    assert {_source(r) for r in device if r["ok"]} == _cu_sources()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not HAS_HIPCC, reason="no hipcc: `scripts/system-deps.sh --rocm` installs Debian's ROCm 5.2"
+)
+def test_every_cuda_source_hipifies_and_compiles_for_amd_targets() -> None:
+    """The slow tier's (78 s of a 2-core run): the default tier hipifies the tree and compiles
+    the representative op's source for both targets, through the same script."""
+    compiled = _run_check("hip_check.py", "--archs", "gfx90a;gfx1030", HIP_PLATFORM="amd")
+    assert compiled == _cu_sources()
 
 
 @pytest.mark.skipif(
     not HAS_HIPCC, reason="no hipcc: `scripts/system-deps.sh --rocm` installs Debian's ROCm 5.2"
 )
-def test_every_cuda_source_hipifies_and_compiles_for_amd_targets() -> None:
-    compiled = _run_check("hip_check.py", "--archs", "gfx90a;gfx1030", HIP_PLATFORM="amd")
-    assert compiled == _cu_sources()
+def test_a_cuda_source_hipifies_and_compiles_for_amd_targets(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make hip-check` on one op: the script's own run (the whole tree hipified, as a ROCm
+    build hipifies it) with its list of our GPU ops cut to the representative one."""
+    hip_check = load_script(REPO / "scripts" / "hip_check.py", "hip_check")
+    monkeypatch.setattr(hip_check, "our_gpu_ops", lambda: [REPRESENTATIVE])
+    monkeypatch.setenv("HIP_PLATFORM", "amd")
+    status = hip_check.main(["--json", "--archs", "gfx90a;gfx1030"])
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert status == 0 and report["ok"] is True and report["hipified"] is True, out[-4000:]
+    assert sorted(report["archs"]) == ["gfx1030", "gfx90a"]
+    assert {_source(r) for r in report["results"] if r["ok"]} == _cu_sources([REPRESENTATIVE])
 
 
 HAS_AARCH64_GXX = shutil.which("aarch64-linux-gnu-g++") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (HAS_NVCC and HAS_AARCH64_GXX), reason="needs nvcc and aarch64-linux-gnu-g++")
 def test_every_cuda_source_compiles_for_an_arm64_host() -> None:
-    """Grace hosts: the .cu files' host side compiles with the aarch64 compiler too."""
+    """Grace hosts: the .cu files' host side compiles with the aarch64 compiler too. The slow
+    tier's (51 s of a 2-core run): the default tier compiles the representative op's source for
+    an arm64 host, and holds the check to catching x86-only host code."""
     assert _run_check("cuda_check.py", "--archs", "9.0", "--host", "aarch64") == _cu_sources()
+
+
+@pytest.mark.skipif(not (HAS_NVCC and HAS_AARCH64_GXX), reason="needs nvcc and aarch64-linux-gnu-g++")
+def test_a_cuda_source_compiles_for_an_arm64_host() -> None:
+    args = ["--archs", "9.0", "--host", "aarch64", "--ops", REPRESENTATIVE]
+    assert _run_check("cuda_check.py", *args) == _cu_sources([REPRESENTATIVE])
 
 
 X86_ONLY_CU = """\
@@ -118,11 +198,6 @@ def test_the_arm64_host_check_catches_x86_host_code(tmp_path: Path) -> None:
     assert "immintrin.h" in json.dumps(report["results"])
 
 
-# The GPU ops whose bindings are written once for both ABIs (kernels/includes/op_abi.h).
-STABLE_GPU_OPS = sorted(name for name, b in ALL_OPS.items() if b.target == "gpu" and b.stable_abi is not None)
-HAS_STABLE_TORCH = stable_target("2.10", version("torch"), "cuda") is not None
-
-
 def _bindings(ops: list[str]) -> set[str]:
     return {
         str(Path(src).relative_to(REPO))
@@ -132,23 +207,47 @@ def _bindings(ops: list[str]) -> set[str]:
     }
 
 
-@pytest.mark.skipif(not HAS_NVCC, reason="no CUDA toolkit (nvcc) on this machine: cuda-check needs one")
-@pytest.mark.skipif(
-    not HAS_STABLE_TORCH, reason="this torch is older than 2.10: it has no stable ABI to build"
-)
+PORTED = {"fused_adam", "fused_lamb", "fused_lion", "fp_quantizer", "quantizer", "transformer"}
+BOTH_ABIS = ("stable ABI 2.10", "ATen + pybind11")
+
+
+@NEEDS_NVCC
+@NEEDS_STABLE_TORCH
+def test_stable_gpu_bindings_build_as_stable_modules(cuda_check_run: tuple[int, dict[str, Any], str]) -> None:
+    """Each binding of a stable GPU op builds as the stable module: its symbols within torch
+    2.10's C shim and CPython's limited API."""
+    assert set(STABLE_GPU_OPS) >= PORTED
+    status, report, output = cuda_check_run
+    assert status in (0, 1), output
+    bindings = [r for r in report["results"] if r["source"].endswith(".cpp")]
+    assert not _failed(bindings), _failed(bindings)
+    built = {(_source(r), r["variant"]) for r in bindings if r["ok"]}
+    assert built == {(src, "stable ABI 2.10") for src in _bindings(STABLE_GPU_OPS)}
+
+
+@NEEDS_NVCC
+@NEEDS_STABLE_TORCH
+def test_a_stable_gpu_binding_builds_as_a_stable_module_and_as_a_pybind11_one() -> None:
+    """op_abi.h's two sides on one op's binding: the stable module, and the ATen + pybind11
+    binding that ROCm and older torch get (torch's full C++ headers: ~25 s a binding here)."""
+    assert REPRESENTATIVE in STABLE_GPU_OPS
+    report = _report("cuda_check.py", "--archs", "9.0", "--bindings", "--ops", REPRESENTATIVE)
+    built = {(_source(r), r["variant"]) for r in report["results"] if r["source"].endswith(".cpp")}
+    assert built == {(src, variant) for src in _bindings([REPRESENTATIVE]) for variant in BOTH_ABIS}
+
+
+@pytest.mark.slow
+@NEEDS_NVCC
+@NEEDS_STABLE_TORCH
 def test_stable_gpu_bindings_build_as_stable_modules_and_as_pybind11_ones() -> None:
     """Each binding of a stable GPU op builds as the stable module (its symbols within torch
     2.10's C shim and CPython's limited API) and as the ATen + pybind11 binding that ROCm and
-    older torch get."""
-    ported = {"fused_adam", "fused_lamb", "fused_lion", "fp_quantizer", "quantizer", "transformer"}
-    assert ported <= set(STABLE_GPU_OPS)
+    older torch get. The slow tier's (107 s of a 2-core run, the pybind11 builds most of it): the
+    default tier builds every stable module and one op's binding both ways."""
+    assert set(STABLE_GPU_OPS) >= PORTED
     report = _report("cuda_check.py", "--archs", "9.0", "--bindings", "--ops", ",".join(STABLE_GPU_OPS))
     built = {(_source(r), r["variant"]) for r in report["results"] if r["source"].endswith(".cpp")}
-    expected = {
-        (src, variant)
-        for src in _bindings(STABLE_GPU_OPS)
-        for variant in ("stable ABI 2.10", "ATen + pybind11")
-    }
+    expected = {(src, variant) for src in _bindings(STABLE_GPU_OPS) for variant in BOTH_ABIS}
     assert built == expected
 
 
@@ -169,10 +268,8 @@ extern "C" int probe() {
 """
 
 
-@pytest.mark.skipif(not HAS_NVCC, reason="no CUDA toolkit (nvcc) on this machine: cuda-check needs one")
-@pytest.mark.skipif(
-    not HAS_STABLE_TORCH, reason="this torch is older than 2.10: it has no stable ABI to build"
-)
+@NEEDS_NVCC
+@NEEDS_STABLE_TORCH
 def test_the_stable_binding_check_fails_a_module_that_takes_a_torch_cxx_symbol(tmp_path: Path) -> None:
     from tests.op_package_files import builder_source, unique, write_package
 
