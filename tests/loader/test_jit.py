@@ -66,9 +66,11 @@ def test_first_load_compiles_then_cached_load_does_not(tmp_path: Path, probe_sou
 
 def test_build_killed_midway_does_not_wedge_later_loads(tmp_path: Path, probe_source: Path) -> None:
     cache = tmp_path / "cache"
-    # A real compiler behind a delay, so the build is surely in flight when killed.
+    # A real compiler behind a delay, so the build is surely in flight when killed. Only a
+    # compile (-c) waits: the loader's toolchain probe (`c++ --version`, which gives up after 30 s)
+    # and torch's own compiler check come before the build and would only delay its start.
     slow = tmp_path / "slow-c++"
-    slow.write_text('#!/bin/sh\nsleep 60\nexec c++ "$@"\n')
+    slow.write_text('#!/bin/sh\ncase " $* " in *" -c "*) sleep 60 ;; esac\nexec c++ "$@"\n')
     slow.chmod(0o755)
     victim = _start(probe_source, _env(cache, CXX=str(slow)))
     deadline = time.monotonic() + 120
