@@ -1,7 +1,7 @@
 """One HTTP answer within a deadline for the whole of it: connect, send, head and body.
 
 A socket timeout bounds each read only, so a server that sends a byte every few seconds is never
-cut off by it; the registry client (``imagegen.oci.registry``), the package index reader
+cut off by it; the registry client (``imagegen.registry.distribution``), the package index reader
 (``imagegen.compat.index_reader``) and torch's header reader (``imagegen.compat.headers``) need
 the whole answer bounded, and get it here.
 """

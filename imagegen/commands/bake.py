@@ -3,7 +3,6 @@ verified and, with ``--push``, pushed when it passed; one table (or JSON documen
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -77,8 +76,8 @@ def bake_command(
     requests = []  # image: flag > IMAGEGEN_* > default (for bake, --ops all), resolved once
     for name in names:
         accelerator, version, platform = known[name]
-        inp = replace(
-            image, cpu=accelerator == "cpu",
+        inp = image.replace(
+            cpu=accelerator == "cpu",
             cuda=version if accelerator == "cuda" else None, rocm=version if accelerator == "rocm" else None,
             platform=platform, torch=torch_for.get(platform, image.torch),
             wheelhouse=wheels_for.get(platform, image.wheelhouse),

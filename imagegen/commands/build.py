@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json as json_module
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from imagegen.commands._options import JsonOption, by_platform, table_options
@@ -51,8 +50,7 @@ def build(
     plan = PushPlan.for_build(push=push, verify=not no_verify, tag=image.tag, platforms=len(platforms))
     specs = [
         make_spec(
-            replace(
-                image,
+            image.replace(
                 platform=p,
                 torch=torch_for.get(p, image.torch),
                 wheelhouse=wheels_for.get(p, image.wheelhouse),

@@ -1,1 +1,1 @@
-"""Floor 6, the doctor: whether this machine can build and verify images (``diagnosis``)."""
+"""Floor 7, the doctor: whether this machine can build and verify images (``diagnosis``)."""

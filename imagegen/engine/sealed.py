@@ -14,6 +14,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from imagegen.engine.client import connection
@@ -69,29 +70,36 @@ def device_requests(gpus: str | None) -> list[Any]:
     return [DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
 
 
+@dataclass(frozen=True)
+class SealedRun:
+    """One command for a sealed container: ``command`` in a container of ``image`` (``config``:
+    the image's Config), named for ``purpose`` (verify, proof, size), given ``timeout`` seconds,
+    with the GPUs ``gpus`` names (``all``, ``0,1``; None: none)."""
+
+    image: str
+    purpose: str
+    config: Mapping[str, Any]
+    command: Sequence[str]
+    timeout: float
+    gpus: str | None = None
+
+
 def run_sealed(
-    image: str,
-    purpose: str,
-    config: Mapping[str, Any],
-    command: Sequence[str],
-    timeout: float,
-    gpus: str | None = None,
-    *,
-    environment: Mapping[str, str],
-    refused: Callable[[str], UserFacingError],
+    run: SealedRun, *, environment: Mapping[str, str], refused: Callable[[str], UserFacingError]
 ) -> tuple[int, str, str]:
-    """Run ``command`` in a sealed container of ``image`` (``config``: the image's Config) named
-    ``imagegen-<purpose>-<random>``; (exit code, stdout, stderr), each cut to its tail.
+    """Run ``run`` in a sealed container named ``imagegen-<purpose>-<random>``; (exit code,
+    stdout, stderr), each cut to its tail.
 
     ``environment`` is added to the container's; ``refused`` words the engine's refusal to start
     the container (its explanation in, the error raised out). The container is always removed:
     by name, so a Ctrl-C that lands between its creation and any assignment still cleans up, with
     a second Ctrl-C or SIGTERM held until that is done."""
-    name = f"imagegen-{purpose}-{uuid.uuid4().hex[:12]}"
+    name = f"imagegen-{run.purpose}-{uuid.uuid4().hex[:12]}"
     # Longer than the container may run: no request of the run gives up before the wait for it.
-    with connection(f"running the {purpose} container of {image}", max(60, int(timeout) + 30)) as client:
+    wait = max(60, int(run.timeout) + 30)
+    with connection(f"running the {run.purpose} container of {run.image}", wait) as client:
         try:
-            return _run(client, image, name, purpose, config, command, timeout, gpus, environment, refused)
+            return _run(client, run, name, environment, refused)
         finally:
             with interrupts_deferred():
                 remove_container(client, name)
@@ -99,13 +107,8 @@ def run_sealed(
 
 def _run(
     client: Any,
-    image: str,
+    run: SealedRun,
     name: str,
-    purpose: str,
-    config: Mapping[str, Any],
-    command: Sequence[str],
-    timeout: float,
-    gpus: str | None,
     environment: Mapping[str, str],
     refused: Callable[[str], UserFacingError],
 ) -> tuple[int, str, str]:
@@ -116,14 +119,14 @@ def _run(
     options["environment"].update(environment)
     try:
         container = client.containers.create(
-            image,
+            run.image,
             # The image's ENTRYPOINT (a shell, tini, a server) would get the command as its
             # arguments: the command's program is the entrypoint instead.
-            entrypoint=list(command[:1]),
-            command=list(command[1:]),
-            device_requests=device_requests(gpus),
+            entrypoint=list(run.command[:1]),
+            command=list(run.command[1:]),
+            device_requests=device_requests(run.gpus),
             name=name,
-            user=run_user(str(config.get("User") or "")),
+            user=run_user(str(run.config.get("User") or "")),
             labels={SEALED_LABEL: "1"},
             detach=True,
             **options,
@@ -132,10 +135,10 @@ def _run(
     except docker.errors.APIError as exc:  # the edge where the engine's refusals enter: translated once
         raise refused(str(exc.explanation or exc)) from exc
     try:
-        status = container.wait(timeout=timeout)
+        status = container.wait(timeout=run.timeout)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
         raise VerificationFailedError(
-            f"the {purpose} container of {image} did not finish within {timeout:.0f}s",
+            f"the {run.purpose} container of {run.image} did not finish within {run.timeout:.0f}s",
             hint="it may hang while loading; pass a longer timeout or check the image by hand",
         ) from exc
     return int(status.get("StatusCode", -1)), _tail(container, stdout=True), _tail(container, stdout=False)

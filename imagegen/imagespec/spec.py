@@ -3,7 +3,7 @@
 Precedence, for every setting: command-line flag > ``IMAGEGEN_*`` environment variable > the
 options table's default > the catalog's default (the first three by ``imagegen.options.resolve``,
 once per command; the catalog's here, where the target is known). ``build_spec`` is a pure
-function of what the cascade found (``SpecInput``); each problem
+function of what the cascade found (``SpecInput``, drawn from the table's rows); each problem
 raises one ``BadInputError`` with a hint, so the CLI exits 2 with a clear message before
 anything is rendered or built.
 """
@@ -31,6 +31,8 @@ from imagegen.imagespec.checks import DEFAULT_BYTECODE
 from imagegen.imagespec.compile_cache import CompileCache
 from imagegen.imagespec.op_packages import OpPackage, resolve_packages
 from imagegen.imagespec.reference import check_reference
+from imagegen.imagespec.spec_input import SpecInput as SpecInput
+from imagegen.imagespec.spec_input import spec_input as spec_input
 from imagegen.urls import Secret, redact
 from op_builder.registry import Registry, registry_for
 
@@ -41,59 +43,6 @@ NUMPY2_SINCE_TORCH = (2, 4)
 NUMPY_LOWEST = "1.22"  # a floor, as the build tools have; pip picks the newest the image's Python takes
 # What --no-numpy adds to the default tag, so the two images never share one.
 NO_NUMPY_TAG_SUFFIX = "-nonumpy"
-
-
-def _default(name: str) -> Any:
-    return options.default(name)
-
-
-@dataclass(frozen=True)
-class SpecInput:
-    """The options of what the image is, one field per row of the options table with
-    ``spec=True``, each defaulting to its row's default (a test holds the two together).
-
-    ``options.resolve`` fills it from the command line (flag > ``IMAGEGEN_*`` > default), once per
-    command; ``SpecInput(...)`` in code is that, with the flags given and no variable. None: no
-    value, for the catalog to choose where the target is known (``build_spec``).
-    """
-
-    ops: str | None = _default("ops")  # required for dockerfile and build; bake: all
-    op_sources: tuple[str, ...] = _default("op_sources")  # op package folders (--op-source)
-    cuda: str | None = _default("cuda")
-    rocm: str | None = _default("rocm")
-    cpu: bool = _default("cpu")
-    platform: str = _default("platform")  # "linux/amd64" / "linux/arm64"
-    build_platform: str | None = _default("build_platform")  # another than platform cross-compiles
-    build_wheelhouse: str | None = _default("build_wheelhouse")  # a cross build's wheels for its torch
-    python: str | None = _default("python")
-    torch: str | None = _default("torch")
-    arch: str | None = _default("arch")
-    distro: str | None = _default("distro")
-    base_devel: str | None = _default("base_devel")
-    base_runtime: str | None = _default("base_runtime")
-    standins: bool = _default("standins")
-    torch_index: str | None = _default("torch_index")
-    wheelhouse: str | None = _default("wheelhouse")
-    offline: bool = _default("offline")
-    ca_cert: str | None = _default("ca_cert")
-    keep_ca_cert: bool = _default("keep_ca_cert")
-    buildkit: bool = _default("buildkit")
-    bytecode: str = _default("bytecode")
-    stable_headers: str = _default("stable_headers")  # newest, own, or a torch release
-    numpy: bool = _default("numpy")  # --numpy/--no-numpy
-    max_jobs: int | str | None = _default("max_jobs")  # a variable's text until its check
-    compile_cache: str | None = _default("compile_cache")  # local, redis://, s3://, gcs://
-    tag: str | None = _default("tag")
-
-
-def spec_input(env: Mapping[str, str], command: str = "build", **flags: Any) -> SpecInput:
-    """SpecInput for code that has no command line (benches, tests): ``flags`` as the flags
-    given, then the cascade (``options.resolve``) over ``env`` and the defaults."""
-    unknown = set(flags) - {option.name for option in options.for_command(command) if option.spec}
-    if unknown:
-        raise TypeError(f"{command} has no image option {sorted(unknown)}")
-    values = options.resolve(flags, env, command)
-    return SpecInput(**{name: value for name, value in values.items() if options.BY_NAME[name].spec})
 
 
 @dataclass(frozen=True)
@@ -283,13 +232,11 @@ def checked_values(inp: SpecInput) -> dict[str, Any]:
     """Every option of ``inp``, each value its row's check took (a value given or defaulted;
     None, no value, is left for build_spec's rules). Raises BadInputError."""
     values: dict[str, Any] = {}
-    for option in options.OPTIONS:
-        if not option.spec:
-            continue
-        value = getattr(inp, option.name)
+    for name, value in inp.items():
+        option = options.BY_NAME[name]
         if option.check and value is not None:
             value = option_check(option.check)(value)
-        values[option.name] = value
+        values[name] = value
     return values
 
 

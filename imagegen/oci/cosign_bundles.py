@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from imagegen.errors import BuildFailedError
-from imagegen.oci.referrers import Document, fetch_document, referrers
-from imagegen.oci.registry import RegistryClient
 from imagegen.proof.bundle import (
     BUNDLE_FILENAME,
     BUNDLE_MEDIA_TYPE,
@@ -29,8 +27,11 @@ from imagegen.proof.bundle import (
     bundle,
     signature,
 )
-from imagegen.proof.documents import ProofDocuments, json_object
+from imagegen.proof.documents import ProofDocuments
 from imagegen.proof.signing import Signer, pae, verifies
+from imagegen.registry.distribution import RegistryClient
+from imagegen.registry.manifest import json_object
+from imagegen.registry.referrers import Document, fetch_document, referrers
 
 
 def statements(subjects: Sequence[Subject], proof: ProofDocuments) -> tuple[Attestation, ...]:

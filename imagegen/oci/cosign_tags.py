@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagegen.errors import BuildFailedError
-from imagegen.oci.manifest import DOCKER_MANIFEST, OCI_MANIFEST, Descriptor, encode
-from imagegen.oci.registry import RegistryClient
 from imagegen.proof.bundle import COSIGN_SIGN_PREDICATE_TYPE, Attestation, unlabelled
-from imagegen.proof.documents import json_object
 from imagegen.proof.signing import Signer, pae, verifies
+from imagegen.registry.distribution import RegistryClient
+from imagegen.registry.manifest import DOCKER_MANIFEST, OCI_MANIFEST, Descriptor, encode, json_object
 
 SIMPLE_SIGNING_MEDIA_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"

@@ -4,7 +4,7 @@ is pushed checked as it is made) sends an image; ``publish`` pushes after a pass
 verification and does nothing otherwise. The engine sends it (``imagegen.engine.push``: through
 the docker CLI when there is one, so its credential helpers and ``docker login`` apply). The
 image's SBOM and provenance (and the provenance's signature) then follow it as OCI referrers of
-the manifest just pushed (``imagegen.oci.referrers``), each annotated with the build's time. With
+the manifest just pushed (``imagegen.registry.referrers``), each annotated with the build's time. With
 a signing key the manifest is also signed for cosign: its signature, provenance and SBOM as cosign
 3's bundles (``imagegen.proof.bundle``) among the referrers, and as cosign 2's ``.sig`` / ``.att``
 tags (``imagegen.oci.cosign_tags``). ``publish_index`` puts several platforms' pushed manifests
@@ -24,14 +24,14 @@ from imagegen.engine.types import Engine
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.oci.cosign_bundles import bundles, created, statements
 from imagegen.oci.cosign_tags import put_legacy
-from imagegen.oci.manifest import OCI_INDEX, Descriptor, image_index, oci_platform
-from imagegen.oci.referrers import Attached, Document, attach
-from imagegen.oci.registry import Reference, RegistryClient, parse_reference
 from imagegen.proof import documents as docs
 from imagegen.proof.bundle import PLATFORM_ANNOTATION, Subject, signature
 from imagegen.proof.documents import ProofDocuments
 from imagegen.proof.image_proof import read_documents
 from imagegen.proof.signing import Signer
+from imagegen.registry.distribution import Reference, RegistryClient, parse_reference
+from imagegen.registry.manifest import OCI_INDEX, Descriptor, image_index, oci_platform
+from imagegen.registry.referrers import Attached, Document, attach
 from imagegen.verify.container import VerifyResult
 
 

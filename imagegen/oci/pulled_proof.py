@@ -1,7 +1,7 @@
 """An image's proof read from a registry: ``imagegen sbom REGISTRY/NAME@DIGEST``.
 
 The documents are the referrers of the image's manifest whose ``artifactType`` is the document's
-media type (``imagegen.oci.referrers``); the newest one listed is taken. The image's config, read
+media type (``imagegen.registry.referrers``); the newest one listed is taken. The image's config, read
 from the same registry, holds the document's digest in its label (``io.imagegen.sbom.digest``,
 ...), so a document that is not the one the build sealed into the image is refused.
 """
@@ -13,10 +13,10 @@ from typing import Any
 
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference
-from imagegen.oci.manifest import INDEX_TYPES, sha256_digest
-from imagegen.oci.referrers import fetch_document, referrers
-from imagegen.oci.registry import RegistryClient, names_registry, parse_reference
-from imagegen.proof.documents import DOCUMENT_TYPES, json_object
+from imagegen.proof.documents import DOCUMENT_TYPES
+from imagegen.registry.distribution import RegistryClient, names_registry, parse_reference
+from imagegen.registry.manifest import INDEX_TYPES, json_object, sha256_digest
+from imagegen.registry.referrers import fetch_document, referrers
 
 
 def is_registry_digest(image: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from imagegen.errors import BadInputError
 from imagegen.imagespec.reference import reference_problem
-from imagegen.oci.registry import names_registry, parse_reference
+from imagegen.registry.distribution import names_registry, parse_reference
 from imagegen.urls import redact
 
 Kind = Literal["none", "tag", "registry", "index"]

@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from imagegen.proof.documents import json_object
 from imagegen.proof.provenance import PREDICATE_TYPE, STATEMENT_TYPE
+from imagegen.registry.manifest import json_object
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 CYCLONEDX_PREDICATE_TYPE = "https://cyclonedx.org/bom"

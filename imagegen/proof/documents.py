@@ -9,10 +9,9 @@ The documents' bytes are made once (``imagegen.proof.sbom``, ``imagegen.proof.pr
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 # Where the documents live inside the image: root-owned, readable by every user (0644 files).
 PROOF_DIR = "/opt/imagegen/proof"
@@ -60,26 +59,6 @@ def digest_problem(
         return missing
     actual = sha256_digest(data)
     return None if actual == named else changed(actual)
-
-
-_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-
-
-def json_object(data: bytes) -> dict[str, Any]:
-    """``data`` read as a JSON object, as every document imagegen seals and every OCI manifest
-    and config is. ValueError ``not a JSON object: <why>`` for anything else (bytes that are not
-    UTF-8, text that is not JSON, JSON of another kind), for a reader to name where it came from:
-    such bytes come from an image or a registry, not from us."""
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError("not a JSON object: it is not UTF-8 text") from None
-    except ValueError as exc:  # json.JSONDecodeError
-        raise ValueError(f"not a JSON object: it is not JSON ({exc})") from None
-    if not isinstance(document, dict):
-        kind = "null" if document is None else _JSON_KINDS.get(type(document), "another value")
-        raise ValueError(f"not a JSON object: it is {kind}")
-    return document
 
 
 @dataclass(frozen=True)

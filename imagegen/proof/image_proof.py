@@ -13,6 +13,7 @@ from typing import Any
 
 from imagegen.engine.image_files import copy_files
 from imagegen.engine.images import inspect_local
+from imagegen.engine.sealed import SealedRun
 from imagegen.errors import BadInputError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference
 from imagegen.proof import probe
@@ -25,12 +26,12 @@ from imagegen.proof.documents import (
     SBOM,
     SIGNATURE,
     digest_problem,
-    json_object,
 )
 from imagegen.proof.facts import ImageFacts
 from imagegen.proof.outside import check_layers
 from imagegen.proof.runtime import signed_runtime
 from imagegen.proof.signing import check_envelope
+from imagegen.registry.manifest import json_object
 from imagegen.verify.container import last_json_object, run_python
 from imagegen.verify.failures import no_report_error
 
@@ -44,7 +45,7 @@ def probe_image(image: str, with_torch: bool = False, timeout: float = 300) -> I
     """Run the probe in a sealed container of ``image`` (as ``imagegen verify`` runs its verifier)."""
     command = ["python", "-c", probe_text(), *(["--torch"] if with_torch else [])]
     config = inspect_local(image).get("Config") or {}
-    code, stdout, stderr = run_python(image, "proof", config, command, timeout)
+    code, stdout, stderr = run_python(SealedRun(image, "proof", config, command, timeout))
     data = last_json_object(stdout)
     try:
         return ImageFacts.from_json(data)

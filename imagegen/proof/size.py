@@ -26,6 +26,7 @@ from typing import Any
 
 from imagegen.engine.images import find_image, inspect_local
 from imagegen.engine.layer_dirs import layer_dirs
+from imagegen.engine.sealed import SealedRun
 from imagegen.errors import BadInputError, BuildFailedError, VerificationFailedError
 from imagegen.imagespec.reference import check_reference, reference_problem
 from imagegen.proof import size_probe
@@ -408,7 +409,7 @@ def measure_image(image: str, timeout: float = 300) -> SizeReport:
         )
     layers = _layers(image, info, base_count if base_bytes is not None else 0)
     try:
-        exit_code, stdout, stderr = run_python(image, "size", config, probe_command(), timeout)
+        exit_code, stdout, stderr = run_python(SealedRun(image, "size", config, probe_command(), timeout))
     except VerificationFailedError as exc:  # no python, or the container did not start
         raise VerificationFailedError(f"could not measure {image}: {exc.message}", hint=exc.hint) from exc
     document = parse_probe_output(stdout)

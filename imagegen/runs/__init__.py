@@ -1,4 +1,4 @@
-"""Floor 6, the runs: what a command asks for, done from start to end. Each takes frozen specs,
+"""Floor 7, the runs: what a command asks for, done from start to end. Each takes frozen specs,
 one push plan (``imagegen.oci.push_plan``) and an optional signer, and ends every image it made
 with the one finish sequence (``finish``: seal -> size -> verify -> push):
 

@@ -18,9 +18,9 @@ from imagegen import log
 from imagegen.engine import detect_engine
 from imagegen.errors import BadInputError
 from imagegen.imagespec.spec import ImageSpec
-from imagegen.oci.manifest import Descriptor
 from imagegen.oci.publish import Published, publish_image, publish_index
 from imagegen.oci.push_plan import NO_PUSH
+from imagegen.registry.manifest import Descriptor
 from imagegen.runs import pipeline
 from imagegen.runs.report import ImageReport, RunImage, RunReport
 from imagegen.runs.run_choices import LOCAL, RunOptions

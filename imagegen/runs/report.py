@@ -23,10 +23,10 @@ from imagegen.engine.build_log import compile_seconds, op_sources
 from imagegen.imagespec import compile_cache
 from imagegen.imagespec.compile_cache import CacheStats
 from imagegen.imagespec.spec import ImageSpec
-from imagegen.oci.manifest import Descriptor
 from imagegen.oci.publish import Published
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, format_bytes
+from imagegen.registry.manifest import Descriptor
 from imagegen.render.matrix import MatrixEntry
 from imagegen.runs.finish import Finished
 from imagegen.verify.container import VerifyResult

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from imagegen.engine.images import inspect_local
-from imagegen.engine.sealed import run_sealed
+from imagegen.engine.sealed import SealedRun, run_sealed
 from imagegen.errors import BadInputError
 from imagegen.imagespec.reference import check_reference
 from imagegen.verify.failures import in_image_error, no_report_error, start_error
@@ -224,7 +224,7 @@ def verify_image(
     check_image_op_names(ops or (), labels)
     wanted = requested_ops(ops, labels)
     command = verify_command(wanted, require_gpu, selftest)
-    exit_code, stdout, stderr = run_python(image, "verify", config, command, timeout, gpus)
+    exit_code, stdout, stderr = run_python(SealedRun(image, "verify", config, command, timeout, gpus))
     seconds = time.monotonic() - start
     result = parse_verify_output(stdout, wanted, image, seconds, gpus)
     if result is None:
@@ -232,18 +232,9 @@ def verify_image(
     return result
 
 
-def run_python(
-    image: str,
-    purpose: str,
-    config: Mapping[str, Any],
-    command: Sequence[str],
-    timeout: float,
-    gpus: str | None = None,
-) -> tuple[int, str, str]:
-    """``command`` (the image's ``python``: the verifier, the proof's probe, the size probe) in the
+def run_python(run: SealedRun) -> tuple[int, str, str]:
+    """``run`` (the image's ``python``: the verifier, the proof's probe, the size probe) in the
     engine's sealed run (``imagegen.engine.sealed.run_sealed``), with JIT builds off and the
     engine's refusal to start it worded as the verifier's (``failures.start_error``)."""
-    return run_sealed(
-        image, purpose, config, command, timeout, gpus,
-        environment=_SEALED_ENV, refused=partial(start_error, image, gpus=gpus),
-    )  # fmt: skip
+    refused = partial(start_error, run.image, gpus=run.gpus)
+    return run_sealed(run, environment=_SEALED_ENV, refused=refused)

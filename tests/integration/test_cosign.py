@@ -30,13 +30,13 @@ import pytest
 from imagegen.engine import detect_engine
 from imagegen.oci import cosign_tags
 from imagegen.oci.cosign_bundles import bundles, statements
-from imagegen.oci.manifest import OCI_MANIFEST, Descriptor, encode
 from imagegen.oci.publish import attach_proof, publish_index, push_image
-from imagegen.oci.referrers import Document, attach
-from imagegen.oci.registry import RegistryClient
 from imagegen.proof import documents as docs
 from imagegen.proof.bundle import Subject
 from imagegen.proof.signing import Signer
+from imagegen.registry.distribution import RegistryClient
+from imagegen.registry.manifest import OCI_MANIFEST, Descriptor, encode
+from imagegen.registry.referrers import Document, attach
 from tests.integration import oci_reader
 from tests.integration.conftest import PUSHED_REPOSITORY, REPO, Keys, SignedImage
 from tests.integration.derived import derive

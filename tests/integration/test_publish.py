@@ -16,10 +16,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from imagegen.errors import BuildFailedError
-from imagegen.oci.manifest import DOCKER_MANIFEST, Descriptor
 from imagegen.oci.publish import attach_proof
-from imagegen.oci.referrers import Document, attach
-from imagegen.oci.registry import RegistryClient
+from imagegen.registry.distribution import RegistryClient
+from imagegen.registry.manifest import DOCKER_MANIFEST, Descriptor
+from imagegen.registry.referrers import Document, attach
 from tests.integration import oci_reader
 from tests.integration.conftest import PUSHED_REPOSITORY, SignedImage, build_args, imagegen
 from tests.integration.derived import derive

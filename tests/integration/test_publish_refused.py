@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from imagegen.errors import BuildFailedError
-from imagegen.oci.manifest import DOCKER_MANIFEST
 from imagegen.oci.publish import attach_proof
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
+from imagegen.registry.manifest import DOCKER_MANIFEST
 from tests.integration.conftest import STANDIN_RUNTIME
 
 pytestmark = pytest.mark.docker

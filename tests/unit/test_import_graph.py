@@ -36,15 +36,16 @@ FLOORS = {
         0,
     ),
     "imagegen.imagespec": 1,  # what the image is: catalog, checks, resolution
-    "imagegen.render": 2,  # the Dockerfile, matrix and bake file
-    "imagegen.building": 3,  # staging, bases, stand-ins
-    "imagegen.verify": 4,  # the verifier in the sealed container
-    "imagegen.proof": 4,  # SBOM, provenance, signing, size
-    "imagegen.oci": 5,  # the registry: its client, the push plan, the push
-    "imagegen.runs": 6,  # the runs: one image, several platforms, the matrix's bake
-    "imagegen.doctor": 6,  # can this machine build and verify
-    "imagegen.compat": 6,  # ops x torch releases x toolkits
-    **dict.fromkeys(("imagegen.commands", "imagegen.cli", "imagegen.__main__"), 7),
+    "imagegen.registry": 2,  # a registry's client: references, manifests, blobs, referrers
+    "imagegen.render": 3,  # the Dockerfile, matrix and bake file
+    "imagegen.building": 4,  # staging, bases, stand-ins
+    "imagegen.verify": 5,  # the verifier in the sealed container
+    "imagegen.proof": 5,  # SBOM, provenance, signing, size
+    "imagegen.oci": 6,  # publishing: the push plan, the push, cosign's bundles and tags
+    "imagegen.runs": 7,  # the runs: one image, several platforms, the matrix's bake
+    "imagegen.doctor": 7,  # can this machine build and verify
+    "imagegen.compat": 7,  # ops x torch releases x toolkits
+    **dict.fromkeys(("imagegen.commands", "imagegen.cli", "imagegen.__main__"), 8),
 }
 # The modules imagegen's top level may hold: the entry points and the ground floor's leaves.
 TOP_LEVEL = {"__init__", "__main__", "cli", "errors", "settings", "log", "files", "hosts", "urls",
@@ -67,7 +68,7 @@ def test_imagegens_rooms_import_only_downward_and_without_a_circle() -> None:
 def test_imagegens_top_level_holds_only_entry_points_and_the_ground_floor() -> None:
     modules = {path.stem for path in (REPO / "imagegen").glob("*.py")}
     assert modules <= TOP_LEVEL, sorted(modules - TOP_LEVEL)
-    assert all(FLOORS[f"imagegen.{name}"] in (0, 7) for name in TOP_LEVEL - {"__init__"})
+    assert all(FLOORS[f"imagegen.{name}"] in (0, 8) for name in TOP_LEVEL - {"__init__"})
     # Every folder is a room with a floor of its own (a module inside one takes its folder's).
     folders = {p.name for p in (REPO / "imagegen").iterdir() if (p / "__init__.py").is_file()}
     assert {f"imagegen.{name}" for name in folders} <= FLOORS.keys()

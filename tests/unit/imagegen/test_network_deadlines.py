@@ -25,8 +25,8 @@ from typer.testing import CliRunner, Result
 from imagegen.cli import app
 from imagegen.compat import headers, index_reader, upstream
 from imagegen.errors import BuildFailedError, IndexUnreachableError
-from imagegen.oci import registry
-from imagegen.oci.manifest import sha256_digest
+from imagegen.registry import distribution as registry
+from imagegen.registry.manifest import sha256_digest
 from tests._http import QuietHandler, Served, serve
 from tests.unit.contract import assert_json_error, assert_reported
 

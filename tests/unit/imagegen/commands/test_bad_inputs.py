@@ -207,10 +207,8 @@ def test_the_engine_refusing_to_start_the_verifier_is_translated_once() -> None:
         containers = Containers()
 
     with pytest.raises(VerificationFailedError, match="no `python`"):
-        sealed._run(
-            Client(), "busybox", "name", "verify", {}, verify_lib.verify_command(None), 10.0, None, {},
-            partial(start_error, "busybox"),
-        )  # fmt: skip
+        run = sealed.SealedRun("busybox", "verify", {}, verify_lib.verify_command(None), 10.0)
+        sealed._run(Client(), run, "name", {}, partial(start_error, "busybox"))
 
 
 # ------------------------------------------------------------------ the broad table

@@ -22,7 +22,7 @@ from imagegen.building.standins.make import ca_bundle
 from imagegen.errors import BadInputError
 from imagegen.files import read_input
 from imagegen.imagespec.compile_cache import build_secrets, parse
-from imagegen.oci import auth
+from imagegen.registry import auth
 
 REPO = Path(__file__).resolve().parents[4]
 LONG = "k" * 300  # longer than any file system's name limit

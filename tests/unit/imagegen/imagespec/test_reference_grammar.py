@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec.reference import reference_problem
-from imagegen.oci.registry import parse_reference
+from imagegen.registry.distribution import parse_reference
 from tests.unit.contract import assert_json_error, assert_reported
 
 HEX64 = "0123456789abcdef" * 4

@@ -17,12 +17,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from imagegen.errors import BuildFailedError
 from imagegen.oci import cosign_tags, publish
 from imagegen.oci.cosign_bundles import bundles, statements
-from imagegen.oci.manifest import OCI_INDEX, OCI_MANIFEST, Descriptor, encode, referrers_tag, sha256_digest
-from imagegen.oci.referrers import attach, fetch_document, referrers
-from imagegen.oci.registry import parse_reference
 from imagegen.proof import documents as docs
 from imagegen.proof.bundle import Subject, bundle_statement
 from imagegen.proof.signing import Signer
+from imagegen.registry.distribution import parse_reference
+from imagegen.registry.manifest import (
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Descriptor,
+    encode,
+    referrers_tag,
+    sha256_digest,
+)
+from imagegen.registry.referrers import attach, fetch_document, referrers
 
 REPOSITORY = "ml/cpu"
 NAME = f"registry.internal/{REPOSITORY}"

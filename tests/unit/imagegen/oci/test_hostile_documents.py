@@ -22,7 +22,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from imagegen.cli import app
-from imagegen.oci.manifest import (
+from imagegen.proof.documents import SBOM
+from imagegen.registry.manifest import (
     OCI_INDEX,
     OCI_MANIFEST,
     Descriptor,
@@ -30,7 +31,6 @@ from imagegen.oci.manifest import (
     encode,
     sha256_digest,
 )
-from imagegen.proof.documents import SBOM
 from tests.unit.contract import assert_json_error, assert_reported
 
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"

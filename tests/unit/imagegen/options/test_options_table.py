@@ -93,28 +93,49 @@ def test_the_cascade_is_flag_then_variable_then_default_for_every_option(option:
         assert options.resolve({}, {option.env_name: ""}, command)[option.name] == option.default_for(command)
 
 
-def _type_text(option: options.ImageOption) -> str:
-    """SpecInput's annotation for a row: the form's type, ``| None`` where there may be no value."""
-    if option.form in ("switch", "toggle"):
-        return "bool"
-    if option.form == "repeat":
-        return "tuple[str, ...]"
-    base = "int | str" if option.value_type is int else "str"  # a variable's number is text
-    return base if option.default is not None else base + " | None"
-
-
-def test_spec_input_is_the_tables_image_options_with_their_defaults_and_types() -> None:
+def test_spec_input_is_the_tables_image_options_with_their_defaults() -> None:
     rows = {o.name: o for o in options.OPTIONS if o.spec}
-    fields = {f.name: f for f in dataclasses.fields(SpecInput)}
-    assert set(fields) == set(rows)
-    for name, found in fields.items():
-        assert found.default == rows[name].default, name
-        assert found.type == _type_text(rows[name]), name
+    made = SpecInput()
+    assert dict(made.items()) == {name: row.default for name, row in rows.items()}
     # What code builds without a command line is what the cascade gives with no variable.
     assert spec_input({}, cpu=True, ops="cpu_adam") == SpecInput(cpu=True, ops="cpu_adam")
     assert spec_input({}, "bake").ops == "all" and SpecInput().ops is None
     with pytest.raises(TypeError, match="push"):
         spec_input({}, push=True)  # a run option is not what the image is
+    with pytest.raises(TypeError, match="torhc"):
+        SpecInput(torhc="2.5")  # a misspelt option is refused, as a dataclass refuses a field
+    with pytest.raises(AttributeError, match="torhc"):
+        _ = made.torhc
+
+
+def test_spec_input_is_frozen_and_replace_makes_a_copy() -> None:
+    made = SpecInput(cpu=True, ops="cpu_adam")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.torch = "2.5"
+    changed = made.replace(torch="2.5.1")
+    assert (changed.torch, made.torch, changed.ops) == ("2.5.1", None, "cpu_adam")
+    assert changed != made and hash(made) == hash(SpecInput(cpu=True, ops="cpu_adam"))
+    with pytest.raises(TypeError, match="torhc"):
+        made.replace(torhc="2.5")
+
+
+def test_a_new_image_row_is_an_option_of_spec_input_with_no_other_edit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    row = options.ImageOption(
+        name="example_option",
+        flags=("--example-option",),
+        form="value",
+        help="An option added by the test.",
+        commands=frozenset({"build"}),
+        default="given-by-default",
+    )
+    table = (*options.OPTIONS, row)
+    monkeypatch.setattr(options, "OPTIONS", table)
+    monkeypatch.setattr(options, "BY_NAME", {o.name: o for o in table})
+    assert SpecInput().example_option == "given-by-default"
+    assert SpecInput(example_option="x").example_option == "x"
+    assert spec_input({"IMAGEGEN_EXAMPLE_OPTION": "y"}).example_option == "given-by-default"  # no variable
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from imagegen.oci import cosign_tags
 from imagegen.oci.cosign_bundles import created
-from imagegen.oci.manifest import DOCKER_MANIFEST, Descriptor, artifact_manifest
 from imagegen.proof import documents as docs
 from imagegen.proof.bundle import (
     BUNDLE_MEDIA_TYPE,
@@ -34,6 +33,7 @@ from imagegen.proof.bundle import (
 )
 from imagegen.proof.provenance import PREDICATE_TYPE
 from imagegen.proof.signing import Signer
+from imagegen.registry.manifest import DOCKER_MANIFEST, Descriptor, artifact_manifest
 
 # sigstore-protobuf-specs 0.5's models use a validator form pydantic 2.12 deprecates (at import).
 with warnings.catch_warnings():

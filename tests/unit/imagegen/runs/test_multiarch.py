@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from imagegen.cli import app
 from imagegen.errors import BadInputError
 from imagegen.imagespec.checks import platform_list
-from imagegen.oci.registry import names_registry
+from imagegen.registry.distribution import names_registry
 from imagegen.runs.multiarch import platform_tag
 
 

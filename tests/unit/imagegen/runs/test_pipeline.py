@@ -16,11 +16,11 @@ from imagegen.engine import BuildResult, Engine
 from imagegen.errors import BuildFailedError
 from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 from imagegen.oci import publish
-from imagegen.oci.manifest import OCI_MANIFEST, Descriptor
 from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import SizeReport, attribute
+from imagegen.registry.manifest import OCI_MANIFEST, Descriptor
 from imagegen.runs import finish, pipeline
 from imagegen.runs.report import ImageReport
 from imagegen.runs.run_choices import RunOptions

@@ -19,11 +19,11 @@ from imagegen.engine import Engine
 from imagegen.imagespec.compile_cache import CacheStats, OpCounts
 from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 from imagegen.oci import publish
-from imagegen.oci.manifest import OCI_INDEX, OCI_MANIFEST, Descriptor
 from imagegen.oci.push_plan import PushPlan
 from imagegen.proof.documents import PROVENANCE, SBOM, Document, ProofDocuments
 from imagegen.proof.seal import ProofReport
 from imagegen.proof.size import attribute
+from imagegen.registry.manifest import OCI_INDEX, OCI_MANIFEST, Descriptor
 from imagegen.runs import multiarch, pipeline
 from imagegen.runs.finish import Finished
 from imagegen.runs.report import ImageReport, RunImage, RunReport, image_report

@@ -32,8 +32,8 @@ from imagegen.deadlines import DeadlinePassed, answer_within
 from imagegen.errors import BadInputError, BuildFailedError
 from imagegen.hosts import is_loopback
 from imagegen.imagespec.reference import digest_problem
-from imagegen.oci import auth
-from imagegen.oci.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
+from imagegen.registry import auth
+from imagegen.registry.manifest import MANIFEST_TYPES, OCI_INDEX, Descriptor, sha256_digest
 
 if TYPE_CHECKING:
     pass

@@ -1,7 +1,7 @@
 """An image's proof documents as OCI referrers of its manifest, and reading them back.
 
 Attaching (``attach``): for each document, its blob and the empty config are uploaded, then its
-artifact manifest (``imagegen.oci.manifest.artifact_manifest``, ``subject`` = the image's
+artifact manifest (``imagegen.registry.manifest.artifact_manifest``, ``subject`` = the image's
 manifest) is put by its digest. A registry with the referrers API says so by answering that PUT
 with an ``OCI-Subject`` header, or by answering ``GET /v2/<name>/referrers/<digest>``; one that
 does neither (Debian's distribution 2.8) gets the fallback tag ``sha256-<hex>``: an image index
@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagegen.errors import BuildFailedError
-from imagegen.oci.manifest import (
+from imagegen.registry.distribution import RegistryClient
+from imagegen.registry.manifest import (
     INDEX_TYPES,
     OCI_INDEX,
     OCI_MANIFEST,
     Descriptor,
     artifact_manifest,
     index_manifests,
+    json_object,
     referrers_index,
     referrers_tag,
 )
-from imagegen.oci.registry import RegistryClient
-from imagegen.proof.documents import json_object
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,26 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+
+
+def json_object(data: bytes) -> dict[str, Any]:
+    """``data`` read as a JSON object, as every document imagegen seals and every OCI manifest
+    and config is. ValueError ``not a JSON object: <why>`` for anything else (bytes that are not
+    UTF-8, text that is not JSON, JSON of another kind), for a reader to name where it came from:
+    such bytes come from an image or a registry, not from us."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not a JSON object: it is not UTF-8 text") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise ValueError(f"not a JSON object: it is not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        kind = "null" if document is None else _JSON_KINDS.get(type(document), "another value")
+        raise ValueError(f"not a JSON object: it is {kind}")
+    return document
+
+
 def encode(document: Mapping[str, Any]) -> bytes:
     """The bytes sent for a manifest or index (compact JSON, keys in the order given)."""
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from imagegen.errors import BadInputError
-from imagegen.oci import auth
-from imagegen.oci.manifest import (
+from imagegen.oci.pulled_proof import is_registry_digest
+from imagegen.registry import auth
+from imagegen.registry.distribution import Reference, base_url, parse_reference
+from imagegen.registry.manifest import (
     DOCKER_MANIFEST,
     OCI_INDEX,
     OCI_MANIFEST,
@@ -25,8 +27,6 @@ from imagegen.oci.manifest import (
     referrers_index,
     referrers_tag,
 )
-from imagegen.oci.pulled_proof import is_registry_digest
-from imagegen.oci.registry import Reference, base_url, parse_reference
 
 IMAGE = b'{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}'
 SUBJECT = Descriptor(DOCKER_MANIFEST, "sha256:" + hashlib.sha256(IMAGE).hexdigest(), len(IMAGE))
