@@ -4,9 +4,10 @@
 ``table_options(command)`` gives a command every option of the table that command takes, each
 value resolved once, here (``options.resolve``: flag > ``IMAGEGEN_*`` > the row's default): the
 options of what the image is arrive packed in one ``SpecInput`` (the ``image`` parameter, for the
-commands that have one), the others (``--push``, ``--sign-key``, ``--op-source`` of ``ops``...)
-under their own names. A command declares none of them itself, so adding an option to the table
-adds it to every command that takes it.
+commands that have one), those of how a run behaves in one ``RunOptions`` (the ``run`` parameter:
+the rows its fields take, ``--sign-key``, ``--max-size``...), the others (``--push``, ``--op-source``
+of ``ops``...) under their own names. A command declares none of them itself, so adding an option
+to the table adds it to every command that takes it.
 
 Typer reads these annotations at run time, so this module spells optional types with
 ``Optional`` (the package supports Python 3.9, where ``X | None`` cannot be evaluated).
@@ -27,6 +28,7 @@ from imagegen.errors import BadInputError
 from imagegen.imagespec.checks import platform_name
 from imagegen.imagespec.spec import SpecInput
 from imagegen.options import ImageOption
+from imagegen.runs.run_choices import RunOptions
 
 # ctx.meta key: set by --json's callback so the error handler knows the output format.
 JSON_META_KEY = "imagegen.json"
@@ -87,15 +89,25 @@ def table_options(command: str) -> Callable[[F], F]:
         packed = image is not None and _evaluated(image.annotation, func) is SpecInput
         spec_options = [o for o in table if o.spec and packed]
         run_options = {o.name: o for o in table if not (o.spec and packed)}
+        # How the run behaves, in one RunOptions: the rows its fields take (a row the command
+        # declares too is also handed to it, as its own rules read it: the push plan's).
+        run = own.parameters.get("run")
+        run_class = None if run is None else _evaluated(run.annotation, func)
+        if not (isinstance(run_class, type) and issubclass(run_class, RunOptions)):
+            run_class = None
+        run_rows = [] if run_class is None else [n for n in run_class.row_names() if n in run_options]
         parameters = []
         for param in own.parameters.values():
             if param.name == "image" and packed:
                 parameters += [_parameter(o) for o in spec_options]
+            elif param.name == "run" and run_rows:
+                packed_run = [name for name in run_rows if name not in own.parameters]
+                parameters += [_parameter(run_options[name]) for name in packed_run]
             elif param.name in run_options:  # its annotation here is only for the type checker
                 parameters.append(_parameter(run_options[param.name]))
             else:  # the command's own: its Annotated alias, evaluated where the command is
                 parameters.append(param.replace(annotation=_evaluated(param.annotation, func)))
-        missing = set(run_options) - set(own.parameters)
+        missing = set(run_options) - set(own.parameters) - set(run_rows)
         if missing:
             raise TypeError(f"{func.__name__} takes no parameter for {sorted(missing)}")
 
@@ -106,6 +118,11 @@ def table_options(command: str) -> Callable[[F], F]:
             values = options.resolve(flags, os.environ, command)
             if packed:
                 kwargs["image"] = SpecInput(**{o.name: values.pop(o.name) for o in spec_options})
+            if run_class is not None:
+                kwargs["run"] = run_class.from_rows({name: values[name] for name in run_rows})
+                for name in run_rows:
+                    if name not in own.parameters:
+                        del values[name]
             return func(**kwargs, **values)
 
         signature = own.replace(parameters=parameters)

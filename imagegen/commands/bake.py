@@ -3,6 +3,7 @@ verified and, with ``--push``, pushed when it passed; one table (or JSON documen
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -20,7 +21,7 @@ from imagegen.render.matrix import STANDARD_MATRIX
 from imagegen.runs.bake import bake
 from imagegen.runs.bake_inputs import BakeRequest, check_platform_options
 from imagegen.runs.report import RunImage, RunReport
-from imagegen.runs.run_choices import RunOptions
+from imagegen.runs.run_choices import LOCAL, RunOptions
 from op_builder.suggest import did_you_mean
 
 TargetsArgument = Annotated[
@@ -53,7 +54,7 @@ def bake_command(
     platform_wheelhouse: tuple[str, ...] = (),
     no_verify: bool = False,
     bake_file: Path | None = None,
-    source: Path | None = None,
+    run: RunOptions = LOCAL,  # --source (its row, packed)
     json: JsonOption = False,
 ) -> None:
     """Bake targets of the matrix with docker buildx, verify every image, push those that pass."""
@@ -85,7 +86,7 @@ def bake_command(
             build_wheelhouse=image.wheelhouse,
         )  # fmt: skip
         requests.append(BakeRequest(name, make_spec(inp)))
-    run = RunOptions(verify=not no_verify, push=plan, source=source)
+    run = replace(run, push=plan)
     report = bake(requests, run, builder=builder, bake_file_out=bake_file)
     if json:
         emit_json(report.to_json())

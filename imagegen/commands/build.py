@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json as json_module
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import replace
 
 from imagegen.commands._options import JsonOption, by_platform, table_options
 from imagegen.commands._output import console, emit_json
@@ -14,12 +14,11 @@ from imagegen.files import write_atomic
 from imagegen.imagespec.checks import platform_list
 from imagegen.imagespec.spec import ImageSpec, SpecInput
 from imagegen.oci.push_plan import PushPlan
-from imagegen.proof.signing import Signer
-from imagegen.proof.size import check_budget, parse_size
+from imagegen.proof.size import check_budget
 from imagegen.runs import multiarch, pipeline
 from imagegen.runs.bake_inputs import check_platform_options
 from imagegen.runs.report import ImageReport, RunReport
-from imagegen.runs.run_choices import RunOptions
+from imagegen.runs.run_choices import LOCAL, RunOptions
 from imagegen.verify.table import render_table
 
 
@@ -30,9 +29,7 @@ def build(
     platform_wheelhouse: tuple[str, ...] = (),
     no_verify: bool = False,
     push: bool = False,
-    source: Path | None = None,
-    sign_key: Path | None = None,
-    max_size: str | None = None,
+    run: RunOptions = LOCAL,  # --source, --sign-key, --max-size (their rows, packed)
     json: JsonOption = False,
 ) -> None:
     """Build the image of the selected ops, verify every op loads ahead of time, print a summary.
@@ -61,13 +58,7 @@ def build(
         )
         for p in platforms
     ]
-    run = RunOptions(
-        verify=not no_verify,
-        push=plan,
-        signer=None if sign_key is None else Signer.from_file(sign_key),  # a bad key: exit 2 before building
-        max_size=None if max_size is None else parse_size(max_size),
-        source=source,
-    )
+    run = replace(run, push=plan)
     if several:
         _build_platforms(specs, image.tag, run, json)
         return

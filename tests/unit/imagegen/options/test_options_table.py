@@ -23,6 +23,7 @@ from imagegen.errors import BadInputError
 from imagegen.imagespec import catalog
 from imagegen.imagespec.checks import DEFAULT_BYTECODE
 from imagegen.imagespec.spec import SpecInput, option_check, spec_input
+from imagegen.runs import run_choices
 from op_builder import settings
 
 REPO = Path(__file__).resolve().parents[4]
@@ -322,6 +323,57 @@ def test_an_option_added_to_the_table_reaches_the_command(monkeypatch: pytest.Mo
     assert "--retries" in CliRunner().invoke(probe, ["--help"]).output
     assert "| `--retries N` (build) |  | 0 | retry a failed step |" not in options.markdown_table()
     assert "| `--retries N` (build) | | 0 | retry a failed step |" in options.markdown_table()
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryingRun(run_choices.RunOptions):
+    """RunOptions with a field for a new run option (the one edit the run's code makes)."""
+
+    retries: int = dataclasses.field(default=0, metadata=run_choices._row("retries", abs))
+
+
+def test_a_run_option_added_to_the_table_reaches_the_run_through_its_field_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    added = options.ImageOption(
+        name="retries", flags=("--retries",), form="value", help="How often.",
+        commands=frozenset({"probe"}), docs_option="`--retries N`", docs_meaning="retry a failed step",
+        value_type=int, spec=False,
+    )  # fmt: skip
+    table = (*options.OPTIONS, added)
+    monkeypatch.setattr(options, "OPTIONS", table)
+
+    seen: list[Any] = []
+
+    @_options.table_options("probe")
+    def command(image: SpecInput, run: RetryingRun = RetryingRun()) -> None:  # names no run option
+        seen.append(run)
+
+    probe = typer.Typer()
+    probe.command()(command)
+    assert "--retries" in CliRunner().invoke(probe, ["--help"]).output
+    result = CliRunner().invoke(probe, ["--retries", "-3"])
+    assert result.exit_code == 0, result.output
+    assert seen[-1].retries == 3 and seen[-1].verify is True  # converted; an absent row: the default
+    assert CliRunner().invoke(probe, []).exit_code == 0 and seen[-1].retries == 0
+
+
+def test_builds_run_options_arrive_as_one_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen = _seen_inputs(monkeypatch)
+    runs: list[Any] = []
+    real = run_choices.RunOptions.from_rows
+
+    def record(values: Any, **decided: Any) -> Any:
+        runs.append(real(values, **decided))
+        return runs[-1]
+
+    monkeypatch.setattr(run_choices.RunOptions, "from_rows", staticmethod(record))
+    args = ["build", "--cpu", "--ops", "cpu_adam", "--max-size", "2GiB", "--source", str(tmp_path)]
+    assert CliRunner().invoke(app, [*args, "--no-verify"]).exit_code == 2  # stopped at the spec
+    assert len(seen) == 1
+    assert (runs[-1].max_size, runs[-1].source, runs[-1].verify) == (2 * 2**30, tmp_path, False)
+    result = CliRunner().invoke(app, ["build", "--cpu", "--ops", "cpu_adam", "--max-size", "lots"])
+    assert result.exit_code == 2 and "--max-size" in result.output and len(seen) == 1  # before the spec
 
 
 # Every option of every command is a row of the table, but these, each with why. Click adds
