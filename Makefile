@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 # torch's pip requirement for the venv; empty: scripts/setup_venv.py's (the release the tests use).
 TORCH_SPEC ?=
 PYTEST_ARGS ?=
+# make test's workers (pytest-xdist): much of the suite waits on the engine, the compilers'
+# files and subprocesses, so more workers than cores keep both cores busy (docs/testing.md).
+TEST_WORKERS ?= 4
 STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test parity test-fast test-slow lint format bench bench-images images \
@@ -42,7 +45,7 @@ standins: setup docker
 # IMAGEGEN_STRICT_SKIPS=1 turns a skip for a missing package or engine into a failure
 # (tests/conftest.py): what is left skipped is hardware (a GPU, AVX-512) or the slow tier.
 test: setup docker
-	IMAGEGEN_STRICT_SKIPS=1 $(PY) -m pytest -ra $(PYTEST_ARGS)
+	IMAGEGEN_STRICT_SKIPS=1 $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The parity tests against DeepSpeed itself (DeepSpeed JIT-builds its CPU ops and async_io first,
 # about 7 minutes on 2 cores): the slow tier's share that `make test` leaves out; docs/deepspeed.md.

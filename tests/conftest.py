@@ -6,6 +6,11 @@ compiler, ...) and sets ``IMAGEGEN_STRICT_SKIPS=1``; under it a skip whose reaso
 or service is missing (it names an install command, or an engine that set-up starts) is a failure:
 set-up was meant to provide it, so the skip would hide a tier that never ran. Run by hand without
 the variable, such tests skip as usual, with the reason.
+
+``make test`` runs the suite on several workers (pytest-xdist, ``--dist loadgroup``): each test
+file is one unit of work, so a file's fixtures are made once, and the integration tests, which
+share one Docker engine, run in two groups (``engine_group``), each on a worker of its own and
+started first, as they take longest.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Generator, Mapping
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +43,40 @@ def skip_set_up_should_prevent(reason: str) -> bool:
     return bool(_SET_UP_PROVIDES.search(reason))
 
 
+TESTS = Path(__file__).resolve().parent
+# The integration files that build, run and remove only images and containers of their own, and
+# never count the engine's containers: they run beside the others. Every other integration file
+# (a new one too) is in the group that reads the session's shared builds (tests/integration/
+# conftest.py), and holds the tests that count containers or run classic builds, which must not
+# see another file's at work.
+ENGINE_OWN_FILES = frozenset({
+    "test_bake.py", "test_context_cache.py", "test_cross_image.py", "test_exact_image.py",
+    "test_hostile_image_documents.py", "test_index_credentials.py", "test_layer_readers.py",
+    "test_multiarch.py", "test_publish_refused.py", "test_sigterm.py", "test_standins.py",
+    "test_torch_check_timeout.py", "test_verify_bad_images.py",
+})  # fmt: skip
+
+
+def engine_group(path: Path) -> str | None:
+    """The worker group of an integration test file; None for a file of another tier."""
+    relative = path.resolve().relative_to(TESTS)
+    if relative.parts[0] != "integration":
+        return None
+    return "engine-own" if relative.name in ENGINE_OWN_FILES else "engine-shared"
+
+
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    """One xdist group per test file, the integration files in their two engine groups, and
+    those first: the longest units start while the others fill the remaining workers."""
+    for item in items:
+        group = engine_group(item.path) or item.path.resolve().relative_to(TESTS).as_posix()
+        item.add_marker(pytest.mark.xdist_group(name=group))
+    items.sort(key=lambda item: engine_group(item.path) is None)  # stable: file order kept
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        _group_for_workers(items)
     if slow_enabled():
         return
     skip = pytest.mark.skip(reason="slow: set SLOW=1 to run it")

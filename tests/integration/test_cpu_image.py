@@ -319,13 +319,19 @@ pipeline.build(spec, RunOptions(verify=False, no_cache=True), engine=engine)
 """
 
 
+def _containers_of(docker_client: Any, base: str) -> set[str]:
+    """The containers made from ``base`` or an image on it (a classic build's steps are): this
+    build's, not those other workers' tests run meanwhile from other images."""
+    return {c["Id"] for c in docker_client.api.containers(all=True, filters={"ancestor": base})}
+
+
 @pytest.mark.parametrize("builder", ["buildkit", "classic"])
 def test_ctrl_c_during_a_build_stops_it_and_leaves_no_container(
     builder: str, docker_ready: None, docker_client: Any
 ) -> None:
     from tests.integration.conftest import STANDIN_RUNTIME, WHEELHOUSE
 
-    before = {c.id for c in docker_client.containers.list(all=True)}
+    before = _containers_of(docker_client, STANDIN_DEVEL)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -357,7 +363,7 @@ def test_ctrl_c_during_a_build_stops_it_and_leaves_no_container(
         time.sleep(3)
         if builder == "classic":
             # The classic builder runs the step in a real container: make sure there is one to leak.
-            assert {c.id for c in docker_client.containers.list(all=True)} - before
+            assert _containers_of(docker_client, STANDIN_DEVEL) - before
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
     finally:
@@ -367,7 +373,7 @@ def test_ctrl_c_during_a_build_stops_it_and_leaves_no_container(
     assert "KeyboardInterrupt" in rest  # interrupted, not failed for another reason
     deadline = time.monotonic() + 20
     while (
-        left := {c.id for c in docker_client.containers.list(all=True)} - before
+        left := _containers_of(docker_client, STANDIN_DEVEL) - before
     ) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"containers left behind: {left}"
