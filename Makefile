@@ -45,7 +45,7 @@ standins: setup docker
 # IMAGEGEN_STRICT_SKIPS=1 turns a skip for a missing package or engine into a failure
 # (tests/conftest.py): what is left skipped is hardware (a GPU, AVX-512) or the slow tier.
 test: setup docker
-	IMAGEGEN_STRICT_SKIPS=1 $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	IMAGEGEN_STRICT_SKIPS=1 $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The parity tests against DeepSpeed itself (DeepSpeed JIT-builds its CPU ops and async_io first,
 # about 7 minutes on 2 cores): the slow tier's share that `make test` leaves out; docs/deepspeed.md.
@@ -139,8 +139,11 @@ bench-images: setup standins
 # through a local registry (an op changed, an op added, a cold-cache rebuild). BEFORE=DIR: also
 # the same with another checkout's imagegen (e.g. `git worktree add DIR <commit>`).
 BEFORE ?=
+# CUDA=13.0: CUDA image pairs of fused_adam / fused_lion for sm_90 instead (the CUDA stand-ins,
+# torch 2.15.0's CUDA build from pip's index: a few GB, as `make image-cuda`).
 update-pull: setup standins
-	$(PY) bench/update_pull.py --label after
+	if [ -n "$(CUDA)" ]; then $(VENV)/bin/imagegen standins --cuda $(CUDA); fi
+	$(PY) bench/update_pull.py --label after $(if $(CUDA),--cuda $(CUDA))
 	if [ -n "$(BEFORE)" ]; then $(PY) bench/update_pull.py --label before --imagegen-root "$(BEFORE)"; fi
 	$(PY) bench/verify_time.py
 

@@ -1,15 +1,19 @@
 """What an update costs a node: the bytes it must pull to go from image A to image A'.
 
     python bench/update_pull.py [--imagegen-root DIR] [--label NAME] [--cases a,b] [--out FILE]
+                                [--cuda X.Y [--arch LIST] [--torch X.Y.Z] [--torch-index URL]]
 
-Builds CPU image pairs from the stand-in bases (torch from the local wheelhouse) with the
+Builds CPU image pairs from the stand-in bases (torch from the local wheelhouse), or with
+``--cuda`` CUDA image pairs of the fused optimizers from the CUDA stand-ins (`imagegen standins
+--cuda X.Y`; torch's CUDA build from the index pip installs from, as `make image-cuda`), with the
 imagegen of ``--imagegen-root`` (default: this checkout; an older checkout, e.g. a `git worktree`
 of an earlier commit, measures the layout before), pushes each to a throwaway local
 `docker-registry`, and reads from the registry's manifests the compressed bytes of A' that A does
 not already have (layers by digest, as a node's engine skips the blobs it holds):
 
-- ``op-change``: A, then the same with one line added to one op's source (a comment in cpu_lion);
-- ``op-added``: cpu_adam, then cpu_adam and cpu_lion;
+- ``op-change``: A, then the same with one line added to one op's source (a comment in cpu_lion;
+  CUDA: in fused_lion's kernel);
+- ``op-added``: cpu_adam, then cpu_adam and cpu_lion (CUDA: fused_adam, then with fused_lion);
 - ``cold-rebuild``: A, then the same commit rebuilt after `docker builder prune` (a cold cache).
 
 Prints a table and writes ``bench/results/update_pull_<label>.json``. Needs Docker, the stand-ins
@@ -29,6 +33,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +97,36 @@ class Registry:
         self.process.wait(timeout=10)
 
 
-def build(root: Path, tag: str, ops: str, source: Path | None = None) -> float:
+@dataclass(frozen=True)
+class Target:
+    """What the pairs are built for: the CPU, or a CUDA release with its torch and arch list."""
+
+    target: list[str]  # imagegen build's target and torch options
+    ops: tuple[str, str]  # the op set, and the same with one op more
+    changed: str  # the source file the op-change case adds a line to
+
+    @classmethod
+    def cpu(cls) -> Target:
+        return cls(
+            ["--cpu", "--wheelhouse", WHEELHOUSE],
+            ("cpu_adam", "cpu_adam,cpu_lion"),
+            "kernels/optim/csrc/cpu_lion.cpp",
+        )
+
+    @classmethod
+    def cuda(cls, version: str, arch: str, torch: str, index: str) -> Target:
+        return cls(
+            ["--cuda", version, "--arch", arch, "--torch", torch, "--torch-index", index],
+            ("fused_adam", "fused_adam,fused_lion"),
+            "kernels/optim/csrc/fused_lion.cu",
+        )
+
+
+def build(root: Path, target: Target, tag: str, ops: str, source: Path | None = None) -> float:
     """Build ``tag`` with the imagegen of ``root``; the seconds it took."""
     command = [
-        sys.executable, "-m", "imagegen", "build", "--cpu", "--ops", ops, "--standins",
-        "--wheelhouse", WHEELHOUSE, "--ca-cert", CA_CERT, "--tag", tag, "--no-verify",
+        sys.executable, "-m", "imagegen", "build", *target.target, "--ops", ops, "--standins",
+        "--ca-cert", CA_CERT, "--tag", tag, "--no-verify",
         *(["--source", str(source)] if source is not None else []),
     ]  # fmt: skip
     start = time.monotonic()
@@ -115,8 +145,8 @@ def push(registry: Registry, tag: str, name: str) -> list[dict[str, Any]]:
     return registry.layers("bench/" + name.split(":")[0], name.split(":")[1])
 
 
-def changed_source(root: Path, folder: Path) -> Path:
-    """A copy of ``root``'s build inputs with a comment added to cpu_lion's source."""
+def changed_source(root: Path, folder: Path, changed: str) -> Path:
+    """A copy of ``root``'s build inputs with a comment added to the source ``changed``."""
     copy = folder / "checkout"
     copy.mkdir(parents=True)
     for name in ("setup.py", "pyproject.toml", "README.md", "op_builder", "kernels", "imagegen"):
@@ -125,7 +155,7 @@ def changed_source(root: Path, folder: Path) -> Path:
             shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "build"))
         else:
             shutil.copy2(src, copy / name)
-    source = copy / "kernels" / "optim" / "csrc" / "cpu_lion.cpp"
+    source = copy / changed
     source.write_text(source.read_text() + f"\n// a one-line change {uuid.uuid4().hex}\n")
     return copy
 
@@ -135,18 +165,19 @@ def new_bytes(held: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> int:
     return sum(int(layer["size"]) for layer in wanted if layer["digest"] not in have)
 
 
-def run_case(case: str, root: Path, registry: Registry, work: Path) -> dict[str, Any]:
+def run_case(case: str, root: Path, target: Target, registry: Registry, work: Path) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     first, second = f"bench-update/{case}:a-{run}", f"bench-update/{case}:b-{run}"
-    ops = "cpu_adam" if case == "op-added" else "cpu_adam,cpu_lion"
-    build(root, first, ops)
+    fewer, more = target.ops
+    ops = fewer if case == "op-added" else more
+    build(root, target, first, ops)
     if case == "op-change":
-        build(root, second, ops, changed_source(root, work / case))
+        build(root, target, second, ops, changed_source(root, work / case, target.changed))
     elif case == "op-added":
-        build(root, second, "cpu_adam,cpu_lion")
+        build(root, target, second, more)
     else:
         subprocess.run(["docker", "builder", "prune", "-af"], check=True, capture_output=True)
-        build(root, second, ops)
+        build(root, target, second, ops)
     before, after = push(registry, first, f"{case}:a"), push(registry, second, f"{case}:b")
     total = sum(int(layer["size"]) for layer in after)
     new = new_bytes(before, after)
@@ -171,7 +202,17 @@ def main() -> None:
     parser.add_argument("--label", default="after", help="names the results file (before, after)")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--cuda", help="CUDA image pairs of this CUDA release's stand-ins (default: CPU)")
+    parser.add_argument("--arch", default="9.0", help="with --cuda: the arch list (default 9.0)")
+    parser.add_argument("--torch", default="2.15.0", help="with --cuda: torch's release (default 2.15.0)")
+    parser.add_argument("--torch-index", help="with --cuda: torch's index (default: pip's own)")
     args = parser.parse_args()
+    target = Target.cpu()
+    if args.cuda:
+        sys.path.insert(0, str(REPO))
+        from imagegen.compat.pip_config import pip_index_url
+
+        target = Target.cuda(args.cuda, args.arch, args.torch, args.torch_index or pip_index_url())
     cases = [c for c in args.cases.split(",") if c]
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
@@ -183,17 +224,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-update-") as tmp:
         registry = Registry(Path(tmp))
         try:
-            results = [run_case(case, root, registry, Path(tmp)) for case in cases]
+            results = [run_case(case, root, target, registry, Path(tmp)) for case in cases]
         finally:
             registry.close()
     print(f"{'case':<14} {'layers':>6} {'image (gzip)':>14} {'new to a node':>14} {'share':>7}")
     for r in results:
         print(f"{r['case']:<14} {r['layers']:>6} {r['pushed_bytes'] / 2**20:>10.1f} MiB "
               f"{r['new_bytes'] / 2**20:>10.1f} MiB {100 * r['new_share']:>6.1f}%")  # fmt: skip
-    out = args.out or RESULTS / f"update_pull_{args.label}.json"
-    write_json(
-        out, {"label": args.label, "commit": commit.stdout.strip(), "image": "cpu", "results": results}
-    )
+    out = args.out or RESULTS / f"update_pull_{args.label}{'_cuda' if args.cuda else ''}.json"
+    image = f"cuda{args.cuda} (arch {args.arch}, torch {args.torch})" if args.cuda else "cpu"
+    summary = {"label": args.label, "commit": commit.stdout.strip(), "image": image, "results": results}
+    write_json(out, summary)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ or service is missing (it names an install command, or an engine that set-up sta
 set-up was meant to provide it, so the skip would hide a tier that never ran. Run by hand without
 the variable, such tests skip as usual, with the reason.
 
-``make test`` runs the suite on several workers (pytest-xdist, ``--dist loadgroup``): each test
-file is one unit of work, so a file's fixtures are made once, and the integration tests, which
-share one Docker engine, run in two groups (``engine_group``), each on a worker of its own and
-started first, as they take longest.
+``make test`` runs the suite on several workers (pytest-xdist, ``--dist loadfile``): each test
+file is one unit of work (``work_unit``), so a file's fixtures are made once, and the integration
+tests, which share one Docker engine, run in two groups (``engine_group``), each a unit on a worker
+of its own, started first as they take longest.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Generator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,18 +66,32 @@ def engine_group(path: Path) -> str | None:
     return "engine-own" if relative.name in ENGINE_OWN_FILES else "engine-shared"
 
 
-def _group_for_workers(items: list[pytest.Item]) -> None:
-    """One xdist group per test file, the integration files in their two engine groups, and
-    those first: the longest units start while the others fill the remaining workers."""
-    for item in items:
-        group = engine_group(item.path) or item.path.resolve().relative_to(TESTS).as_posix()
-        item.add_marker(pytest.mark.xdist_group(name=group))
-    items.sort(key=lambda item: engine_group(item.path) is None)  # stable: file order kept
+def work_unit(nodeid: str) -> str:
+    """What runs on one worker, in one go: the test's file, or its file's engine group."""
+    path = nodeid.split("::", 1)[0]
+    return engine_group(TESTS.parent / path) or path
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``: a file is a unit, but the integration files are two units,
+    their engine groups (xdist's own ``loadgroup`` cannot be used: with pytest 9 its group marks
+    never reach the scheduler)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class EngineGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return EngineGroups(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if getattr(config.option, "dist", "no") == "loadgroup":
-        _group_for_workers(items)
+    if hasattr(config, "workerinput"):  # an xdist worker: the engine groups first, file order kept
+        items.sort(key=lambda item: engine_group(item.path) is None)
     if slow_enabled():
         return
     skip = pytest.mark.skip(reason="slow: set SLOW=1 to run it")
