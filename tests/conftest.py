@@ -60,16 +60,16 @@ ENGINE_OWN_FILES = frozenset({
 
 def engine_group(path: Path) -> str | None:
     """The worker group of an integration test file; None for a file of another tier."""
-    relative = path.resolve().relative_to(TESTS)
-    if relative.parts[0] != "integration":
+    relative = path.resolve()
+    if not relative.is_relative_to(TESTS / "integration"):
         return None
     return "engine-own" if relative.name in ENGINE_OWN_FILES else "engine-shared"
 
 
-def work_unit(nodeid: str) -> str:
+def work_unit(nodeid: str, rootdir: Path) -> str:
     """What runs on one worker, in one go: the test's file, or its file's engine group."""
     path = nodeid.split("::", 1)[0]
-    return engine_group(TESTS.parent / path) or path
+    return engine_group(rootdir / path) or path
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -83,7 +83,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class EngineGroups(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid)
+            return work_unit(nodeid, config.rootpath)
 
     return EngineGroups(config, log)
 

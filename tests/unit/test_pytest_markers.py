@@ -26,14 +26,16 @@ def test_short() -> None:
 """
 
 
-def _pytest(tmp_path: Path, source: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _pytest(
+    tmp_path: Path, source: str, args: tuple[str, ...] = ("-rs",), **env: str
+) -> subprocess.CompletedProcess[str]:
     shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_sample.py").write_text(source)
     # Neither the slow tier nor make test's strict skips leak in from the run around this one.
     clean = {k: v for k, v in os.environ.items() if k not in ("SLOW", "IMAGEGEN_STRICT_SKIPS")}
     config = ["-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path), "-p", "no:cacheprovider"]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *config, "-rs", str(tmp_path)],
+        [sys.executable, "-m", "pytest", *config, *args, str(tmp_path)],
         cwd=tmp_path,
         env={**clean, **env},
         capture_output=True,
@@ -95,3 +97,23 @@ def test_every_package_skip_in_the_suite_names_what_set_up_installs() -> None:
         assert skip_set_up_should_prevent(reason), reason
     for reason in ("this CPU supports up to avx2, not avx512", "slow: set SLOW=1 to run it", "no CUDA GPU"):
         assert not skip_set_up_should_prevent(reason), reason
+
+
+def test_the_integration_files_run_as_two_units_first_and_every_other_file_as_one(tmp_path: Path) -> None:
+    (tmp_path / "integration").mkdir()
+    (tmp_path / "integration" / "conftest.py").write_text("")
+    one, two = "def test_one() -> None:\n    pass\n", "def test_two() -> None:\n    pass\n"
+    for name in ("test_cpu_image.py", "test_proof.py", "test_bake.py", "test_sigterm.py"):
+        (tmp_path / "integration" / name).write_text(one)
+    for name in ("test_alpha.py", "test_beta.py"):
+        (tmp_path / name).write_text(one + "\n" + two)
+    done = _pytest(tmp_path, one, args=("-v", "-n", "3", "--dist", "loadfile"))
+    assert done.returncode == 0, done.stdout[-3000:]
+    ran = [line.split() for line in done.stdout.splitlines() if " PASSED " in line and line.startswith("[gw")]
+    worker = {}
+    for words in ran:
+        worker.setdefault(words[-1].split("::")[0], set()).add(words[0])
+    shared = worker["integration/test_cpu_image.py"] | worker["integration/test_proof.py"]
+    own = worker["integration/test_bake.py"] | worker["integration/test_sigterm.py"]
+    assert len(shared) == 1 and len(own) == 1 and shared != own, worker  # one worker per group
+    assert all(len(found) == 1 for found in worker.values()), worker  # a file's tests on one worker
