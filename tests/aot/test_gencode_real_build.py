@@ -23,10 +23,11 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="no CUDA toolkit (nvcc) on 
 
 def test_each_op_nvcc_line_has_its_own_archs_once(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DS_", "TORCH_CUDA_ARCH"))}
-    # CUDA 13 cannot build 7.0; 7.5 plays its part (an arch fp_quantizer must drop).
+    # CUDA 13 cannot build 7.0; 7.5 plays its part (an arch fp_quantizer must drop). Two archs
+    # and a PTX are enough to show each once: every arch more is another device compile per op.
     env.update(
         DS_ACCELERATOR="cuda",
-        TORCH_CUDA_ARCH_LIST="7.5;8.0;9.0+PTX",
+        TORCH_CUDA_ARCH_LIST="7.5;8.0+PTX",
         DS_SKIP_CUDA_CHECK="1",
         MAX_JOBS="2",
         PYTHONPATH=str(REPO),
@@ -54,8 +55,8 @@ def test_each_op_nvcc_line_has_its_own_archs_once(tmp_path: Path) -> None:
     def codes(line: str) -> Counter[str]:
         return Counter(re.findall(r"-gencode[= ]arch=compute_\w+,code=(\w+)", line))
 
-    assert codes(by_source["fp_quantizer"]) == Counter({"sm_80": 1, "sm_90": 1, "compute_90": 1})
-    assert codes(by_source["quantizer"]) == Counter({"sm_75": 1, "sm_80": 1, "sm_90": 1, "compute_90": 1})
+    assert codes(by_source["fp_quantizer"]) == Counter({"sm_80": 1, "compute_80": 1})
+    assert codes(by_source["quantizer"]) == Counter({"sm_75": 1, "sm_80": 1, "compute_80": 1})
     assert "-DBF16_AVAILABLE" in by_source["fp_quantizer"]
     assert "-DBF16_AVAILABLE" not in by_source["quantizer"]  # its own list has 7.5
     assert env == before
