@@ -141,7 +141,9 @@ def build(root: Path, target: Target, tag: str, ops: str, source: Path | None = 
 def push(registry: Registry, tag: str, name: str) -> list[dict[str, Any]]:
     remote = f"{registry.address}/bench/{name}"
     subprocess.run(["docker", "tag", tag, remote], check=True)
-    subprocess.run(["docker", "push", "--quiet", remote], check=True, capture_output=True)
+    done = subprocess.run(["docker", "push", "--quiet", remote], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"pushing {tag} failed:\n{done.stderr[-3000:]}")
     return registry.layers("bench/" + name.split(":")[0], name.split(":")[1])
 
 
