@@ -96,12 +96,12 @@ def table_options(command: str) -> Callable[[F], F]:
         if not (isinstance(run_class, type) and issubclass(run_class, RunOptions)):
             run_class = None
         run_rows = [] if run_class is None else [n for n in run_class.row_names() if n in run_options]
+        packed_run = [name for name in run_rows if name not in own.parameters]  # not the command's own
         parameters = []
         for param in own.parameters.values():
             if param.name == "image" and packed:
                 parameters += [_parameter(o) for o in spec_options]
             elif param.name == "run" and run_rows:
-                packed_run = [name for name in run_rows if name not in own.parameters]
                 parameters += [_parameter(run_options[name]) for name in packed_run]
             elif param.name in run_options:  # its annotation here is only for the type checker
                 parameters.append(_parameter(run_options[param.name]))
@@ -120,9 +120,8 @@ def table_options(command: str) -> Callable[[F], F]:
                 kwargs["image"] = SpecInput(**{o.name: values.pop(o.name) for o in spec_options})
             if run_class is not None:
                 kwargs["run"] = run_class.from_rows({name: values[name] for name in run_rows})
-                for name in run_rows:
-                    if name not in own.parameters:
-                        del values[name]
+                for name in packed_run:
+                    del values[name]
             return func(**kwargs, **values)
 
         signature = own.replace(parameters=parameters)

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from imagegen.building.build_inputs import copy_build_inputs
 from imagegen.engine import client as engine_client
+from imagegen.engine.sealed import SEALED_LABEL
 from op_builder import get_builder
 from op_builder.paths import PACKAGE_ROOT
 
@@ -299,6 +300,13 @@ def changed_cpu_image(docker_client: Any, tmp_path_factory: pytest.TempPathFacto
         yield ChangedImage(CHANGED_TAG, built)
     finally:
         _remove_image(docker_client, CHANGED_TAG)
+
+
+def verify_containers(client: Any, image: str) -> list[str]:
+    """The sealed containers (verify, probe) of ``image`` alone: other files' tests verify their
+    images on other workers meanwhile."""
+    found = client.api.containers(all=True, filters={"label": SEALED_LABEL})
+    return [c["Id"] for c in found if c["Image"] == image]
 
 
 def run_in(client: Any, image: str, command: Sequence[str], **options: Any) -> tuple[int, str]:

@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from imagegen.engine.sealed import SEALED_LABEL as VERIFY_LABEL
 from tests._processes import processes_mentioning
-from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args
+from tests.integration.conftest import REPO, STANDIN_RUNTIME, build_args, verify_containers
 from tests.integration.derived import derive
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
@@ -38,10 +37,8 @@ def slow_verifier(docker_client: Any) -> Iterator[str]:
     docker_client.images.remove(SLOW_VERIFIER, force=True)
 
 
-def _verify_containers(client: Any) -> list[Any]:
-    # The slow verifier's alone: other files' tests verify their images on other workers meanwhile.
-    found = client.api.containers(all=True, filters={"label": VERIFY_LABEL})
-    return [c["Id"] for c in found if c["Image"] == SLOW_VERIFIER]
+def _verify_containers(client: Any) -> list[str]:
+    return verify_containers(client, SLOW_VERIFIER)
 
 
 def _default_sigint() -> None:

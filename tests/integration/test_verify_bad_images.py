@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from imagegen.engine.sealed import SEALED_LABEL as VERIFY_LABEL
-from tests.integration.conftest import REPO, imagegen
+from tests.integration.conftest import REPO, imagegen, verify_containers
 from tests.integration.derived import derive, package_files
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -56,9 +55,7 @@ def odd_images(docker_client: Any) -> Iterator[None]:
 
 
 def _no_verify_containers(client: Any, image: str) -> bool:
-    # ``image``'s alone: other files' tests verify their images on other workers meanwhile.
-    found = client.api.containers(all=True, filters={"label": VERIFY_LABEL})
-    return not [c for c in found if c["Image"] == image]
+    return not verify_containers(client, image)
 
 
 def _assert_failed(image: str, fragment: str | tuple[str, ...], client: Any, *args: str) -> None:
