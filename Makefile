@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test parity test-fast test-slow lint format bench bench-images images \
         image-cuda update-pull matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean \
-        stable-abi-proof
+        stable-abi-proof stable-abi-images
 
 setup: $(STAMP)
 
@@ -191,6 +191,17 @@ STABLE_TORCH ?= 2.10.0
 STABLE_REVISION ?=
 stable-abi-proof: setup
 	$(PY) scripts/stable_abi_proof.py --torch '$(STABLE_TORCH)' $(if $(STABLE_REVISION),--revision '$(STABLE_REVISION)')
+
+# Two CUDA images of one target with different torch releases (STABLE_IMAGES_TORCH, default
+# 2.14.1,2.15.0: PyPI's CUDA 13.0 and 13.2 builds, several GB each from pip's index) carry the same
+# op modules, byte for byte in one layer, and the second build compiles nothing (a compile cache in a
+# Redis started for the run counts it). About half an hour and ~20 GB of build cache
+# (`docker builder prune` gives it back); the report in bench/results/stable_abi_images.json, the
+# result in docs/benchmarks.md.
+STABLE_IMAGES_TORCH ?= 2.14.1,2.15.0
+stable-abi-images: setup docker
+	$(VENV)/bin/imagegen standins --cuda 13.0
+	$(PY) scripts/stable_abi_images.py --torch '$(STABLE_IMAGES_TORCH)'
 
 e2e-cuda:
 	bash scripts/e2e_cuda.sh
