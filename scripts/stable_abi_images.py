@@ -28,14 +28,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,39 +42,12 @@ from imagegen.compat.pip_config import pip_index_url  # noqa: E402
 from imagegen.engine import client as engine_client  # noqa: E402
 from imagegen.engine.layer_dirs import layer_dirs, read_dir_layer  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from compile_cache import redis_on_loopback  # noqa: E402  (bench/compile_cache.py's Redis)
+
 CA_CERT = Path("/etc/ssl/certs/ca-certificates.crt")
 REPOSITORY = "imagegen-stable-abi/cuda"
 MODULES = "/kernels/_ops/"
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    """An empty Redis on the loopback for the run (``imagegen build`` reaches the loopback)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("stable_abi_images: no redis-server here (apt-get install redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    with tempfile.TemporaryDirectory(prefix="stable-abi-redis-") as folder:
-        argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
-        proc = subprocess.Popen(
-            [*argv, "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
-                        break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit("stable_abi_images: redis-server did not start") from None
-                    time.sleep(0.2)
-            yield f"redis://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
 
 
 def build(args: argparse.Namespace, torch: str, cache: str) -> dict[str, Any]:
@@ -181,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             parser.error(f"{exc}; name an http(s) index with --torch-index")
     try:
-        with redis_server() as cache:
+        with redis_on_loopback() as cache:
             images = [build(args, torch, cache) for torch in releases]
     except SystemExit as exc:
         print(exc, file=sys.stderr)
