@@ -58,9 +58,9 @@ def pinned(
     """The torch release whose headers the image's stable ops compile against; None: the image's own.
 
     Only an image with an op that gets a stable build (op_builder.stable_abi: torch >= 2.10, CPU or
-    CUDA, linux/amd64) has one to pin. ``newest`` is the target's newest torch on the platform, or
-    the image's own where that is newer (a torch the catalog does not know yet); an offline build
-    reads no index, so it keeps its own.
+    CUDA, linux/amd64) has one to pin. ``newest`` is the target's newest torch on the platform (an
+    image of that torch pins it too), or the image's own where that is newer (a torch the catalog
+    does not know yet); an offline build reads no index, so it keeps its own.
     """
     if choice == OWN or (choice == NEWEST and offline):
         return None
@@ -68,5 +68,7 @@ def pinned(
         return None
     if choice != NEWEST:
         return choice
+    # The newest image pins too (its own release): an unpinned build compiles against the
+    # installed headers' paths, which would make its modules other bytes than its target's others.
     newest = max((Version(t) for t in target.torch_versions(platform)), default=Version(torch))
-    return str(newest) if newest > Version(torch) else None
+    return str(max(newest, Version(torch)))

