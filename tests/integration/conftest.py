@@ -126,7 +126,7 @@ def cpu_image(docker_ready: None) -> dict[str, Any]:
     return summary
 
 
-def _remove_image(client: Any, tag: str) -> None:
+def remove_image(client: Any, tag: str) -> None:
     with contextlib.suppress(Exception):  # not made, when its build failed
         client.images.remove(tag, force=True)
 
@@ -184,7 +184,7 @@ def signed_cpu_image(
         assert built.returncode == 0, built.stderr[-3000:]
         yield SignedImage(SIGNED_TAG, built.json(), keys)
     finally:
-        _remove_image(docker_client, SIGNED_TAG)
+        remove_image(docker_client, SIGNED_TAG)
 
 
 def _openssl(*args: str) -> None:
@@ -224,7 +224,7 @@ def pushed_signed_image(
         yield SignedImage(tag, result.json(), keys)
     finally:
         # The registry's port differs at each session: a tag left behind would never be reused.
-        _remove_image(docker_client, tag)
+        remove_image(docker_client, tag)
 
 
 # ---------------------------------------------------------------- one op that does not compile
@@ -299,7 +299,7 @@ def changed_cpu_image(docker_client: Any, tmp_path_factory: pytest.TempPathFacto
         assert built.returncode == 0, built.stderr[-5000:]
         yield ChangedImage(CHANGED_TAG, built)
     finally:
-        _remove_image(docker_client, CHANGED_TAG)
+        remove_image(docker_client, CHANGED_TAG)
 
 
 def verify_containers(client: Any, image: str) -> list[str]:

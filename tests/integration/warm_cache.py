@@ -17,7 +17,7 @@ import sys
 import time
 
 from imagegen.engine import client as engine_client
-from tests.integration.conftest import build_args, imagegen
+from tests.integration.conftest import build_args, imagegen, remove_image
 
 WARM_TAG = "imagegen-it/warm-cache:1"
 
@@ -26,10 +26,8 @@ def main() -> int:
     started = time.monotonic()
     result = imagegen(*build_args(WARM_TAG), "--no-verify")
     client = engine_client.docker_client()
-    try:  # the tag alone goes: the cache is what stays
-        client.images.remove(WARM_TAG, force=True)
-    except Exception as exc:  # not made, when its build failed
-        print(f"warm_cache: {WARM_TAG} not removed: {exc}", file=sys.stderr)
+    try:
+        remove_image(client, WARM_TAG)  # the tag alone goes: the cache is what stays
     finally:
         client.close()
     verdict = "built" if result.returncode == 0 else f"failed (exit {result.returncode})"
