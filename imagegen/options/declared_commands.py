@@ -180,6 +180,27 @@ COMMAND_OPTIONS: tuple[ImageOption, ...] = (
         spec=False,
     ),
     ImageOption(
+        name="torch_releases",
+        flags=("--torch-releases",),
+        form="value",
+        commands=frozenset({BAKE}),
+        help=(
+            "Several torch releases, comma-separated (2.14.1,2.15.0): one image of each target per release, "
+            "their stable-ABI op modules compiled once for all of them."
+        ),
+        docs_option="`--torch-releases A,B`",
+        docs_default="`--torch`: one image per target",
+        docs_meaning=(
+            "one image of each target per torch release (its target name and tag end in the release); the "
+            "images of a target whose ops build for torch's stable ABI share their op modules, so one of "
+            "them builds first and the others then take its compiles from the compile cache "
+            "(`--compile-cache local` unless one is given). Refused with `--torch` or `--platform-torch`; a "
+            "release the target does not have exits 2 before anything builds"
+        ),
+        metavar="X.Y[.Z],...",
+        spec=False,
+    ),
+    ImageOption(
         # Not build's --push (a switch, the tag's own registry): bake pushes under this registry.
         name="push_registry",
         flags=("--push",),

@@ -5,7 +5,8 @@ Dockerfile and one bake file naming them all (``imagegen.render.matrix.bake_file
 as build arguments, credentials of the compile cache as BuildKit secrets), and runs one
 ``docker buildx bake --load TARGET`` per target, all at once, on the chosen builder: BuildKit
 schedules them and shares the steps they have in common, while a target that fails stops
-only itself (one bake of several targets cancels the others at the first failure). Every
+only itself (one bake of several targets cancels the others at the first failure). Images that
+share their stable op modules wait for the first of them (``imagegen.runs.bake_order``). Every
 image built is then verified in the sealed container (``imagegen.verify.container``) and, with a
 registry, pushed through ``imagegen.oci.publish`` only when it passed.
 
@@ -42,6 +43,7 @@ from imagegen.proof.seal import now as proof_now
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
 from imagegen.runs.bake_inputs import BakeRequest, check_bake_file, missing_standins
+from imagegen.runs.bake_order import bake_waves
 from imagegen.runs.finish import Built, finish
 from imagegen.runs.report import RunImage, RunReport, image_report
 from imagegen.runs.run_choices import LOCAL, RunOptions
@@ -262,8 +264,17 @@ def bake(
         bake_path.write_text(bake_text)
         if bake_file_out is not None:
             write_atomic(bake_file_out, bake_text)
+        argvs = {t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}
+        waves = bake_waves(requests)
+        if len(waves) > 1:
+            log.info(
+                f"first {', '.join(r.name for r in waves[0])}; then {', '.join(r.name for r in waves[1])}, "
+                "whose stable op modules the first compile (theirs then come from the compile cache)"
+            )
+        runs: dict[str, _Run] = {}
         with log.step(f"bake {len(targets)} target(s)"):
-            runs = run_bakes({t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}, env)
+            for wave in waves:
+                runs.update(run_bakes({r.name: argvs[r.name] for r in wave}, env))
     made = _Made(root, digests, started, proof_now())
     images = [_finish(engine, request, runs[request.name], run, made) for request in requests]
     return RunReport("bake", tuple(images), builder=builder, driver=driver)
