@@ -39,6 +39,7 @@ from op_builder import settings
 from op_builder.archs import ArchLimits
 from op_builder.builder import CPUOpBuilder, CUDAOpBuilder, OpBuilder, SystemLibrary
 from op_builder.errors import BadInputError, OpBuilderError
+from op_builder.paths import SHARED_INCLUDE_DIR
 
 ENTRY_POINT_GROUP = "op_builder.ops"
 SOURCES_VARIABLE = settings.OP_SOURCES.name
@@ -378,17 +379,26 @@ def _check_attribute_types(builder: OpBuilder, where: str) -> None:
 def _check_within(builder: OpBuilder, origin: OpOrigin, where: str) -> None:
     """OpSourceError for a source or include dir outside the op package's folder (a directory
     package: an image is built from that folder alone, so the build would not find it there), or
-    outside the folder the sources are relative to (an installed one)."""
+    outside the folder the sources are relative to (an installed one). The one folder outside it
+    an include dir may be is ``SHARED_INCLUDE_DIR``: its headers come with op_builder itself."""
     base = builder.source_dir()
     limit = origin.root if origin.kind == "directory" and origin.root is not None else base.resolve()
+    shared = Path(SHARED_INCLUDE_DIR).resolve()
     for attribute, entries in (("source", builder.sources), ("include dir", builder.include_dirs)):
         for entry in entries:
-            if not (base / entry).resolve().is_relative_to(limit):
-                raise OpSourceError(
-                    f"{where}: {builder.name}'s {attribute} {entry} lies outside the op package {limit}",
-                    hint="an image is built from the package's folder alone: move the file into it "
-                    "and name it relative to the folder",
-                )
+            found = (base / entry).resolve()
+            if found.is_relative_to(limit) or (attribute == "include dir" and found == shared):
+                continue
+            hint = (
+                "an image is built from the package's folder alone: move the file into it and name "
+                "it relative to the folder"
+            )
+            if attribute == "include dir":
+                hint += "; for op_abi.h and the other shared headers, name op_builder.SHARED_INCLUDE_DIR"
+            raise OpSourceError(
+                f"{where}: {builder.name}'s {attribute} {entry} lies outside the op package {limit}",
+                hint=hint,
+            )
 
 
 def _limits_problem(limits: ArchLimits) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from op_builder import manifest
+from op_builder import SHARED_INCLUDE_DIR, manifest
 from op_builder.errors import OpLoadError
 from tests.op_package_files import builder_source, square_package, unique, write_package
 
@@ -156,6 +156,28 @@ def test_an_include_dir_outside_the_package_is_refused(tmp_path: Path) -> None:
         tmp_path, unique("pkg_inc"), builder_source("Inc", op, extra='include_dirs = ("../shared",)')
     )
     assert_bad_input(run("report", "--op-source", str(root)), f"{op}'s include dir ../shared")
+
+
+def test_the_shared_headers_are_the_one_folder_outside_a_package_it_may_include(tmp_path: Path) -> None:
+    """op_builder.SHARED_INCLUDE_DIR (op_abi.h and the other headers a binding is written against)
+    comes with op_builder wherever it runs, so a package names it; the folder above it, or another
+    folder of ours beside it, lies outside the package like any other and is refused, the hint
+    naming the one that is accepted."""
+    shared = Path(SHARED_INCLUDE_DIR)
+    op = unique("sq_shared")
+    names_it = "from op_builder import SHARED_INCLUDE_DIR\n\n" + builder_source(
+        "Shared", op, extra='include_dirs = ("includes", SHARED_INCLUDE_DIR)\nstable_abi = "2.10"'
+    )
+    root = write_package(tmp_path, unique("pkg_shared"), names_it)
+    done = run("flags", op, "--op-source", str(root), "--json")
+    assert done.returncode == 0, done.stderr
+    assert strict_json(done.stdout)["include_dirs"] == [SHARED_INCLUDE_DIR]  # no includes/ here
+    for near in (shared.parent, shared.parent / "optim" / "includes"):
+        bad = unique("sq_near")
+        builders = builder_source("Near", bad, extra=f"include_dirs = ({str(near)!r},)")
+        done = run("report", "--op-source", str(write_package(tmp_path, unique("pkg_near"), builders)))
+        assert_bad_input(done, f"{bad}'s include dir {near}", "outside the op package")
+        assert "op_builder.SHARED_INCLUDE_DIR" in done.stderr
 
 
 @pytest.mark.parametrize(
