@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.commands import new_op
+from op_builder import SHARED_INCLUDE_DIR
 from op_builder.registry import registry_for
 from tests.op_package_files import unique
 from tests.unit.contract import assert_json_error, assert_reported, invoke
@@ -63,6 +64,13 @@ def test_cpu_skeleton_is_a_valid_op_package(tmp_path: Path) -> None:
     assert builder.selftest == f"{root.name}.selftest:run"
     assert builder.all_runtime_packages() == ("libgomp1",)
     assert all(Path(p).is_file() for p in builder.source_paths())
+    # A stable-ABI op, its binding written against op_abi.h from the headers op_builder ships
+    # (the package has no includes/ of its own: that entry is skipped).
+    assert builder.stable_abi == "2.10"
+    assert builder.include_paths() == (SHARED_INCLUDE_DIR,)
+    assert (Path(SHARED_INCLUDE_DIR) / "op_abi.h").is_file()
+    source = (root / "csrc" / f"{op}.cpp").read_text()
+    assert '#include "op_abi.h"' in source and "OP_LIBRARY(m)" in source and "PYBIND11_MODULE" in source
 
 
 def test_cuda_skeleton_has_device_code_launcher_and_binding(tmp_path: Path) -> None:
@@ -72,9 +80,14 @@ def test_cuda_skeleton_has_device_code_launcher_and_binding(tmp_path: Path) -> N
     assert doc["target"] == "gpu" and doc["files"] == sorted([*COMMON_FILES, *device]) == _files(root)
     builder = registry_for([root]).ops[op]
     assert builder.target == "gpu"
-    assert builder.include_paths() == (str(root.resolve() / "includes"),)
+    assert builder.include_paths() == (str(root.resolve() / "includes"), SHARED_INCLUDE_DIR)
+    assert builder.stable_abi == "2.10"
     # Device code includes no torch header: cuda-check compiles it without torch's CUDA build.
     assert "torch" not in (root / "csrc" / f"{op}.cu").read_text()
+    # The binding alone sees torch, through the shared headers, for both ABIs.
+    binding = (root / "csrc" / f"{op}_binding.cpp").read_text()
+    assert '#include "gpu_bindings.h"' in binding and "OP_LIBRARY_IMPL(CUDA, m)" in binding
+    assert "torch/extension.h" not in binding and "c10/cuda" not in binding
 
 
 def test_default_folder_and_text_report(workdir: Path) -> None:

@@ -137,6 +137,7 @@ def test_the_registry_finds_the_family_as_written(tree: Path) -> None:
     assert builder.name == op and builder.target == "cpu"
     assert builder.selftest == f"{tree.name}.{op}.selftest:run"
     assert builder.all_runtime_packages() == ("libgomp1",)
+    assert builder.stable_abi == "2.10"  # its binding is written against op_abi.h
     assert all(Path(p).is_file() for p in builder.source_paths())
     assert f"from {tree.name}.{op}.front import {op}" in test_file.read_text()
 
@@ -153,8 +154,9 @@ def test_a_cuda_family_in_a_folder_of_another_name(tree: Path) -> None:
     (family,) = families_in(tree.name)
     builder = family.builders[0]
     assert builder.target == "gpu" and builder.selftest == f"{tree.name}.norms.selftest:run"
-    # The family's own includes/ first, then the headers our families share.
+    # The family's own includes/ first, then the headers our families share (op_abi.h: stable ABI).
     assert builder.include_dirs == ("includes", "../includes")
+    assert builder.stable_abi == "2.10"
 
 
 def test_refusals_write_nothing(tree: Path) -> None:
