@@ -68,6 +68,8 @@ _warned: set[str] = set()
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6, use_kernel: bool | None = None) -> Tensor:
     """RMSNorm of ``x`` over its last dimension, scaled by ``weight``."""
+    # Checked here, before any kernel: a stable-ABI module's own check of the weight would reach
+    # Python through torch.ops as a RuntimeError, and this function promises a ValueError.
     if x.dim() == 0 or tuple(weight.shape) != (x.shape[-1],):
         raise ValueError(
             f"rms_norm: weight has shape {tuple(weight.shape)}, x {tuple(x.shape)}: "

@@ -1,6 +1,8 @@
-"""The example op package, examples/acme_ops: both ops register, the CPU op compiles just in time
-and passes its self-test, the front's fallback matches torch's own RMSNorm, and the CUDA op's
-device code and binding compile with nvcc (skipped without nvcc)."""
+"""The example op package, examples/acme_ops: both ops register as stable-ABI ops, the CPU op
+compiles just in time and passes its self-test, its one source builds both ways (the stable module
+and the ATen + pybind11 one an older torch gets) and both compute torch's own RMSNorm, the front's
+fallback matches it too, and the CUDA op's device code and binding (both ABIs) compile with nvcc
+(skipped without nvcc)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from types import ModuleType
 
@@ -18,11 +21,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from op_builder import SHARED_INCLUDE_DIR
+from op_builder.cross import native_platform
 from op_builder.registry import registry_for
+from op_builder.stable_abi import stable_target
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "acme_ops"
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
+# Whether this torch builds stable-ABI modules (2.10 or newer, linux/amd64), for CPU and CUDA.
+STABLE_HERE = stable_target("2.10", version("torch"), "cpu", native_platform()) is not None
+STABLE_CUDA_HERE = stable_target("2.10", version("torch"), "cuda", native_platform()) is not None
 
 
 def _env(cache: Path) -> dict[str, str]:
@@ -47,6 +56,10 @@ def test_both_ops_register_with_their_targets_and_selftests() -> None:
     assert cpu.selftest == "acme_ops.selftest:run_cpu" and gpu.selftest == "acme_ops.selftest:run_cuda"
     assert cpu.all_runtime_packages() == ("libgomp1",)
     assert registry.origins["acme_rmsnorm"].root == EXAMPLE
+    # Bindings written against op_abi.h, from the headers op_builder ships: stable-ABI ops.
+    for builder in (cpu, gpu):
+        assert builder.stable_abi == "2.10"
+        assert builder.include_paths() == (str(EXAMPLE / "includes"), SHARED_INCLUDE_DIR)
 
 
 def test_installed_as_a_distribution_its_entry_point_registers_the_ops(tmp_path: Path) -> None:
@@ -83,6 +96,68 @@ def test_cpu_op_compiles_and_passes_its_selftest(tmp_path: Path) -> None:
     (result,) = json.loads(done.stdout)["ops"]
     assert result["name"] == "acme_rmsnorm" and result["ok"] is True
     assert result["max_abs_err"] <= result["tolerance"]
+
+
+# acme_rmsnorm built both ways from its one source in one process: as its builder declares it
+# (stable here), and as a module for this torch alone (stable_abi None: ATen + pybind11, what a
+# torch older than 2.10 builds), under a name of its own (a process keeps one module per op name).
+BOTH_WAYS = """
+import json, sys, torch
+import torch.nn.functional as F
+from acme_ops.builders import RMSNormBuilder
+
+class PerTorch(RMSNormBuilder):
+    name = "acme_rmsnorm_per_torch"
+    source_root = RMSNormBuilder().source_dir()
+    stable_abi = None
+
+torch.manual_seed(0)
+result = {}
+for label, builder in (("declared", RMSNormBuilder()), ("per_torch", PerTorch())):
+    module = builder.load()
+    errors = {}
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = (torch.randn(37, 4097, dtype=torch.float64) * 3 + 0.5).to(dtype)
+        weight = torch.randn(4097, dtype=torch.float64).to(dtype)
+        math = torch.float64 if dtype == torch.float64 else torch.float32
+        y = module.rms_norm(x, weight, 1e-6)
+        expected = F.rms_norm(x.to(math), (4097,), weight.to(math), 1e-6)
+        ulp = torch.finfo(dtype).eps * expected.abs().max().item()
+        errors[str(dtype)] = [y.dtype == dtype, (y.to(math) - expected).abs().max().item() / ulp]
+    try:
+        module.rms_norm(torch.zeros(2, 3), torch.ones(4), 1e-6)
+        refused = None
+    except Exception as exc:
+        refused = [type(exc).__name__, str(exc)]
+    stable = isinstance(getattr(module, "op_namespace", None), str)
+    result[label] = {"stable": stable, "errors": errors, "refused": refused}
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.skipif(not STABLE_HERE, reason="this torch is older than 2.10: no stable ABI to build")
+@pytest.mark.skipif(not hasattr(F, "rms_norm"), reason="torch.nn.functional.rms_norm needs torch >= 2.4")
+def test_cpu_op_builds_for_both_abis_from_one_source_and_matches_torch(tmp_path: Path) -> None:
+    env = {**_env(tmp_path), "PYTHONPATH": os.pathsep.join([str(REPO), str(EXAMPLE.parent)])}
+    done = subprocess.run(
+        [sys.executable, "-c", BOTH_WAYS], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["declared"]["stable"] is True and result["per_torch"]["stable"] is False
+    for build in result.values():
+        for dtype, (same_dtype, ulps) in build["errors"].items():
+            # In ulps of the largest output. fp32 / fp64: the sum of 4097 squares in another order
+            # (seen: up to 4.4); fp16 / bf16: the fp32 result rounded once (half an ulp). A wrong
+            # formula, dtype or row is off by a large part of the output, millions of ulps.
+            wide = dtype in ("torch.float32", "torch.float64")
+            assert same_dtype and ulps <= (16 if wide else 1), (dtype, ulps)
+        # A direct call with a bad weight: the binding's check, a RuntimeError in either ABI (the
+        # front raises the ValueError it promises before calling).
+        assert (
+            build["refused"][0] == "RuntimeError"
+            and "weight must be contiguous of shape [3]" in build["refused"][1]
+        )
 
 
 @pytest.mark.skipif(not hasattr(F, "rms_norm"), reason="torch.nn.functional.rms_norm needs torch >= 2.4")
@@ -150,6 +225,9 @@ def test_cuda_op_compiles_for_the_builders_flags(tmp_path: Path, archs: str, ext
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
-    compiled = sorted(Path(r["source"]).name for r in report["results"] if r["ok"])
-    expected = ["rmsnorm_cuda.cu", *(["rmsnorm_cuda_binding.cpp"] if extra else [])]
-    assert report["ok"] is True and compiled == sorted(expected)
+    compiled = {(Path(r["source"]).name, r["variant"]) for r in report["results"] if r["ok"]}
+    # The binding from one source: the stable module (its symbols held to torch 2.10's C shim and
+    # CPython's limited API) and the ATen + pybind11 build that older torch and ROCm get.
+    variants = {"stable ABI 2.10", "ATen + pybind11"} if STABLE_CUDA_HERE else {""}
+    bindings = {("rmsnorm_cuda_binding.cpp", variant) for variant in variants} if extra else set()
+    assert report["ok"] is True and compiled == {("rmsnorm_cuda.cu", ""), *bindings}

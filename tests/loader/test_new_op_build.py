@@ -104,6 +104,7 @@ per_torch = type("PerTorch", (kind,), {
     "name": builder.name + "_per_torch", "source_root": builder.source_dir(), "stable_abi": None,
 })()
 x, y = torch.randn(4099, dtype=torch.float64), torch.randn(4099, dtype=torch.float64)
+expected, eps = torch.add(x, y, alpha=-1.5), torch.finfo(torch.float64).eps
 result = {}
 for label, b in (("declared", builder), ("per_torch", per_torch)):
     module = b.load()
@@ -116,7 +117,7 @@ for label, b in (("declared", builder), ("per_torch", per_torch)):
     result[label] = {
         "stable": isinstance(getattr(module, "op_namespace", None), str),
         "file": module.__file__,
-        "exact": torch.equal(out, x + -1.5 * y),
+        "ulps": ((out - expected).abs().max() / (eps * expected.abs().max())).item(),
         "refused": refused,
     }
 print(json.dumps(result))
@@ -133,7 +134,7 @@ def test_cpu_skeleton_binding_builds_for_both_abis_from_one_source(
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["declared"]["stable"] is True and result["per_torch"]["stable"] is False
     for build in result.values():
-        assert build["exact"] is True  # fp64 x + alpha * y: one rounding either way
+        assert build["ulps"] <= 4  # the kernel may fuse the multiply-add, torch may round twice
         # A direct call with bad shapes: the binding's check, a RuntimeError in either ABI (the
         # front raises ValueError before it gets there).
         assert (
