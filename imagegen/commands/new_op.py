@@ -4,7 +4,9 @@
 torch binding (``--cuda``: CUDA device code, its launcher header and the binding), a front
 with a PyTorch fallback, the self-test, a pytest file, a README and a ``.dockerignore`` that
 keeps the last two out of images. The folder is the package
-(``--op-source`` takes it as it is), and its name is the package's import name.
+(``--op-source`` takes it as it is), and its name is the package's import name. The op is a
+stable-ABI one, as ours are: its binding is written once against ``op_abi.h`` (the builder lists
+``op_builder.SHARED_INCLUDE_DIR``) and its builder declares ``stable_abi = "2.10"``.
 
 ``imagegen new-op my_op --in-tree`` writes a family of ours instead, in a source checkout:
 ``kernels/my_op/`` (builders with our shared headers and a ``FAMILY_RANK`` after the others', the
