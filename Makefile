@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps docker standins test parity test-fast test-slow lint format bench bench-images images \
         image-cuda update-pull matrix cuda-check hip-check compat catalog-check e2e-cuda gpu-proof clean \
-        stable-abi-proof stable-abi-images
+        stable-abi-proof stable-abi-images stable-abi-bake
 
 setup: $(STAMP)
 
@@ -202,6 +202,11 @@ STABLE_IMAGES_TORCH ?= 2.14.1,2.15.0
 stable-abi-images: setup docker
 	$(VENV)/bin/imagegen standins --cuda 13.0
 	$(PY) scripts/stable_abi_images.py --torch '$(STABLE_IMAGES_TORCH)'
+
+# The same through one `imagegen bake --torch-releases` (the catalog's archs: a longer compile).
+stable-abi-bake: setup docker
+	$(VENV)/bin/imagegen standins --cuda 13.0
+	$(PY) scripts/stable_abi_images.py --bake --torch '$(STABLE_IMAGES_TORCH)'
 
 e2e-cuda:
 	bash scripts/e2e_cuda.sh

@@ -1,6 +1,6 @@
 """Two images of one target with different torch releases carry the same op modules, compiled once.
 
-    python scripts/stable_abi_images.py [--cuda X.Y] [--torch A,B] [--ops OPS] [--arch LIST]
+    python scripts/stable_abi_images.py [--cuda X.Y] [--torch A,B] [--ops OPS] [--arch LIST] [--bake]
                                         [--torch-index URL] [--ca-cert FILE] [--out FILE] [--keep]
 
 Run with the project's venv (``make stable-abi-images``). For each torch release of ``--torch``
@@ -16,9 +16,15 @@ Then, from the engine's layer folders:
    with the same digest (a node holding one image pulls nothing new for the other's ops);
 3. the second build compiled nothing: every translation unit a hit of the first build's.
 
+With ``--bake``, the images come from one ``imagegen bake cudaX-Y --torch-releases A,B`` instead
+(``--arch`` does not apply: a bake target's archs are the catalog's), with the compile cache the
+bake chooses itself (``local``, sccache in a BuildKit cache mount, emptied first), and the checks
+are the same: the bake builds the newest torch first, then the other from the cache.
+
 Prints a summary and writes the report (JSON) to ``--out`` (default
-``bench/results/stable_abi_images.json``). The images are removed afterwards unless ``--keep``;
-the build cache stays (``docker builder prune`` gives the disk back: about 20 GB).
+``bench/results/stable_abi_images.json``, or ``stable_abi_bake.json`` with ``--bake``). The images
+are removed afterwards unless ``--keep``; the build cache stays (``docker builder prune`` gives the
+disk back: about 20 GB).
 
 Exit status: 0 proven; 1 a check failed or a build failed; 2 bad arguments; 3 no Redis here.
 """
@@ -41,6 +47,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 from imagegen.compat.pip_config import pip_index_url  # noqa: E402
 from imagegen.engine import client as engine_client  # noqa: E402
 from imagegen.engine.layer_dirs import layer_dirs, read_dir_layer  # noqa: E402
+from imagegen.imagespec.compile_cache import LOCAL_DIR  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from compile_cache import redis_on_loopback  # noqa: E402  (bench/compile_cache.py's Redis)
@@ -69,6 +76,44 @@ def build(args: argparse.Namespace, torch: str, cache: str) -> dict[str, Any]:
         summary["build"] = None
     summary["seconds"] = round(time.monotonic() - started, 1)
     return summary
+
+
+def bake(args: argparse.Namespace, releases: Sequence[str]) -> list[dict[str, Any]]:
+    """One `imagegen bake` of the target over ``releases``: each image's entry of its JSON report
+    as ``build`` gives it, the newest torch first (the image that compiled)."""
+    target = f"cuda{args.cuda}".replace(".", "-")
+    argv = [
+        sys.executable, "-m", "imagegen", "bake", target, "--standins",
+        "--torch-releases", ",".join(releases), "--ops", args.ops,
+        "--torch-index", args.torch_index, "--json",
+    ]  # fmt: skip
+    argv += ["--ca-cert", args.ca_cert] if args.ca_cert else []
+    print(f"stable_abi_images: baking {target} over torch {', '.join(releases)}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)  # its log on stderr
+    seconds = round(time.monotonic() - started, 1)
+    try:
+        entries = {entry["target"]: entry for entry in json.loads(done.stdout)["images"]}
+    except (json.JSONDecodeError, KeyError, TypeError):
+        entries = {}
+    images = []
+    for torch in sorted(releases, key=lambda r: tuple(int(p) for p in r.split(".")), reverse=True):
+        entry = entries.get(f"{target}-torch{torch.replace('.', '-')}")
+        ok = entry is not None and entry.get("ok")
+        tag = entry["tag"] if entry else f"(no image of torch {torch})"
+        exit_status = 0 if ok else done.returncode or 1
+        took = entry.get("build_seconds") if entry else seconds
+        images.append({"tag": tag, "torch": torch, "exit": exit_status, "build": entry, "seconds": took})
+    return images
+
+
+def empty_local_cache(client: Any) -> None:
+    """Remove the BuildKit cache mount that ``--compile-cache local`` compiles into, so the bake's
+    first image compiles everything and the count means something."""
+    for record in client.df().get("BuildCache") or ():
+        mount = record["Type"] == "exec.cachemount"
+        if mount and record["Description"].startswith(f"cached mount {LOCAL_DIR} "):
+            client.api.prune_builds(filters={"id": record["ID"]})
 
 
 def op_modules(client: Any, tag: str) -> dict[str, Any]:
@@ -137,9 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--arch", default="9.0", help="the CUDA arch list (default 9.0)")
     parser.add_argument("--torch-index", default=None, help="torch's index (default: the one pip uses here)")
     parser.add_argument("--ca-cert", default=str(CA_CERT) if CA_CERT.exists() else None)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stable_abi_images.json")
+    parser.add_argument("--bake", action="store_true", help="one imagegen bake of both releases")
+    parser.add_argument("--out", type=Path, default=None, help="the report (default under bench/results)")
     parser.add_argument("--keep", action="store_true", help="keep the two images")
     args = parser.parse_args(argv)
+    name = "stable_abi_bake.json" if args.bake else "stable_abi_images.json"
+    args.out = args.out or ROOT / "bench" / "results" / name
     releases = [t.strip() for t in args.torch.split(",") if t.strip()]
     if len(releases) != 2:
         parser.error(f"--torch names two releases, like 2.14.1,2.15.0; got {args.torch!r}")
@@ -148,13 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.torch_index = pip_index_url()
         except ValueError as exc:
             parser.error(f"{exc}; name an http(s) index with --torch-index")
-    try:
-        with redis_on_loopback() as cache:
-            images = [build(args, torch, cache) for torch in releases]
-    except SystemExit as exc:
-        print(exc, file=sys.stderr)
-        return 3
     client = engine_client.docker_client(timeout=300)
+    if args.bake:
+        empty_local_cache(client)
+        images = bake(args, releases)
+    else:
+        try:
+            with redis_on_loopback() as cache:
+                images = [build(args, torch, cache) for torch in releases]
+        except SystemExit as exc:
+            print(exc, file=sys.stderr)
+            return 3
     try:
         for image in images:
             image["modules"] = op_modules(client, image["tag"]) if image["exit"] == 0 else {}
@@ -172,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip(),
-        "cuda": args.cuda, "ops": args.ops, "arch": args.arch, "ok": not failed, "failed": failed,
+        "cuda": args.cuda, "ops": args.ops, "arch": "the catalog's" if args.bake else args.arch,
+        "how": "imagegen bake --torch-releases" if args.bake else "imagegen build, one after the other",
+        "ok": not failed, "failed": failed,
         "images": [_reported(image) for image in images],
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,9 @@ Dockerfile and one bake file naming them all (``imagegen.render.matrix.bake_file
 as build arguments, credentials of the compile cache as BuildKit secrets), and runs one
 ``docker buildx bake --load TARGET`` per target, all at once, on the chosen builder: BuildKit
 schedules them and shares the steps they have in common, while a target that fails stops
-only itself (one bake of several targets cancels the others at the first failure). Images that
-share their stable op modules wait for the first of them (``imagegen.runs.bake_order``). Every
+only itself (one bake of several targets cancels the others at the first failure). An image that
+shares its stable op modules with another starts once that one has compiled them
+(``imagegen.runs.bake_order``). Every
 image built is then verified in the sealed container (``imagegen.verify.container``) and, with a
 registry, pushed through ``imagegen.oci.publish`` only when it passed.
 
@@ -38,12 +39,13 @@ from imagegen.engine.images import inspect_image_id, local_images
 from imagegen.engine.process import cancel_sessions
 from imagegen.errors import BadInputError, EngineUnavailableError, UserFacingError
 from imagegen.files import write_atomic
+from imagegen.imagespec.compile_cache import STATS_MARKER
 from imagegen.proof.seal import context_digests
 from imagegen.proof.seal import now as proof_now
 from imagegen.render.dockerfile import render
 from imagegen.render.matrix import BakeTarget, bake_file, base_args
 from imagegen.runs.bake_inputs import BakeRequest, check_bake_file, missing_standins
-from imagegen.runs.bake_order import bake_waves
+from imagegen.runs.bake_order import leaders
 from imagegen.runs.finish import Built, finish
 from imagegen.runs.report import RunImage, RunReport, image_report
 from imagegen.runs.run_choices import LOCAL, RunOptions
@@ -129,7 +131,8 @@ def check_host_network(requests: Sequence[BakeRequest], supported: Callable[[], 
 
 @dataclass
 class _Run:
-    """One target's ``docker buildx bake`` process and what it printed."""
+    """One target's ``docker buildx bake`` process and what it printed. ``compiled``: set once its
+    compile step is over (the compile cache's count printed) or the process ended."""
 
     name: str
     proc: subprocess.Popen[bytes]
@@ -137,6 +140,7 @@ class _Run:
     lines: list[str] = field(default_factory=list)
     seconds: float = 0.0
     returncode: int | None = None
+    compiled: threading.Event = field(default_factory=threading.Event)
 
 
 def bake_argv(client: str, bake_path: Path, target: str, builder: str | None) -> list[str]:
@@ -151,38 +155,62 @@ def _pump(run: _Run, out: TextIO, lock: threading.Lock) -> None:
     for raw in iter(run.proc.stdout.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip("\n")
         run.lines.append(line)
+        if STATS_MARKER in line:
+            run.compiled.set()
         with lock:
             print(f"[{run.name}] {line}", file=out, flush=True)
     run.returncode = run.proc.wait()
     run.seconds = time.monotonic() - run.started
+    run.compiled.set()
 
 
-def run_bakes(argvs: Mapping[str, Sequence[str]], env: Mapping[str, str]) -> dict[str, _Run]:
-    """Run each target's bake at once, their lines on stderr prefixed with the target; on
-    Ctrl-C or SIGTERM every one is cancelled (SIGINT, then killed after a grace) before it propagates."""
+def _start(name: str, argv: Sequence[str], env: Mapping[str, str]) -> _Run:
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            env={**env, "DOCKER_BUILDKIT": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a terminal's Ctrl-C reaches us only; we cancel
+        )
+    except OSError as exc:
+        raise EngineUnavailableError(f"cannot run {argv[0]}: {exc}", hint=BUILDX_HINT) from exc
+    return _Run(name, proc, time.monotonic())
+
+
+def _compiled(runs: Mapping[str, _Run], name: str | None) -> bool:
+    """Whether the target ``name`` (None: no target) has compiled or ended."""
+    return name is None or (name in runs and runs[name].compiled.is_set())
+
+
+def run_bakes(
+    argvs: Mapping[str, Sequence[str]], env: Mapping[str, str], waiting: Mapping[str, str] | None = None
+) -> dict[str, _Run]:
+    """Run the targets' bakes, their lines on stderr prefixed with the target: at once, but a
+    target of ``waiting`` ({target: the one it waits for}, ``bake_order.leaders``) once that one
+    has compiled (the compiles are then the compile cache's) or ended. On Ctrl-C or SIGTERM
+    every one is cancelled (SIGINT, then killed after a grace) before it propagates."""
+    waiting = dict(waiting or {})
     runs: dict[str, _Run] = {}
     lock = threading.Lock()
     threads: list[threading.Thread] = []
     try:
-        for name, argv in argvs.items():
-            try:
-                proc = subprocess.Popen(
-                    list(argv),
-                    env={**env, "DOCKER_BUILDKIT": "1"},
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # a terminal's Ctrl-C reaches us only; we cancel
-                )
-            except OSError as exc:
-                raise EngineUnavailableError(f"cannot run {argv[0]}: {exc}", hint=BUILDX_HINT) from exc
-            runs[name] = _Run(name, proc, time.monotonic())
-            thread = threading.Thread(target=_pump, args=(runs[name], sys.stderr, lock), daemon=True)
-            thread.start()
-            threads.append(thread)
+        while len(runs) < len(argvs):
+            for name, argv in argvs.items():
+                first = waiting.get(name)
+                if name in runs or not _compiled(runs, first):
+                    continue
+                if first is not None:
+                    log.info(f"{first} has compiled: starting {name}")
+                runs[name] = _start(name, argv, env)
+                thread = threading.Thread(target=_pump, args=(runs[name], sys.stderr, lock), daemon=True)
+                thread.start()
+                threads.append(thread)
+            time.sleep(0.5 if len(runs) < len(argvs) else 0)  # short waits: a signal is handled between them
         for thread in threads:
             while thread.is_alive():
-                thread.join(timeout=0.5)  # short waits: a signal is handled between them
+                thread.join(timeout=0.5)
     except BaseException:
         cancel_sessions([run.proc for run in runs.values()])
         raise
@@ -265,16 +293,11 @@ def bake(
         if bake_file_out is not None:
             write_atomic(bake_file_out, bake_text)
         argvs = {t.name: bake_argv(client, bake_path, t.name, builder) for t in targets}
-        waves = bake_waves(requests)
-        if len(waves) > 1:
-            log.info(
-                f"first {', '.join(r.name for r in waves[0])}; then {', '.join(r.name for r in waves[1])}, "
-                "whose stable op modules the first compile (theirs then come from the compile cache)"
-            )
-        runs: dict[str, _Run] = {}
+        waiting = leaders(requests)
+        for name, first in waiting.items():
+            log.info(f"{name} starts once {first} has compiled the stable op modules they share")
         with log.step(f"bake {len(targets)} target(s)"):
-            for wave in waves:
-                runs.update(run_bakes({r.name: argvs[r.name] for r in wave}, env))
+            runs = run_bakes(argvs, env, waiting)
     made = _Made(root, digests, started, proof_now())
     images = [_finish(engine, request, runs[request.name], run, made) for request in requests]
     return RunReport("bake", tuple(images), builder=builder, driver=driver)

@@ -4,8 +4,8 @@ The images of one target whose ops build for torch's stable ABI against the same
 (``--stable-headers``) carry the same op modules whatever their torch release (docs/op-packages.md).
 Baked all at once, each image would compile them: BuildKit cannot share the step, as each build
 stage stands on its own torch. So a bake builds one image of each such group first (its newest
-torch) and the others once that one is done: their compiles are then hits of the compile cache
-the first one filled (``imagegen bake --torch-releases`` gives them one).
+torch) and starts the others once that one has compiled: their compiles are then hits of the
+compile cache the first one filled (``imagegen bake --torch-releases`` gives them one).
 """
 
 from __future__ import annotations
@@ -30,27 +30,24 @@ def shared_modules_key(spec: ImageSpec) -> Hashable | None:
     )  # fmt: skip
 
 
-def bake_waves(requests: Sequence[BakeRequest]) -> tuple[tuple[BakeRequest, ...], ...]:
-    """``requests`` in the waves a bake runs them in, each wave all at once: first every target
-    that shares its op modules with no other, and the newest torch of each group that does;
-    then the rest of those groups. One wave when nothing is shared. The order within a wave is
-    the order given."""
+def leaders(requests: Sequence[BakeRequest]) -> dict[str, str]:
+    """Which target each target waits for: {a target's name: its group's first}, for every
+    target of a group of images that share their op modules but the group's newest torch; a
+    target missing from it starts at once."""
     groups: dict[Hashable, list[BakeRequest]] = {}
     for request in requests:
         key = shared_modules_key(request.spec)
         if key is not None:
             groups.setdefault(key, []).append(request)
-    later: set[str] = set()  # a bake's target names are its own
+    waiting = {}
     for members in groups.values():
-        leader = max(members, key=lambda r: Version(r.spec.torch))
-        later.update(member.name for member in members if member.name != leader.name)
-    first = tuple(r for r in requests if r.name not in later)
-    rest = tuple(r for r in requests if r.name in later)
-    return (first, rest) if rest else (first,)
+        first = max(members, key=lambda r: Version(r.spec.torch))
+        waiting.update({member.name: first.name for member in members if member.name != first.name})
+    return waiting
 
 
 def uncached_followers(requests: Sequence[BakeRequest]) -> tuple[str, ...]:
-    """The targets of a later wave that have no compile cache: they would compile again what
-    the first wave compiled."""
-    waves = bake_waves(requests)
-    return tuple(r.name for wave in waves[1:] for r in wave if r.spec.compile_cache is None)
+    """The targets that wait for another but have no compile cache: they would compile again
+    what the one they wait for compiled."""
+    waiting = leaders(requests)
+    return tuple(r.name for r in requests if r.name in waiting and r.spec.compile_cache is None)

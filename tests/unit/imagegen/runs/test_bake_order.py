@@ -14,9 +14,11 @@ from typer.testing import CliRunner
 
 from imagegen.cli import app
 from imagegen.errors import BadInputError
+from imagegen.imagespec.compile_cache import STATS_MARKER
 from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
+from imagegen.runs.bake import run_bakes
 from imagegen.runs.bake_inputs import BakeRequest
-from imagegen.runs.bake_order import bake_waves, shared_modules_key, uncached_followers
+from imagegen.runs.bake_order import leaders, shared_modules_key, uncached_followers
 
 runner = CliRunner()
 OPS = "fused_lion,fused_adam"
@@ -26,23 +28,19 @@ def _cuda(torch: str, **changes: Any) -> ImageSpec:
     return build_spec(SpecInput(**{"cuda": "13.0", "ops": OPS, "torch": torch, "standins": True, **changes}))
 
 
-def _names(waves: Sequence[Sequence[BakeRequest]]) -> list[list[str]]:
-    return [[r.name for r in wave] for wave in waves]
-
-
-def test_the_newest_torch_builds_first_and_the_others_after_it() -> None:
+def test_the_newest_torch_builds_first_and_the_others_wait_for_it() -> None:
     requests = [BakeRequest(f"t{torch}", _cuda(torch)) for torch in ("2.13.0", "2.15.0", "2.14.1")]
-    assert _names(bake_waves(requests)) == [["t2.15.0"], ["t2.13.0", "t2.14.1"]]
+    assert leaders(requests) == {"t2.13.0": "t2.15.0", "t2.14.1": "t2.15.0"}
 
 
 def test_images_that_share_no_modules_build_at_once() -> None:
     cpu = BakeRequest("cpu", build_spec(SpecInput(cpu=True, ops="cpu_adam")))
     one = BakeRequest("one", _cuda("2.15.0"))
-    assert _names(bake_waves([cpu, one])) == [["cpu", "one"]]
+    assert leaders([cpu, one]) == {}
     # torch 2.9 has no stable ABI: its modules are its own, whatever else is baked
     old = BakeRequest("old", _cuda("2.9.1"))
     assert shared_modules_key(old.spec) is None
-    assert _names(bake_waves([old, one, cpu])) == [["old", "one", "cpu"]]
+    assert leaders([old, one, cpu]) == {}
 
 
 @pytest.mark.parametrize(
@@ -57,7 +55,7 @@ def test_images_whose_modules_differ_do_not_wait_for_each_other(other: dict[str,
     first = BakeRequest("a", _cuda("2.15.0"))
     second = BakeRequest("b", _cuda("2.14.1", **other))
     assert shared_modules_key(first.spec) != shared_modules_key(second.spec)
-    assert _names(bake_waves([first, second])) == [["a", "b"]]
+    assert leaders([first, second]) == {}
 
 
 def test_a_later_image_without_a_compile_cache_is_named() -> None:
@@ -67,6 +65,34 @@ def test_a_later_image_without_a_compile_cache_is_named() -> None:
     assert uncached_followers(cached) == ()
     # the same with a compile cache: the cache is part of what the images share
     assert shared_modules_key(cached[0].spec) == shared_modules_key(cached[1].spec)
+
+
+# ---------------------------------------------------------------- running them
+
+
+def _script(*steps: str) -> list[str]:
+    return ["sh", "-c", "; ".join(steps)]
+
+
+def test_a_waiting_target_starts_once_the_first_has_compiled_not_once_it_ended() -> None:
+    argvs = {
+        "later": _script("echo started"),  # named first: the order given does not start it
+        "first": _script("sleep 1", f"echo '#20 30.1 {STATS_MARKER}{{}}'", "sleep 2", "echo done"),
+        "alone": _script("echo started"),
+    }
+    runs = run_bakes(argvs, {"PATH": "/usr/bin:/bin"}, {"later": "first"})
+    assert all(run.returncode == 0 for run in runs.values())
+    first, later, alone = runs["first"], runs["later"], runs["alone"]
+    assert alone.started - first.started < 0.5  # not waiting: at once
+    assert later.started - first.started >= 1.0  # after the compile step's count
+    assert later.started < first.started + first.seconds - 1.0  # before the first ended
+
+
+def test_a_target_waits_for_the_end_of_one_that_compiles_nothing() -> None:
+    argvs = {"first": _script("sleep 1", "exit 1"), "later": _script("echo started")}
+    runs = run_bakes(argvs, {"PATH": "/usr/bin:/bin"}, {"later": "first"})
+    assert runs["first"].returncode == 1 and runs["later"].returncode == 0
+    assert runs["later"].started >= runs["first"].started + runs["first"].seconds - 0.1
 
 
 # ---------------------------------------------------------------- --torch-releases
