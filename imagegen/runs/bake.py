@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import re
 import subprocess
 import sys
 import tempfile
@@ -129,6 +130,11 @@ def check_host_network(requests: Sequence[BakeRequest], supported: Callable[[], 
 # --------------------------------------------------------------------------- running bake
 
 
+# The compile step's count, as BuildKit prints a step's output ("#19 87.81 imagegen: compile cache
+# stats {...}"), not the step's header, whose command holds the same words.
+_COMPILED = re.compile(r"#\d+ [\d.]+ " + re.escape(STATS_MARKER))
+
+
 @dataclass
 class _Run:
     """One target's ``docker buildx bake`` process and what it printed. ``compiled``: set once its
@@ -155,7 +161,7 @@ def _pump(run: _Run, out: TextIO, lock: threading.Lock) -> None:
     for raw in iter(run.proc.stdout.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip("\n")
         run.lines.append(line)
-        if STATS_MARKER in line:
+        if _COMPILED.match(line):
             run.compiled.set()
         with lock:
             print(f"[{run.name}] {line}", file=out, flush=True)

@@ -77,7 +77,13 @@ def _script(*steps: str) -> list[str]:
 def test_a_waiting_target_starts_once_the_first_has_compiled_not_once_it_ended() -> None:
     argvs = {
         "later": _script("echo started"),  # named first: the order given does not start it
-        "first": _script("sleep 1", f"echo '#20 30.1 {STATS_MARKER}{{}}'", "sleep 2", "echo done"),
+        "first": _script(
+            f"echo '#20 [build 8/13] RUN ... echo \"{STATS_MARKER}$(sccache --show-stats)\"'",  # the header
+            "sleep 1",
+            f"echo '#20 30.1 {STATS_MARKER}{{}}'",  # the step's output: compiled
+            "sleep 2",
+            "echo done",
+        ),
         "alone": _script("echo started"),
     }
     runs = run_bakes(argvs, {"PATH": "/usr/bin:/bin"}, {"later": "first"})
