@@ -2,9 +2,10 @@
 
 Built from the stand-ins by the real CLI (once per session: conftest's ``op_package_image``), then
 verified again in a sealed container: both ops
-load ahead of time and pass their self-tests (the package's own, against torch), the labels
-name the package's op and the digest of its sources, and the package imports in the runtime
-as a user's code would import it.
+load ahead of time and pass their self-tests (the package's own, against torch), the package's op
+is a stable-ABI module where the image's torch has the stable ABI, the labels name the package's op
+and the digest of its sources, and the package imports in the runtime as a user's code would
+import it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,36 @@ def test_the_package_op_is_built_and_verified_like_ours(package_image: dict[str,
         test = ops[name]["selftest"]
         assert test["ok"] is True and test["device"] == "cpu"
         assert test["max_abs_err"] is not None and test["max_abs_err"] <= test["tolerance"]
+
+
+# The image's own judgement of its package op: which module it installed, and whether its torch
+# (the target's, not this machine's) builds stable-ABI modules.
+STABLE_IN_IMAGE = """
+import json, pathlib, kernels, torch
+from op_builder.cross import native_platform
+from op_builder.stable_abi import stable_target
+ops = pathlib.Path(kernels.__file__).parent / "_ops"
+entry = json.loads((ops / "manifest.json").read_text())["ops"]["acme_rmsnorm"]
+print(json.dumps({
+    "stable_here": stable_target("2.10", torch.__version__, "cpu", native_platform()),
+    "stable_abi": entry["stable_abi"],
+    "modules": sorted(p.name for p in ops.glob("acme_rmsnorm*.so")),
+}))
+"""
+
+
+def test_the_package_op_is_one_stable_module_where_the_torch_allows(
+    package_image: dict[str, Any], docker_client: Any
+) -> None:
+    """acme_rmsnorm's binding is written against op_abi.h, whose folder (op_builder.SHARED_INCLUDE_DIR)
+    the build stage has beside op_builder: with a torch of 2.10 or newer the image holds it as one
+    .abi3.so that loads on every torch from 2.10 on."""
+    status, output = run_in(docker_client, TAG, ["python", "-c", STABLE_IN_IMAGE])
+    assert status == 0, output
+    found = json.loads(output.strip().splitlines()[-1])
+    assert found["stable_abi"] == found["stable_here"]
+    if found["stable_here"] is not None:
+        assert found["modules"] == ["acme_rmsnorm.abi3.so"]
 
 
 def test_the_labels_name_the_package_op_and_its_source_digest(
