@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from op_builder import SHARED_INCLUDE_DIR
 from op_builder.cross import native_platform
 from op_builder.registry import registry_for
-from op_builder.stable_abi import stable_target
+from op_builder.stable_abi import check_module, stable_target
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "acme_ops"
@@ -130,7 +130,7 @@ for label, builder in (("declared", RMSNormBuilder()), ("per_torch", PerTorch())
     except Exception as exc:
         refused = [type(exc).__name__, str(exc)]
     stable = isinstance(getattr(module, "op_namespace", None), str)
-    result[label] = {"stable": stable, "errors": errors, "refused": refused}
+    result[label] = {"stable": stable, "file": module.__file__, "errors": errors, "refused": refused}
 print(json.dumps(result))
 """
 
@@ -145,6 +145,9 @@ def test_cpu_op_builds_for_both_abis_from_one_source_and_matches_torch(tmp_path:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["declared"]["stable"] is True and result["per_torch"]["stable"] is False
+    # Within torch 2.10's C shim and CPython's limited API: it loads on every torch from 2.10 on.
+    report = check_module(result["declared"]["file"], "2.10")
+    assert report.ok, report.describe()
     for build in result.values():
         for dtype, (same_dtype, ulps) in build["errors"].items():
             # In ulps of the largest output. fp32 / fp64: the sum of 4097 squares in another order
