@@ -18,7 +18,8 @@ Then, from the engine's layer folders:
 
 With ``--bake``, the images come from one ``imagegen bake cudaX-Y --torch-releases A,B`` instead
 (``--arch`` does not apply: a bake target's archs are the catalog's), with the compile cache the
-bake chooses itself (``local``, sccache in a BuildKit cache mount, emptied first), and the checks
+bake chooses itself (``local``, sccache in a BuildKit cache mount, emptied first, as are the
+build cache's layers: pip's downloads stay), and the checks
 are the same: the bake builds the newest torch first, then the other from the cache.
 
 Prints a summary and writes the report (JSON) to ``--out`` (default
@@ -108,8 +109,11 @@ def bake(args: argparse.Namespace, releases: Sequence[str]) -> list[dict[str, An
 
 
 def empty_local_cache(client: Any) -> None:
-    """Remove the BuildKit cache mount that ``--compile-cache local`` compiles into, so the bake's
-    first image compiles everything and the count means something."""
+    """Remove the build cache's layers and the cache mount that ``--compile-cache local`` compiles
+    into, so that the bake's first image compiles everything and the count means something (with
+    its layers cached, a build compiles nothing at all). The other cache mounts stay: pip's
+    downloads of torch, for one."""
+    client.api.prune_builds(filters={"type": "regular"}, all=True)
     for record in client.df().get("BuildCache") or ():
         mount = record["Type"] == "exec.cachemount"
         if mount and record["Description"].startswith(f"cached mount {LOCAL_DIR} "):
