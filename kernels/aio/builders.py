@@ -27,3 +27,6 @@ class AsyncIOBuilder(CPUOpBuilder):
     system_libraries = (LIBAIO,)
     runtime_packages = OPENMP_RUNTIME_PACKAGES
     selftest = "kernels.aio.selftest:run_async_io"
+    # Its binding is Python's C API alone (no torch header or library): the stable build's limited
+    # API makes it one module for every torch from 2.10 and every CPython from 3.10.
+    stable_abi = "2.10"

@@ -95,7 +95,7 @@ def test_each_layer_is_listed_with_what_it_holds_and_its_bytes(
     base = len(docker_client.api.inspect_image(STANDIN_RUNTIME)["RootFS"]["Layers"])
     assert holds[:base] == ["base"] * base and "base" not in holds[base:]
     deps = holds.index("Python dependencies")
-    # The CPU ops but async_io are built for torch's stable ABI: their modules are a layer of their own.
+    # The CPU ops are built for torch's stable ABI: their modules are a layer of their own.
     assert holds[deps + 1 : deps + 3] == [
         "op modules for every torch (stable ABI)",
         "our packages and op modules",

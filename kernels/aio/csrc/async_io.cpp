@@ -11,9 +11,13 @@
 // A file is a path (opened and closed here) or a caller's open descriptor (used, never
 // closed). offset None means the tensor is the whole file (a write truncates it, a
 // read needs the sizes equal); an int is where in the file the tensor's bytes go.
+//
+// Nothing here is torch's: the binding (below) is Python's C API, its limited API in a stable
+// build (aio_python.h), and a tensor is read through its Python attributes (device, is_contiguous(),
+// data_ptr(), nbytes) and held, as a Python object, until wait() has seen its transfer done. One
+// module then serves every torch release and every CPython from 3.10 on.
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <torch/extension.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,30 +27,17 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "aio_python.h"
 #include "aio_transfer.h"
-
-namespace py = pybind11;
 
 namespace {
 
-// str, bytes or os.PathLike -> the file system's bytes for the name.
-std::string fs_path(const py::handle& path) {
-    return py::module_::import("os").attr("fsencode")(path).cast<std::string>();
-}
-
-// Raise OSError(errno, message, path); Python picks the subclass from errno
-// (FileNotFoundError for ENOENT, PermissionError for EACCES, ...). A descriptor has
-// no file name (empty path), as with os.fstat.
-[[noreturn]] void raise_os_error(int err, const std::string& message, const std::string& path) {
-    py::object name = py::none();
-    if (!path.empty()) name = py::module_::import("os").attr("fsdecode")(py::bytes(path));
-    py::object exc = py::module_::import("builtins").attr("OSError")(err, message, name);
-    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
-    throw py::error_already_set();
-}
+using aio_python::PythonError;
+using aio_python::Ref;
 
 struct Job {
     aio::Op op;
@@ -71,19 +62,19 @@ struct Job {
     // Errors found while opening: close what this job opened, then raise.
     [[noreturn]] void raise_os_error(int err, const std::string& message) {
         close_files();
-        ::raise_os_error(err, message, path);
+        aio_python::raise_os_error(err, message, path);
     }
 
     [[noreturn]] void raise_value_error(const std::string& message) {
         close_files();
-        throw py::value_error(message);
+        aio_python::raise(PyExc_ValueError, message);
     }
 };
 
 // A queued async operation: its job, and the tensor kept alive until wait() returns.
 struct Outstanding {
     std::shared_ptr<Job> job;
-    at::Tensor tensor;
+    Ref tensor;
 };
 
 class AsyncIOHandle {
@@ -93,9 +84,9 @@ class AsyncIOHandle {
         : config_{queue_depth, block_size, single_submit, overlap_events},
           thread_count_(thread_count),
           direct_(use_direct_io) {
-        if (block_size <= 0) throw py::value_error("block_size must be positive");
-        if (queue_depth <= 0) throw py::value_error("queue_depth must be positive");
-        if (thread_count <= 0) throw py::value_error("thread_count must be positive");
+        if (block_size <= 0) aio_python::raise(PyExc_ValueError, "block_size must be positive");
+        if (queue_depth <= 0) aio_python::raise(PyExc_ValueError, "queue_depth must be positive");
+        if (thread_count <= 0) aio_python::raise(PyExc_ValueError, "thread_count must be positive");
         // Contexts are made here, not in the workers, so a refused io_setup (the
         // system-wide limit fs.aio-max-nr) is an error of this constructor.
         for (int i = 0; i < thread_count; ++i) {
@@ -109,6 +100,8 @@ class AsyncIOHandle {
         for (int i = 0; i < thread_count; ++i) workers_.emplace_back([this, i] { worker(i); });
     }
 
+    // With the GIL held (the Python object's deallocation): the tensors still queued are
+    // released after the workers are joined.
     ~AsyncIOHandle() {
         {
             // Workers still finish what is queued: the queued buffers are alive (the
@@ -124,16 +117,17 @@ class AsyncIOHandle {
     AsyncIOHandle(const AsyncIOHandle&) = delete;
     AsyncIOHandle& operator=(const AsyncIOHandle&) = delete;
 
-    std::int64_t async_pwrite(const at::Tensor& tensor, const py::handle& file, const py::object& offset) {
+    // The transfers, with the GIL held: `tensor`, `file` and `offset` are the caller's objects.
+    std::int64_t async_pwrite(PyObject* tensor, PyObject* file, PyObject* offset) {
         return submit_async(aio::Op::kWrite, tensor, file, offset);
     }
-    std::int64_t async_pread(const at::Tensor& tensor, const py::handle& file, const py::object& offset) {
+    std::int64_t async_pread(PyObject* tensor, PyObject* file, PyObject* offset) {
         return submit_async(aio::Op::kRead, tensor, file, offset);
     }
-    std::int64_t sync_pwrite(const at::Tensor& tensor, const py::handle& file, const py::object& offset) {
+    std::int64_t sync_pwrite(PyObject* tensor, PyObject* file, PyObject* offset) {
         return run_sync(aio::Op::kWrite, tensor, file, offset);
     }
-    std::int64_t sync_pread(const at::Tensor& tensor, const py::handle& file, const py::object& offset) {
+    std::int64_t sync_pread(PyObject* tensor, PyObject* file, PyObject* offset) {
         return run_sync(aio::Op::kRead, tensor, file, offset);
     }
 
@@ -141,11 +135,11 @@ class AsyncIOHandle {
     std::int64_t wait() {
         std::vector<Outstanding> done;
         {
-            py::gil_scoped_release no_gil;
+            aio_python::GilReleased no_gil;
             std::unique_lock<std::mutex> lock(mu_);
             done_cv_.wait(lock, [this] { return unfinished_async_ == 0; });
             done.swap(outstanding_);
-        }
+        }  // the GIL is back: `done` may release its tensors
         std::vector<const Job*> failed;
         for (const auto& o : done) {
             if (!o.job->errors.empty()) failed.push_back(o.job.get());
@@ -155,7 +149,7 @@ class AsyncIOHandle {
     }
 
     // What the contexts did so far, summed (max_in_flight: the largest of any one).
-    py::dict stats() const {
+    std::vector<std::pair<const char*, std::int64_t>> stats() const {
         std::int64_t requests = 0, submits = 0, overlapped = 0, reaps = 0, max_in_flight = 0;
         std::int64_t direct = 0, bounced = 0, plain = 0;
         for (const auto& ctx : contexts_) {
@@ -170,16 +164,14 @@ class AsyncIOHandle {
             bounced += get(c.bounced_requests);
             plain += get(c.plain_calls);
         }
-        py::dict d;
-        d["requests"] = requests;
-        d["submit_calls"] = submits;
-        d["overlapped_requests"] = overlapped;
-        d["reap_calls"] = reaps;
-        d["max_in_flight"] = max_in_flight;
-        d["direct_requests"] = direct;
-        d["bounced_requests"] = bounced;
-        d["plain_calls"] = plain;
-        return d;
+        return {{"requests", requests},
+                {"submit_calls", submits},
+                {"overlapped_requests", overlapped},
+                {"reap_calls", reaps},
+                {"max_in_flight", max_in_flight},
+                {"direct_requests", direct},
+                {"bounced_requests", bounced},
+                {"plain_calls", plain}};
     }
 
     std::int64_t block_size() const { return config_.block_size; }
@@ -190,13 +182,13 @@ class AsyncIOHandle {
     bool overlap_events() const { return config_.overlap_events; }
 
    private:
-    std::int64_t submit_async(aio::Op op, const at::Tensor& tensor, const py::handle& file,
-                              const py::object& offset) {
+    std::int64_t submit_async(aio::Op op, PyObject* tensor, PyObject* file, PyObject* offset) {
         auto job = open_job(op, tensor, file, offset);
         const std::int64_t nbytes = job->nbytes;
+        Ref held = Ref::borrowed(tensor);
         {
             std::lock_guard<std::mutex> lock(mu_);
-            outstanding_.push_back({job, tensor});
+            outstanding_.push_back({job, std::move(held)});
             ++unfinished_async_;
             enqueue_locked(job, /*is_async=*/true);
         }
@@ -204,10 +196,10 @@ class AsyncIOHandle {
         return nbytes;
     }
 
-    std::int64_t run_sync(aio::Op op, const at::Tensor& tensor, const py::handle& file, const py::object& offset) {
+    std::int64_t run_sync(aio::Op op, PyObject* tensor, PyObject* file, PyObject* offset) {
         auto job = open_job(op, tensor, file, offset);
         {
-            py::gil_scoped_release no_gil;
+            aio_python::GilReleased no_gil;
             std::unique_lock<std::mutex> lock(mu_);
             enqueue_locked(job, /*is_async=*/false);
             work_cv_.notify_all();
@@ -219,28 +211,26 @@ class AsyncIOHandle {
 
     // Check the arguments and open the file; everything a caller can fix fails here,
     // before anything is queued.
-    std::shared_ptr<Job> open_job(aio::Op op, const at::Tensor& tensor, const py::handle& file,
-                                  const py::object& offset) {
-        TORCH_CHECK_VALUE(tensor.device().is_cpu(), "async_io: the tensor must be on the CPU, got ",
-                          tensor.device());
-        TORCH_CHECK_VALUE(tensor.is_contiguous(), "async_io: the tensor must be contiguous");
-        const bool whole = offset.is_none();
-        if (!whole && !py::isinstance<py::int_>(offset)) throw py::type_error("async_io: offset must be an int or None");
+    std::shared_ptr<Job> open_job(aio::Op op, PyObject* tensor, PyObject* file, PyObject* offset) {
+        const aio_python::TensorBytes bytes = aio_python::cpu_tensor_bytes(tensor);
+        const bool whole = offset == Py_None;
+        if (!whole && !PyLong_Check(offset)) aio_python::raise(PyExc_TypeError, "async_io: offset must be an int or None");
         auto job = std::make_shared<Job>();
         job->op = op;
-        job->data = static_cast<char*>(tensor.data_ptr());
-        job->nbytes = static_cast<std::int64_t>(tensor.numel()) * static_cast<std::int64_t>(tensor.element_size());
+        job->data = bytes.data;
+        job->nbytes = bytes.nbytes;
         if (!whole) {
-            job->files.offset = offset.cast<std::int64_t>();
+            job->files.offset = aio_python::as_int64(offset);
             if (job->files.offset < 0) {
-                throw py::value_error("async_io: offset must be >= 0, got " + std::to_string(job->files.offset));
+                aio_python::raise(PyExc_ValueError,
+                                  "async_io: offset must be >= 0, got " + std::to_string(job->files.offset));
             }
         }
-        // A bool is an int to Python, never a descriptor here: it goes to os.fsencode, which refuses it.
-        if (py::isinstance<py::int_>(file) && !py::isinstance<py::bool_>(file)) {
-            open_descriptor(*job, file.cast<int>(), whole);
+        // A bool is an int to Python, never a descriptor here: the path conversion refuses it.
+        if (PyLong_Check(file) && !PyBool_Check(file)) {
+            open_descriptor(*job, aio_python::as_descriptor(file), whole);
         } else {
-            open_path(*job, fs_path(file), whole);
+            open_path(*job, aio_python::fs_path(file), whole);
         }
         if (op == aio::Op::kRead) check_read_size(*job, whole);
         if (job->files.direct_fd >= 0) {
@@ -416,7 +406,7 @@ class AsyncIOHandle {
         if (other_failed_ops > 0) {
             message += "; " + std::to_string(other_failed_ops) + " other operations failed too";
         }
-        raise_os_error(e.err, message, job.path);
+        aio_python::raise_os_error(e.err, message, job.path);
     }
 
     struct QueuedTask {
@@ -443,30 +433,173 @@ class AsyncIOHandle {
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.doc() = "Asynchronous tensor reads and writes to files through Linux AIO (libaio)";
-    m.attr("DIRECT_IO_ALIGNMENT") = aio::kDirectAlignment;
-    py::class_<AsyncIOHandle>(m, "AsyncIOHandle")
-        .def(py::init<std::int64_t, int, int, bool, bool, bool>(), py::arg("block_size") = 1 << 20,
-             py::arg("queue_depth") = 32, py::arg("thread_count") = 1, py::arg("use_direct_io") = false,
-             py::arg("single_submit") = false, py::arg("overlap_events") = true)
-        .def("async_pwrite", &AsyncIOHandle::async_pwrite, py::arg("tensor"), py::arg("file"),
-             py::arg("offset") = py::none(),
-             "Queue a write of the tensor's bytes to a path or descriptor; returns the byte count.")
-        .def("async_pread", &AsyncIOHandle::async_pread, py::arg("tensor"), py::arg("file"),
-             py::arg("offset") = py::none(),
-             "Queue a read of a path or descriptor into the tensor; returns the byte count.")
-        .def("wait", &AsyncIOHandle::wait,
-             "Wait for every queued operation; returns how many completed, raises OSError on I/O errors.")
-        .def("sync_pwrite", &AsyncIOHandle::sync_pwrite, py::arg("tensor"), py::arg("file"),
-             py::arg("offset") = py::none(), "Write the tensor's bytes and wait; returns the byte count.")
-        .def("sync_pread", &AsyncIOHandle::sync_pread, py::arg("tensor"), py::arg("file"),
-             py::arg("offset") = py::none(), "Read into the tensor and wait; returns the byte count.")
-        .def("stats", &AsyncIOHandle::stats, "Counters of what the AIO contexts did so far.")
-        .def_property_readonly("block_size", &AsyncIOHandle::block_size)
-        .def_property_readonly("queue_depth", &AsyncIOHandle::queue_depth)
-        .def_property_readonly("thread_count", &AsyncIOHandle::thread_count)
-        .def_property_readonly("use_direct_io", &AsyncIOHandle::use_direct_io)
-        .def_property_readonly("single_submit", &AsyncIOHandle::single_submit)
-        .def_property_readonly("overlap_events", &AsyncIOHandle::overlap_events);
+// ------------------------------------------------------------------ the Python type and module
+
+#define AIO_STRINGIZE_(x) #x
+#define AIO_STRINGIZE(x) AIO_STRINGIZE_(x)
+#define AIO_PYINIT_(name) PyInit_##name
+#define AIO_PYINIT(name) AIO_PYINIT_(name)
+
+namespace {
+
+struct HandleObject {
+    PyObject_HEAD AsyncIOHandle* handle;
+};
+
+// Run `body` for Python: a C++ exception becomes the Python one (PythonError: already set).
+template <typename Body>
+PyObject* for_python(Body&& body) {
+    try {
+        return body();
+    } catch (const PythonError&) {
+        return nullptr;
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        return nullptr;
+    }
+}
+
+AsyncIOHandle& handle_of(PyObject* self) {
+    AsyncIOHandle* handle = reinterpret_cast<HandleObject*>(self)->handle;
+    if (handle == nullptr) aio_python::raise(PyExc_RuntimeError, "async_io: the handle was not initialised");
+    return *handle;
+}
+
+int handle_init(PyObject* self, PyObject* args, PyObject* kwargs) {
+    static const char* names[] = {"block_size",    "queue_depth",    "thread_count", "use_direct_io",
+                                  "single_submit", "overlap_events", nullptr};
+    long long block_size = 1 << 20;
+    int queue_depth = 32, thread_count = 1, use_direct_io = 0, single_submit = 0, overlap_events = 1;
+    if (PyArg_ParseTupleAndKeywords(args, kwargs, "|Liippp:AsyncIOHandle", const_cast<char**>(names), &block_size,
+                                    &queue_depth, &thread_count, &use_direct_io, &single_submit,
+                                    &overlap_events) == 0) {
+        return -1;
+    }
+    PyObject* made = for_python([&]() -> PyObject* {
+        auto* handle = new AsyncIOHandle(block_size, queue_depth, thread_count, use_direct_io != 0,
+                                         single_submit != 0, overlap_events != 0);
+        auto* object = reinterpret_cast<HandleObject*>(self);
+        delete std::exchange(object->handle, handle);  // __init__ called again: the new settings
+        Py_RETURN_NONE;
+    });
+    if (made == nullptr) return -1;
+    Py_DECREF(made);
+    return 0;
+}
+
+void handle_dealloc(PyObject* self) {
+    delete reinterpret_cast<HandleObject*>(self)->handle;  // joins the workers, then drops the tensors
+    PyTypeObject* type = Py_TYPE(self);
+    auto free_object = reinterpret_cast<freefunc>(PyType_GetSlot(type, Py_tp_free));
+    free_object(self);
+    Py_DECREF(type);  // a heap type: each instance holds a reference to it
+}
+
+using Transfer = std::int64_t (AsyncIOHandle::*)(PyObject*, PyObject*, PyObject*);
+
+template <Transfer transfer>
+PyObject* handle_transfer(PyObject* self, PyObject* args, PyObject* kwargs) {
+    static const char* names[] = {"tensor", "file", "offset", nullptr};
+    PyObject *tensor = nullptr, *file = nullptr, *offset = Py_None;
+    if (PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O", const_cast<char**>(names), &tensor, &file, &offset) == 0) {
+        return nullptr;
+    }
+    return for_python([&] { return PyLong_FromLongLong((handle_of(self).*transfer)(tensor, file, offset)); });
+}
+
+PyObject* handle_wait(PyObject* self, PyObject* /*unused*/) {
+    return for_python([&] { return PyLong_FromLongLong(handle_of(self).wait()); });
+}
+
+PyObject* handle_stats(PyObject* self, PyObject* /*unused*/) {
+    return for_python([&]() -> PyObject* {
+        const auto counts = handle_of(self).stats();  // before the dict: an error leaves nothing behind
+        Ref stats = aio_python::checked(PyDict_New());
+        for (const auto& [name, count] : counts) {
+            Ref value = aio_python::checked(PyLong_FromLongLong(count));
+            if (PyDict_SetItemString(stats.get(), name, value.get()) < 0) throw PythonError{};
+        }
+        return stats.release();
+    });
+}
+
+template <typename Value, Value (AsyncIOHandle::*setting)() const>
+PyObject* handle_setting(PyObject* self, void* /*unused*/) {
+    return for_python([&]() -> PyObject* {
+        const Value value = (handle_of(self).*setting)();
+        if constexpr (std::is_same_v<Value, bool>) return PyBool_FromLong(value ? 1 : 0);
+        return PyLong_FromLongLong(static_cast<long long>(value));
+    });
+}
+
+PyMethodDef handle_methods[] = {
+    {"async_pwrite", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                         &handle_transfer<&AsyncIOHandle::async_pwrite>)),
+     METH_VARARGS | METH_KEYWORDS,
+     "async_pwrite(tensor, file, offset=None)\n--\n\n"
+     "Queue a write of the tensor's bytes to a path or descriptor; returns the byte count."},
+    {"async_pread", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                        &handle_transfer<&AsyncIOHandle::async_pread>)),
+     METH_VARARGS | METH_KEYWORDS,
+     "async_pread(tensor, file, offset=None)\n--\n\n"
+     "Queue a read of a path or descriptor into the tensor; returns the byte count."},
+    {"wait", handle_wait, METH_NOARGS,
+     "Wait for every queued operation; returns how many completed, raises OSError on I/O errors."},
+    {"sync_pwrite", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                        &handle_transfer<&AsyncIOHandle::sync_pwrite>)),
+     METH_VARARGS | METH_KEYWORDS,
+     "sync_pwrite(tensor, file, offset=None)\n--\n\nWrite the tensor's bytes and wait; returns the byte count."},
+    {"sync_pread", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                       &handle_transfer<&AsyncIOHandle::sync_pread>)),
+     METH_VARARGS | METH_KEYWORDS,
+     "sync_pread(tensor, file, offset=None)\n--\n\nRead into the tensor and wait; returns the byte count."},
+    {"stats", handle_stats, METH_NOARGS, "Counters of what the AIO contexts did so far."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef handle_settings[] = {
+    {"block_size", handle_setting<std::int64_t, &AsyncIOHandle::block_size>, nullptr, nullptr, nullptr},
+    {"queue_depth", handle_setting<int, &AsyncIOHandle::queue_depth>, nullptr, nullptr, nullptr},
+    {"thread_count", handle_setting<int, &AsyncIOHandle::thread_count>, nullptr, nullptr, nullptr},
+    {"use_direct_io", handle_setting<bool, &AsyncIOHandle::use_direct_io>, nullptr, nullptr, nullptr},
+    {"single_submit", handle_setting<bool, &AsyncIOHandle::single_submit>, nullptr, nullptr, nullptr},
+    {"overlap_events", handle_setting<bool, &AsyncIOHandle::overlap_events>, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyType_Slot handle_slots[] = {
+    {Py_tp_doc, const_cast<char*>(
+                    "AsyncIOHandle(block_size=1048576, queue_depth=32, thread_count=1, use_direct_io=False, "
+                    "single_submit=False, overlap_events=True)\n--\n\n"
+                    "Reads and writes of CPU tensors to files through Linux AIO.")},
+    {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+    {Py_tp_init, reinterpret_cast<void*>(handle_init)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(handle_dealloc)},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_getset, handle_settings},
+    {0, nullptr},
+};
+
+PyType_Spec handle_spec = {AIO_STRINGIZE(TORCH_EXTENSION_NAME) ".AsyncIOHandle",
+                           static_cast<int>(sizeof(HandleObject)), 0, Py_TPFLAGS_DEFAULT, handle_slots};
+
+PyModuleDef module_definition = {
+    PyModuleDef_HEAD_INIT, AIO_STRINGIZE(TORCH_EXTENSION_NAME),
+    "Asynchronous tensor reads and writes to files through Linux AIO (libaio)",
+    -1, nullptr, nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+extern "C" PyMODINIT_FUNC AIO_PYINIT(TORCH_EXTENSION_NAME)(void) {
+    Ref module(PyModule_Create(&module_definition));
+    if (module.get() == nullptr) return nullptr;
+    Ref type(PyType_FromSpec(&handle_spec));
+    if (type.get() == nullptr || PyModule_AddObjectRef(module.get(), "AsyncIOHandle", type.get()) < 0 ||
+        PyModule_AddIntConstant(module.get(), "DIRECT_IO_ALIGNMENT", aio::kDirectAlignment) < 0) {
+        return nullptr;
+    }
+    return module.release();
 }

@@ -35,16 +35,29 @@ def test_report_json_lists_every_op() -> None:
     assert data["accelerator"] == "cpu" and all(not op["compatible"] for op in gpu)
 
 
-def test_report_says_which_kind_of_module_each_op_gets() -> None:
+def test_report_says_which_kind_of_module_each_op_gets(tmp_path: Path) -> None:
     import torch
 
-    done = run("report", "--json")
+    # An op package whose builder declares no stable target: a module per torch release.
+    package = tmp_path / "per_torch_ops"
+    (package / "csrc").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "csrc" / "op.cpp").write_text("// never compiled by a report\n")
+    (package / "builders.py").write_text(
+        "from op_builder import CPUOpBuilder\n\n\n"
+        "class PerTorchBuilder(CPUOpBuilder):\n"
+        '    name = "per_torch_op"\n'
+        '    description = "an op built against ATen"\n'
+        '    sources = ("csrc/op.cpp",)\n'
+    )
+    done = run("report", "--json", DS_OP_SOURCES=str(package))
+    assert done.returncode == 0, done.stderr
     abi = {op["name"]: op["abi"] for op in json.loads(done.stdout)["ops"]}
-    # torch 2.10 or newer here: the ops with a stable binding get one module for every torch.
-    for name in ("cpu_adam", "cpu_adagrad", "cpu_lion"):
+    # torch 2.10 or newer here: the ops with a stable binding, all of ours, get one module for every torch.
+    for name in ("cpu_adam", "cpu_adagrad", "cpu_lion", "async_io"):
         assert abi[name] == {"kind": "stable", "torch": ">=2.10"}
-    assert abi["async_io"] == {"kind": "torch", "torch": torch.__version__}
-    text = run("report").stdout
+    assert abi["per_torch_op"] == {"kind": "torch", "torch": torch.__version__}
+    text = run("report", DS_OP_SOURCES=str(package)).stdout
     assert "stable: torch >=2.10" in text and f"torch {torch.__version__} only" in text
 
 

@@ -84,5 +84,8 @@ def test_a_per_torch_build_ignores_the_pinned_headers(tmp_path: Path) -> None:
     include = str(headers(tmp_path, "2.15.0"))
     old = get_builder("cpu_lion").flags(context({"DS_STABLE_HEADERS": include}, torch="2.9.1"))
     assert old.stable_abi is None and old.torch_headers is None
-    aio = get_builder("async_io").flags(context({"DS_STABLE_HEADERS": include}))
-    assert aio.stable_abi is None and aio.torch_headers is None and "stdc++" not in aio.libraries
+    # An op whose builder declares no stable target (an op package's, say), on this torch
+    lion_class = type(get_builder("cpu_lion"))
+    per_torch = type("PerTorchLion", (lion_class,), {"name": "per_torch_lion", "stable_abi": None})()
+    flags = per_torch.flags(context({"DS_STABLE_HEADERS": include}))
+    assert flags.stable_abi is None and flags.torch_headers is None and "stdc++" not in flags.libraries
