@@ -166,3 +166,39 @@ def test_releases_that_cannot_be_meant_are_exit_2(
     assert result.exit_code == 2, result.output
     assert says in json.loads(result.stdout)["error"]["message"]
     assert seen == {}  # judged before the bake
+
+
+# ---------------------------------------------------------------- what the table says
+
+
+def test_the_table_counts_each_images_compiles_and_the_whole_bakes() -> None:
+    from rich.console import Console
+
+    from imagegen.commands.bake import _table
+    from imagegen.imagespec.compile_cache import CacheStats
+    from imagegen.runs.report import ImageReport, RunImage, RunReport
+
+    def image(tag: str, stats: CacheStats | None) -> RunImage:
+        built = ImageReport(
+            ok=True, tag=tag, target="cuda13.0", platform="linux/amd64", ops=("fused_adam",), archs=("9.0",),
+            torch="2.15.0", python="3.11", engine="buildx", stage="runtime", image_id="sha256:abc",
+            size_bytes=10, build_seconds=1.0, verify=None, pushed=False, steps=(), compile_cache=stats,
+        )  # fmt: skip
+        return RunImage(tag.split(":")[1], "linux/amd64", tag, built)
+
+    report = RunReport(
+        "bake",
+        (
+            image("i:first", CacheStats(hits=0, misses=38, errors=0, location="local")),
+            image("i:second", CacheStats(hits=38, misses=0, errors=0, location="local")),
+            image("i:cached", None),  # its build stage came from the layer cache
+        ),
+        driver="docker",
+    )
+    console = Console(width=200, record=True)
+    console.print(_table(report))
+    text = console.export_text()
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
+    compiled = {row[0]: row[5] for row in cells}
+    assert compiled == {"first": "38 (+0 cached)", "second": "0 (+38 cached)", "cached": "-"}
+    assert "compiled 38 translation unit(s) for 2 image(s), 38 more from the compile cache" in text
