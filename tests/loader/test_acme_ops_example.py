@@ -135,6 +135,9 @@ print(json.dumps(result))
 """
 
 
+# Slow (an ATen compile, ~40 s of CPU): the skeleton's own both-ways test
+# (tests/loader/test_new_op_build.py) holds the same for the binding users start from.
+@pytest.mark.slow
 @pytest.mark.skipif(not STABLE_HERE, reason="this torch is older than 2.10: no stable ABI to build")
 @pytest.mark.skipif(not hasattr(F, "rms_norm"), reason="torch.nn.functional.rms_norm needs torch >= 2.4")
 def test_cpu_op_builds_for_both_abis_from_one_source_and_matches_torch(tmp_path: Path) -> None:
@@ -213,7 +216,11 @@ def test_front_refuses_a_weight_of_the_wrong_shape(front: ModuleType) -> None:
 @pytest.mark.parametrize(
     ("archs", "extra"),
     [
-        ("8.0;9.0", ("--bindings",)),  # bf16 kernels (BF16_AVAILABLE), and the torch binding
+        # bf16 kernels (BF16_AVAILABLE), and the torch binding as a stable module
+        ("8.0;9.0", ("--bindings", "stable")),
+        # and as the ATen + pybind11 build too (~60 s more: torch's whole C++ API); our own GPU
+        # bindings are built both ways in the default tier (tests/aot/test_device_code_checks.py)
+        pytest.param("8.0;9.0", ("--bindings",), marks=pytest.mark.slow),
         ("7.5", ()),  # an arch below sm_80: the build without bf16 kernels
     ],
 )
@@ -232,5 +239,7 @@ def test_cuda_op_compiles_for_the_builders_flags(tmp_path: Path, archs: str, ext
     # The binding from one source: the stable module (its symbols held to torch 2.10's C shim and
     # CPython's limited API) and the ATen + pybind11 build that older torch and ROCm get.
     variants = {"stable ABI 2.10", "ATen + pybind11"} if STABLE_CUDA_HERE else {""}
+    if "stable" in extra:
+        variants = {"stable ABI 2.10"} if STABLE_CUDA_HERE else set()
     bindings = {("rmsnorm_cuda_binding.cpp", variant) for variant in variants} if extra else set()
     assert report["ok"] is True and compiled == {("rmsnorm_cuda.cu", ""), *bindings}
