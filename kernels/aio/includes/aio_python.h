@@ -140,9 +140,9 @@ inline TensorBytes cpu_tensor_bytes(PyObject* tensor) {
         Ref type_name = checked(PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(tensor)), "__name__"));
         raise(PyExc_TypeError, "async_io: tensor must be a torch.Tensor, got " + utf8(type_name.get()));
     }
-    Ref device = checked(PyObject_GetAttrString(tensor, "device"));
-    Ref device_type = checked(PyObject_GetAttrString(device.get(), "type"));
-    if (PyUnicode_CompareWithASCIIString(device_type.get(), "cpu") != 0) {
+    Ref is_cpu = checked(PyObject_GetAttrString(tensor, "is_cpu"));  // one lookup; the device for the message
+    if (is_cpu.get() != Py_True) {
+        Ref device = checked(PyObject_GetAttrString(tensor, "device"));
         raise(PyExc_ValueError, "async_io: the tensor must be on the CPU, got " + str(device.get()));
     }
     Ref contiguous = checked(PyObject_CallMethod(tensor, "is_contiguous", nullptr));
