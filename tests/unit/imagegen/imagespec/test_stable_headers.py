@@ -54,13 +54,30 @@ def test_an_image_of_the_newest_torch_pins_its_own_release_too() -> None:
     [
         ({"cpu": True, "ops": "cpu_adam", "torch": "2.9.1"}, "torch older than the stable API"),
         ({"cpu": True, "ops": "cpu_adam", "torch": "2.10.0", "stable_headers": "own"}, "asked for its own"),
-        ({"cpu": True, "ops": "async_io", "torch": "2.10.0"}, "no op with a stable build"),
         ({"cpu": True, "ops": "cpu_adam", "torch": "2.10.0", "platform": "linux/arm64"}, "arm64"),
         ({"rocm": "7.2", "ops": "fused_adam"}, "ROCm"),
     ],
 )
 def test_no_pin_without_a_stable_module_or_when_it_wants_its_own(flags: dict[str, object], why: str) -> None:
     assert spec(**flags).stable_headers is None, why
+
+
+def test_no_pin_when_no_op_of_the_image_has_a_stable_build(tmp_path: Path) -> None:
+    # An op package whose builder declares no stable target (all of ours do): a module per torch.
+    package = tmp_path / "per_torch_ops"
+    (package / "csrc").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "csrc" / "op.cpp").write_text("// never compiled here\n")
+    (package / "builders.py").write_text(
+        "from op_builder import CPUOpBuilder\n\n\n"
+        "class PerTorchBuilder(CPUOpBuilder):\n"
+        '    name = "per_torch_op"\n'
+        '    description = "an op built against ATen"\n'
+        '    sources = ("csrc/op.cpp",)\n'
+    )
+    flags = {"cpu": True, "torch": "2.10.0", "op_sources": (str(package),)}
+    assert spec(**flags, ops="per_torch_op").stable_headers is None
+    assert spec(**flags, ops="per_torch_op,cpu_adam").stable_headers == NEWEST_CPU  # one stable op is enough
 
 
 def test_a_named_release_is_pinned_even_when_older_than_the_images_torch() -> None:
