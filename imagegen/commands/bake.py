@@ -16,7 +16,7 @@ from imagegen.commands._options import JsonOption, by_platform, table_options
 from imagegen.commands._output import console, emit_json
 from imagegen.commands._spec import make_spec
 from imagegen.errors import BadInputError, BuildFailedError
-from imagegen.imagespec import catalog
+from imagegen.imagespec import catalog, compile_cache
 from imagegen.imagespec.spec import SpecInput
 from imagegen.oci.push_plan import PushPlan
 from imagegen.render.matrix import STANDARD_MATRIX
@@ -86,9 +86,9 @@ def bake_command(
             f"--compile-cache local (a BuildKit cache mount), so that {', '.join(uncached)} take the stable "
             "op modules that the image of the newest torch compiles from it rather than compiling them again"
         )
-        requests = _requests(
-            image.replace(compile_cache="local"), names, known, releases, torch_for, wheels_for
-        )
+        # The specs as made, the cache given to each (made again, they would print their warnings twice).
+        local = compile_cache.parse("local")
+        requests = [replace(r, spec=replace(r.spec, compile_cache=local)) for r in requests]
     run = replace(run, push=plan)
     report = bake(requests, run, builder=builder, bake_file_out=bake_file)
     if json:
