@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.op_package_files import square_package, unique
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -39,17 +41,7 @@ def test_report_says_which_kind_of_module_each_op_gets(tmp_path: Path) -> None:
     import torch
 
     # An op package whose builder declares no stable target: a module per torch release.
-    package = tmp_path / "per_torch_ops"
-    (package / "csrc").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "csrc" / "op.cpp").write_text("// never compiled by a report\n")
-    (package / "builders.py").write_text(
-        "from op_builder import CPUOpBuilder\n\n\n"
-        "class PerTorchBuilder(CPUOpBuilder):\n"
-        '    name = "per_torch_op"\n'
-        '    description = "an op built against ATen"\n'
-        '    sources = ("csrc/op.cpp",)\n'
-    )
+    package = square_package(tmp_path, unique("per_torch_ops"), "per_torch_op")
     done = run("report", "--json", DS_OP_SOURCES=str(package))
     assert done.returncode == 0, done.stderr
     abi = {op["name"]: op["abi"] for op in json.loads(done.stdout)["ops"]}

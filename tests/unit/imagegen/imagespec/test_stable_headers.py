@@ -14,6 +14,7 @@ from imagegen.imagespec.spec import ImageSpec, SpecInput, build_spec
 from imagegen.imagespec.stable_headers import value as stable_headers
 from imagegen.render.dockerfile import TORCH_HEADERS_DIR, TORCH_HEADERS_PATH, context_extras, render
 from imagegen.runs.torch_headers import pinned_headers
+from tests.op_package_files import square_package, unique
 
 NEWEST_CPU = max(catalog.CPU_TARGET.torch_versions(), key=lambda v: tuple(map(int, v.split("."))))
 
@@ -64,17 +65,7 @@ def test_no_pin_without_a_stable_module_or_when_it_wants_its_own(flags: dict[str
 
 def test_no_pin_when_no_op_of_the_image_has_a_stable_build(tmp_path: Path) -> None:
     # An op package whose builder declares no stable target (all of ours do): a module per torch.
-    package = tmp_path / "per_torch_ops"
-    (package / "csrc").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "csrc" / "op.cpp").write_text("// never compiled here\n")
-    (package / "builders.py").write_text(
-        "from op_builder import CPUOpBuilder\n\n\n"
-        "class PerTorchBuilder(CPUOpBuilder):\n"
-        '    name = "per_torch_op"\n'
-        '    description = "an op built against ATen"\n'
-        '    sources = ("csrc/op.cpp",)\n'
-    )
+    package = square_package(tmp_path, unique("per_torch_ops"), "per_torch_op")
     flags = {"cpu": True, "torch": "2.10.0", "op_sources": (str(package),)}
     assert spec(**flags, ops="per_torch_op").stable_headers is None
     assert spec(**flags, ops="per_torch_op,cpu_adam").stable_headers == NEWEST_CPU  # one stable op is enough
