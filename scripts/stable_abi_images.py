@@ -45,6 +45,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
+from packaging.version import Version  # noqa: E402
+
+from imagegen.commands.bake import release_target  # noqa: E402
 from imagegen.compat.pip_config import pip_index_url  # noqa: E402
 from imagegen.engine import client as engine_client  # noqa: E402
 from imagegen.engine.layer_dirs import layer_dirs, read_dir_layer  # noqa: E402
@@ -98,8 +101,8 @@ def bake(args: argparse.Namespace, releases: Sequence[str]) -> list[dict[str, An
     except (json.JSONDecodeError, KeyError, TypeError):
         entries = {}
     images = []
-    for torch in sorted(releases, key=lambda r: tuple(int(p) for p in r.split(".")), reverse=True):
-        entry = entries.get(f"{target}-torch{torch.replace('.', '-')}")
+    for torch in sorted(releases, key=Version, reverse=True):
+        entry = entries.get(release_target(target, torch))
         ok = entry is not None and entry.get("ok")
         tag = entry["tag"] if entry else f"(no image of torch {torch})"
         exit_status = 0 if ok else done.returncode or 1
@@ -210,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 images = [build(args, torch, cache) for torch in releases]
         except SystemExit as exc:
             print(exc, file=sys.stderr)
+            client.close()
             return 3
     try:
         for image in images:

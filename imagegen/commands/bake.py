@@ -130,6 +130,11 @@ def torch_releases_of(given: str | None, torch: str | None, torch_for: Mapping[s
     return releases
 
 
+def release_target(target: str, release: str) -> str:
+    """The name of ``target``'s image of one ``--torch-releases`` release (cuda13-0-torch2-14-1)."""
+    return f"{target}-torch{release.replace('.', '-')}"
+
+
 def _requests(
     image: SpecInput,
     names: Sequence[str],
@@ -154,7 +159,7 @@ def _requests(
                 # A cross-compiled (arm64) target's own torch is the builder's: --wheelhouse holds it.
                 build_wheelhouse=image.wheelhouse,
             )  # fmt: skip
-            own = name if release is None else f"{name}-torch{release.replace('.', '-')}"
+            own = name if release is None else release_target(name, release)
             requests.append(BakeRequest(own, make_spec(inp)))
     tags: dict[str, str] = {}
     for request in requests:
