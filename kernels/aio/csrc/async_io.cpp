@@ -13,7 +13,7 @@
 // read needs the sizes equal); an int is where in the file the tensor's bytes go.
 //
 // Nothing here is torch's: the binding (below) is Python's C API, its limited API in a stable
-// build (aio_python.h), and a tensor is read through its Python attributes (device, is_contiguous(),
+// build (aio_python.h), and a tensor is read through its Python attributes (is_cpu, is_contiguous(),
 // data_ptr(), nbytes) and held, as a Python object, until wait() has seen its transfer done. One
 // module then serves every torch release and every CPython from 3.10 on.
 #include <fcntl.h>
@@ -435,6 +435,8 @@ class AsyncIOHandle {
 
 // ------------------------------------------------------------------ the Python type and module
 
+// op_abi.h's OP_STRINGIZE / OP_PYINIT, which this file cannot include: a stable build of op_abi.h
+// pulls in torch's headers.
 #define AIO_STRINGIZE_(x) #x
 #define AIO_STRINGIZE(x) AIO_STRINGIZE_(x)
 #define AIO_PYINIT_(name) PyInit_##name
