@@ -30,6 +30,8 @@
 #include <torch/headeronly/core/ScalarType.h>
 #include <torch/headeronly/util/Exception.h>
 
+#include "op_box.h"
+
 namespace op_abi {
 using Tensor = torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
@@ -45,7 +47,8 @@ inline int num_threads() { return static_cast<int>(torch::stable::get_num_thread
 // image's and a JIT build, say) may then share a process.
 #define OP_LIBRARY(m) STABLE_TORCH_LIBRARY(IMAGEGEN_OP_NAMESPACE, m)
 #define OP_LIBRARY_IMPL(key, m) STABLE_TORCH_LIBRARY_IMPL(IMAGEGEN_OP_NAMESPACE, key, m)
-#define OP_BOX(fn) TORCH_BOX(fn)
+#define OP_BOX(fn) \
+  (&op_abi::detail::GilBoxer<std::remove_pointer_t<std::remove_reference_t<decltype(fn)>>, (fn)>::boxed_fn)
 
 #define OP_STRINGIZE_(x) #x
 #define OP_STRINGIZE(x) OP_STRINGIZE_(x)

@@ -13,9 +13,10 @@ using op_abi::dtype_name;
 using op_abi::ScalarType;
 using op_abi::Tensor;
 
-void adagrad_step(const Tensor& params, const Tensor& grads, const Tensor& state_sum,
-                  const std::optional<Tensor>& half, int64_t step, double lr, double lr_decay,
-                  double eps, double weight_decay) {
+// One tensor's step, checked: the kernel's arguments.
+cpu_optim::AdagradArgs adagrad_args(const Tensor& params, const Tensor& grads, const Tensor& state_sum,
+                                    const std::optional<Tensor>& half, int64_t step, double lr, double lr_decay,
+                                    double eps, double weight_decay) {
   constexpr const char* op = "cpu_adagrad";
   const Dtype dtype = cpu_optim::check_params(params, op);
   cpu_optim::check_like(params, grads, dtype, op, "grads");
@@ -31,21 +32,34 @@ void adagrad_step(const Tensor& params, const Tensor& grads, const Tensor& state
   args.l2 = static_cast<float>(weight_decay);
   args.eps = static_cast<float>(eps);
   args.clr = static_cast<float>(lr / (1.0 + static_cast<double>(step - 1) * lr_decay));
-
-  cpu_optim::with_gil_released([&](int threads) {
-    cpu_optim::cpu_adagrad_run(args, params.numel(), threads, dtype, half_kind);
-  });
+  args.n = params.numel();
+  args.param = dtype;
+  args.half_kind = half_kind;
+  return args;
 }
 
-// adagrad_step over lists (no half copies): one call per param group.
+void adagrad_step(const Tensor& params, const Tensor& grads, const Tensor& state_sum,
+                  const std::optional<Tensor>& half, int64_t step, double lr, double lr_decay,
+                  double eps, double weight_decay) {
+  const cpu_optim::AdagradArgs args =
+      adagrad_args(params, grads, state_sum, half, step, lr, lr_decay, eps, weight_decay);
+  cpu_optim::run_steps(cpu_optim::cpu_adagrad_run, &args, 1);
+}
+
+// adagrad_step over lists (no half copies): one call per param group, every tensor checked
+// before any is stepped, then all stepped in one parallel run.
 void adagrad_steps(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                    const std::vector<Tensor>& state_sum, const std::vector<int64_t>& steps, double lr,
                    double lr_decay, double eps, double weight_decay) {
   cpu_optim::check_list_lengths("cpu_adagrad", params.size(),
                                 {{"grads", grads.size()}, {"state_sum", state_sum.size()}, {"steps", steps.size()}});
+  std::vector<cpu_optim::AdagradArgs> args;
+  args.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    adagrad_step(params[i], grads[i], state_sum[i], std::nullopt, steps[i], lr, lr_decay, eps, weight_decay);
+    args.push_back(
+        adagrad_args(params[i], grads[i], state_sum[i], std::nullopt, steps[i], lr, lr_decay, eps, weight_decay));
   }
+  cpu_optim::run_steps(cpu_optim::cpu_adagrad_run, args.data(), args.size());
 }
 
 }  // namespace

@@ -13,10 +13,11 @@ using op_abi::dtype_name;
 using op_abi::ScalarType;
 using op_abi::Tensor;
 
-void adam_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
-               const Tensor& exp_avg_sq,
-               const std::optional<Tensor>& half, int64_t step, double lr, double beta1, double beta2,
-               double eps, double weight_decay, bool bias_correction, bool adamw_mode) {
+// One tensor's step, checked: the kernel's arguments.
+cpu_optim::AdamArgs adam_args(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
+                              const Tensor& exp_avg_sq, const std::optional<Tensor>& half, int64_t step, double lr,
+                              double beta1, double beta2, double eps, double weight_decay, bool bias_correction,
+                              bool adamw_mode) {
   constexpr const char* op = "cpu_adam";
   const Dtype dtype = cpu_optim::check_params(params, op);
   cpu_optim::check_like(params, grads, dtype, op, "grads");
@@ -47,13 +48,23 @@ void adam_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
   args.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   args.eps = static_cast<float>(eps);
   args.step_size = static_cast<float>(lr / bc1);
-
-  cpu_optim::with_gil_released([&](int threads) {
-    cpu_optim::cpu_adam_run(args, params.numel(), threads, dtype, half_kind, state);
-  });
+  args.n = params.numel();
+  args.param = dtype;
+  args.half_kind = half_kind;
+  args.state = state;
+  return args;
 }
 
-// adam_step over lists (no half copies): one call per param group.
+void adam_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+               const std::optional<Tensor>& half, int64_t step, double lr, double beta1, double beta2,
+               double eps, double weight_decay, bool bias_correction, bool adamw_mode) {
+  const cpu_optim::AdamArgs args = adam_args(params, grads, exp_avg, exp_avg_sq, half, step, lr, beta1, beta2,
+                                             eps, weight_decay, bias_correction, adamw_mode);
+  cpu_optim::run_steps(cpu_optim::cpu_adam_run, &args, 1);
+}
+
+// adam_step over lists (no half copies): one call per param group, every tensor checked before
+// any is stepped, then all stepped in one parallel run.
 void adam_steps(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
                 const std::vector<int64_t>& steps, double lr, double beta1, double beta2, double eps,
@@ -61,10 +72,13 @@ void adam_steps(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   cpu_optim::check_list_lengths("cpu_adam", params.size(),
                                 {{"grads", grads.size()}, {"exp_avg", exp_avg.size()},
                                  {"exp_avg_sq", exp_avg_sq.size()}, {"steps", steps.size()}});
+  std::vector<cpu_optim::AdamArgs> args;
+  args.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    adam_step(params[i], grads[i], exp_avg[i], exp_avg_sq[i], std::nullopt, steps[i], lr, beta1, beta2, eps,
-              weight_decay, bias_correction, adamw_mode);
+    args.push_back(adam_args(params[i], grads[i], exp_avg[i], exp_avg_sq[i], std::nullopt, steps[i], lr, beta1,
+                             beta2, eps, weight_decay, bias_correction, adamw_mode));
   }
+  cpu_optim::run_steps(cpu_optim::cpu_adam_run, args.data(), args.size());
 }
 
 }  // namespace

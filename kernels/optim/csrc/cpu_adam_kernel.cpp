@@ -15,10 +15,13 @@ using cpu_optim::AdamArgs;
 
 namespace cpu_optim {
 
-void cpu_adam_run(const AdamArgs& args, int64_t n, int threads, cpu_simd::Dtype param,
-                  cpu_simd::HalfKind half, cpu_simd::Dtype state) {
-  const RangeFn fn = pick(cpu_simd::active_level(), param, half, state);
-  cpu_simd::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+void cpu_adam_run(const AdamArgs* args, size_t count, int threads) {
+  const cpu_simd::Level level = cpu_simd::active_level();
+  cpu_simd::parallel_for_list(
+      count, [&](size_t i) { return args[i].n; }, threads, [&](size_t i, int64_t begin, int64_t end) {
+        const AdamArgs& a = args[i];
+        pick(level, a.param, a.half_kind, a.state)(a, begin, end);
+      });
 }
 
 }  // namespace cpu_optim

@@ -13,9 +13,10 @@ using op_abi::dtype_name;
 using op_abi::ScalarType;
 using op_abi::Tensor;
 
-void lion_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
-               const std::optional<Tensor>& half, double lr, double beta1, double beta2,
-               double weight_decay) {
+// One tensor's step, checked: the kernel's arguments.
+cpu_optim::LionArgs lion_args(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
+                              const std::optional<Tensor>& half, double lr, double beta1, double beta2,
+                              double weight_decay) {
   constexpr const char* op = "cpu_lion";
   const Dtype dtype = cpu_optim::check_params(params, op);
   cpu_optim::check_like(params, grads, dtype, op, "grads");
@@ -35,19 +36,30 @@ void lion_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
   args.one_minus_beta2 = static_cast<float>(1.0 - beta2);
   args.decay = static_cast<float>(1.0 - lr * weight_decay);
   args.lr = static_cast<float>(lr);
-
-  cpu_optim::with_gil_released([&](int threads) {
-    cpu_optim::cpu_lion_run(args, params.numel(), threads, dtype, half_kind);
-  });
+  args.n = params.numel();
+  args.param = dtype;
+  args.half_kind = half_kind;
+  return args;
 }
 
-// lion_step over lists (no half copies): one call per param group.
+void lion_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
+               const std::optional<Tensor>& half, double lr, double beta1, double beta2,
+               double weight_decay) {
+  const cpu_optim::LionArgs args = lion_args(params, grads, exp_avg, half, lr, beta1, beta2, weight_decay);
+  cpu_optim::run_steps(cpu_optim::cpu_lion_run, &args, 1);
+}
+
+// lion_step over lists (no half copies): one call per param group, every tensor checked before
+// any is stepped, then all stepped in one parallel run.
 void lion_steps(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& exp_avg, double lr, double beta1, double beta2, double weight_decay) {
   cpu_optim::check_list_lengths("cpu_lion", params.size(), {{"grads", grads.size()}, {"exp_avg", exp_avg.size()}});
+  std::vector<cpu_optim::LionArgs> args;
+  args.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    lion_step(params[i], grads[i], exp_avg[i], std::nullopt, lr, beta1, beta2, weight_decay);
+    args.push_back(lion_args(params[i], grads[i], exp_avg[i], std::nullopt, lr, beta1, beta2, weight_decay));
   }
+  cpu_optim::run_steps(cpu_optim::cpu_lion_run, args.data(), args.size());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // only that small one, not the binding that parses torch's headers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cpu_simd.h"
@@ -16,11 +17,14 @@ struct AdagradArgs {
   float* sum;
   uint16_t* half;
   float l2, eps, clr;
+  // What the step covers and which kernel copy runs it.
+  int64_t n;
+  cpu_simd::Dtype param;
+  cpu_simd::HalfKind half_kind;
 };
 
-// One step over [0, n) on `threads` threads, with the code path the CPU (or a forced level)
-// selects for these storage types.
-void cpu_adagrad_run(const AdagradArgs& args, int64_t n, int threads, cpu_simd::Dtype param,
-                  cpu_simd::HalfKind half);
+// One step over each of args[0, count) (its [0, n)) on `threads` threads together, with the
+// code path the CPU (or a forced level) selects for its storage types.
+void cpu_adagrad_run(const AdagradArgs* args, size_t count, int threads);
 
 }  // namespace cpu_optim

@@ -4,6 +4,7 @@
 // only that small one, not the binding that parses torch's headers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cpu_simd.h"
@@ -19,11 +20,15 @@ struct AdamArgs {
   float l2;     // Adam's L2 coefficient (0 for AdamW)
   float decay;  // AdamW's 1 - lr * wd (1 for Adam)
   float one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size;
+  // What the step covers and which kernel copy runs it.
+  int64_t n;
+  cpu_simd::Dtype param;
+  cpu_simd::HalfKind half_kind;
+  cpu_simd::Dtype state;
 };
 
-// One step over [0, n) on `threads` threads, with the code path the CPU (or a forced level)
-// selects for these storage types.
-void cpu_adam_run(const AdamArgs& args, int64_t n, int threads, cpu_simd::Dtype param,
-                  cpu_simd::HalfKind half, cpu_simd::Dtype state);
+// One step over each of args[0, count) (its [0, n)) on `threads` threads together, with the
+// code path the CPU (or a forced level) selects for its storage types.
+void cpu_adam_run(const AdamArgs* args, size_t count, int threads);
 
 }  // namespace cpu_optim

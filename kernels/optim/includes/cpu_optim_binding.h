@@ -102,16 +102,16 @@ inline void check_list_lengths(const char* op, size_t params, std::initializer_l
 // torch.set_num_threads governs these ops too, so one knob sizes every CPU kernel.
 inline int num_threads() { return std::max(1, op_abi::num_threads()); }
 
-// run(threads) with num_threads() and, in a pybind11 module, the GIL released, so other Python
-// threads run while the kernel (an op's cpu_<op>_run) updates; torch.ops calls of a stable
-// module come without the GIL already.
-template <typename Run>
-void with_gil_released(const Run& run) {
+// A step's kernel (an op's cpu_<op>_run) over args[0, count) on num_threads() threads. A
+// pybind11 module lets the GIL go meanwhile, so other Python threads run while the kernel
+// updates; a stable module's kernels run without it already (op_box.h).
+template <typename Args>
+void run_steps(void (*run)(const Args*, size_t, int), const Args* args, size_t count) {
   const int threads = num_threads();
 #ifndef IMAGEGEN_STABLE_ABI
   pybind11::gil_scoped_release no_gil;
 #endif
-  run(threads);
+  run(args, count, threads);
 }
 
 // A level of another architecture (avx2 on aarch64, neon on x86) is refused like one this CPU

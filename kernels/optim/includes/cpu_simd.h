@@ -41,6 +41,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 #include <cstring>
 
 namespace cpu_simd {
@@ -282,6 +284,46 @@ inline void parallel_for(int64_t n, int num_threads, const F& fn) {
     const int64_t begin = t * chunk;
     const int64_t end = std::min(n, begin + chunk);
     if (begin < end) fn(begin, end);
+  }
+}
+
+// parallel_for over the elements of `count` tensors at once, the size of tensor i being
+// size_of(i): the threads split the tensors' elements as if they were one tensor, each taking one
+// contiguous stretch, cut within a tensor at a multiple of kThreadAlign from its start (as
+// parallel_for cuts one tensor), and call fn(i, begin, end) for each tensor's piece of it. A
+// list of small tensors, each too small to wake a thread for, then runs on every thread in one
+// parallel region instead of one tensor after another on one.
+template <class SizeOf, class F>
+inline void parallel_for_list(size_t count, const SizeOf& size_of, int num_threads, const F& fn) {
+  std::vector<int64_t> starts(count + 1, 0);  // where each tensor starts in the whole
+  for (size_t i = 0; i < count; ++i) starts[i + 1] = starts[i] + size_of(i);
+  const int64_t total = starts[count];
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(num_threads, total / kMinPerThread));
+  if (threads <= 1) {
+    for (size_t i = 0; i < count; ++i) {
+      if (starts[i + 1] > starts[i]) fn(i, int64_t{0}, starts[i + 1] - starts[i]);
+    }
+    return;
+  }
+  // The tensor and the offset in it where a stretch starting at element `at` of the whole
+  // begins: the offset rounded up to kThreadAlign, or the next tensor's start.
+  const auto locate = [&](int64_t at) -> std::pair<size_t, int64_t> {
+    if (at >= total) return {count, 0};
+    const size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), at) - starts.begin()) - 1;
+    const int64_t offset = (at - starts[i] + kThreadAlign - 1) / kThreadAlign * kThreadAlign;
+    if (offset >= starts[i + 1] - starts[i]) return {i + 1, 0};
+    return {i, offset};
+  };
+  const int64_t chunk = (total + threads - 1) / threads;
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(threads))
+  for (int64_t t = 0; t < threads; ++t) {
+    const auto [first, first_offset] = locate(t * chunk);
+    const auto [last, last_offset] = locate((t + 1) * chunk);
+    for (size_t i = first; i <= last && i < count; ++i) {
+      const int64_t begin = i == first ? first_offset : 0;
+      const int64_t end = i == last ? last_offset : starts[i + 1] - starts[i];
+      if (begin < end) fn(i, begin, end);
+    }
   }
 }
 
