@@ -103,7 +103,13 @@ def test_a_group_of_many_sizes_matches_the_reference(threads: int, kind: str) ->
         expected = run(lambda ps: torch.optim.AdamW(ps, **kw).step)
         actual = run(lambda ps: stepped_by_list(kind, CPUAdam(ps, use_kernel=True, **kw)))
     elif kind == "adagrad":
-        kw = {"lr": 1e-2, "lr_decay": 0.01, "weight_decay": 0.1, "initial_accumulator_value": 0.1, "eps": 1e-10}
+        kw = {
+            "lr": 1e-2,
+            "lr_decay": 0.01,
+            "weight_decay": 0.1,
+            "initial_accumulator_value": 0.1,
+            "eps": 1e-10,
+        }
         expected = run(lambda ps: torch.optim.Adagrad(ps, **kw).step)
         actual = run(lambda ps: stepped_by_list(kind, CPUAdagrad(ps, use_kernel=True, **kw)))
     else:
@@ -112,7 +118,9 @@ def test_a_group_of_many_sizes_matches_the_reference(threads: int, kind: str) ->
         actual = run(lambda ps: stepped_by_list(kind, CPULion(ps, use_kernel=True, **kw)))
     exact = kind == "lion"
     for size, a, e in zip(SIZES, actual, expected, strict=True):
-        torch.testing.assert_close(a, e, rtol=0 if exact else RTOL, atol=0 if exact else ATOL, msg=f"size {size}")
+        torch.testing.assert_close(
+            a, e, rtol=0 if exact else RTOL, atol=0 if exact else ATOL, msg=f"size {size}"
+        )
 
 
 @pytest.fixture(scope="module")
