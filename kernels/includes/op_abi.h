@@ -45,8 +45,14 @@ inline int num_threads() { return static_cast<int>(torch::stable::get_num_thread
 
 // The ops' schemas and their kernels, in the build's own namespace: two builds of one op (an
 // image's and a JIT build, say) may then share a process.
-#define OP_LIBRARY(m) STABLE_TORCH_LIBRARY(IMAGEGEN_OP_NAMESPACE, m)
-#define OP_LIBRARY_IMPL(key, m) STABLE_TORCH_LIBRARY_IMPL(IMAGEGEN_OP_NAMESPACE, key, m)
+// The namespace is passed through one macro more, so that it arrives expanded: torch 2.10's
+// STABLE_TORCH_LIBRARY stringizes its argument with a bare #ns, which would name the namespace
+// "IMAGEGEN_OP_NAMESPACE" itself (its schemas then defined there, its kernels in the real one:
+// ops with no schema). 2.13's expands it first (C10_STRINGIZE); the indirection serves both.
+#define OP_LIBRARY_IN(ns, m) STABLE_TORCH_LIBRARY(ns, m)
+#define OP_LIBRARY_IMPL_IN(ns, key, m) STABLE_TORCH_LIBRARY_IMPL(ns, key, m)
+#define OP_LIBRARY(m) OP_LIBRARY_IN(IMAGEGEN_OP_NAMESPACE, m)
+#define OP_LIBRARY_IMPL(key, m) OP_LIBRARY_IMPL_IN(IMAGEGEN_OP_NAMESPACE, key, m)
 #define OP_BOX(fn) \
   (&op_abi::detail::GilBoxer<std::remove_pointer_t<std::remove_reference_t<decltype(fn)>>, (fn)>::boxed_fn)
 
