@@ -58,12 +58,10 @@ def parse_target(text: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-# The platforms stable builds are made for. linux/arm64 is not among them yet: an arm64 image's
-# stable cpu_lion, cross-built, loaded under qemu with torch 2.10.0's aarch64 build, had its
-# kernels registered and none of its schemas (the same source's x86-64 module registers both on
-# torch 2.10.0, 2.13.0 and 2.14.1); until that is understood on an arm64 machine, arm64 keeps a
-# module per torch release, as before.
-STABLE_PLATFORMS = frozenset({"linux/amd64"})
+# The platforms stable builds are made for. (An arm64 image's stable module, compiled against
+# torch 2.10.0's headers, once had its kernels and none of its schemas: that release's
+# STABLE_TORCH_LIBRARY named the namespace macro itself, which op_abi.h now expands first.)
+STABLE_PLATFORMS = frozenset({"linux/amd64", "linux/arm64"})
 
 
 def stable_target(

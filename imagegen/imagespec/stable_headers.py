@@ -58,7 +58,7 @@ def pinned(
     """The torch release whose headers the image's stable ops compile against; None: the image's own.
 
     Only an image with an op that gets a stable build (op_builder.stable_abi: torch >= 2.10, CPU or
-    CUDA, linux/amd64) has one to pin. ``newest`` is the target's newest torch on the platform (an
+    CUDA) has one to pin. ``newest`` is the target's newest torch on the platform (an
     image of that torch pins it too), or the image's own where that is newer (a torch the catalog
     does not know yet); an offline build reads no index, so it keeps its own.
     """

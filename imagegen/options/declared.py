@@ -305,7 +305,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         form="value",
         commands=_IMAGE_CMDS,
         help=(
-            "torch headers the stable-ABI ops compile against (torch >= 2.10, CPU or CUDA, linux/amd64). "
+            "torch headers the stable-ABI ops compile against (torch >= 2.10, CPU or CUDA). "
             "newest (default): those of the target's newest torch, so every image of the target gets the "
             "same op modules; own: the image's torch's; or a release such as 2.15.0."
         ),
@@ -313,7 +313,7 @@ OPTIONS: tuple[ImageOption, ...] = (
         docs_default="`newest`",
         docs_meaning=(
             "the torch headers the ops built for torch's stable ABI compile against (an image with torch "
-            ">= 2.10, CPU or CUDA, for linux/amd64). `newest`: those of the newest torch release the catalog "
+            ">= 2.10, CPU or CUDA). `newest`: those of the newest torch release the catalog "
             "has for the target, read out of its wheel on this machine's pip index and staged into the "
             "build context: every image of the target, whatever its torch, gets byte-identical op modules "
             "(one ops layer to pull, one compile for the compile cache). `own`: the image's own torch's "

@@ -36,9 +36,11 @@ def test_stable_target(
     assert stable_abi.stable_target(declared, torch_version, accelerator) == expected
 
 
-def test_arm64_keeps_per_torch_modules_for_now() -> None:
+def test_both_platforms_build_stable_modules_and_rocm_does_not() -> None:
     assert stable_abi.stable_target("2.10", "2.13.0", "cpu", "linux/amd64") == "2.10"
-    assert stable_abi.stable_target("2.10", "2.13.0", "cpu", "linux/arm64") is None
+    assert stable_abi.stable_target("2.10", "2.10.0", "cpu", "linux/arm64") == "2.10"
+    assert stable_abi.stable_target("2.10", "2.13.0", "rocm", "linux/amd64") is None
+    assert stable_abi.stable_target("2.10", "2.13.0", "cpu", "linux/riscv64") is None
 
 
 def test_version_macro_encodes_as_torch_headers_do() -> None:

@@ -55,7 +55,6 @@ def test_an_image_of_the_newest_torch_pins_its_own_release_too() -> None:
     [
         ({"cpu": True, "ops": "cpu_adam", "torch": "2.9.1"}, "torch older than the stable API"),
         ({"cpu": True, "ops": "cpu_adam", "torch": "2.10.0", "stable_headers": "own"}, "asked for its own"),
-        ({"cpu": True, "ops": "cpu_adam", "torch": "2.10.0", "platform": "linux/arm64"}, "arm64"),
         ({"rocm": "7.2", "ops": "fused_adam"}, "ROCm"),
     ],
 )
@@ -69,6 +68,11 @@ def test_no_pin_when_no_op_of_the_image_has_a_stable_build(tmp_path: Path) -> No
     flags = {"cpu": True, "torch": "2.10.0", "op_sources": (str(package),)}
     assert spec(**flags, ops="per_torch_op").stable_headers is None
     assert spec(**flags, ops="per_torch_op,cpu_adam").stable_headers == NEWEST_CPU  # one stable op is enough
+
+
+def test_an_arm64_image_pins_the_newest_torch_the_target_has_for_arm64() -> None:
+    """The CPU target's arm64 builds end at 2.10.0 (PyPI's aarch64 torch is CUDA from 2.11 on)."""
+    assert spec(cpu=True, ops="cpu_adam", torch="2.10.0", platform="linux/arm64").stable_headers == "2.10.0"
 
 
 def test_a_named_release_is_pinned_even_when_older_than_the_images_torch() -> None:
