@@ -43,8 +43,16 @@ from op_builder.plan import Plan, plan_from_environment, requested_ops
 from op_builder.registry import ALL_OPS
 
 
+# Ops build on threads of their own (setuptools' pool), and the build log is read line by line
+# (imagegen's build report finds "built OP in" lines): a line goes out in one write, under a lock.
+# print() writes the text and its newline apart, so two threads' lines could merge into one.
+_SAY_LOCK = threading.Lock()
+
+
 def _say(message: str) -> None:
-    print(f"op_builder: {message}", file=sys.stderr, flush=True)
+    with _SAY_LOCK:
+        sys.stderr.write(f"op_builder: {message}\n")
+        sys.stderr.flush()
 
 
 def say_error(message: str, hint: str | None) -> None:
