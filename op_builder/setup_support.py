@@ -42,7 +42,6 @@ from op_builder.paths import MANIFEST_RELPATH
 from op_builder.plan import Plan, plan_from_environment, requested_ops
 from op_builder.registry import ALL_OPS
 
-
 # Ops build on threads of their own (setuptools' pool), and the build log is read line by line
 # (imagegen's build report finds "built OP in" lines): a line goes out in one write, under a lock.
 # print() writes the text and its newline apart, so two threads' lines could merge into one.
