@@ -14,13 +14,6 @@ using cpu_optim::AdagradArgs;
 
 namespace cpu_optim {
 
-void cpu_adagrad_run(const AdagradArgs* args, size_t count, int threads) {
-  const cpu_simd::Level level = cpu_simd::active_level();
-  cpu_simd::parallel_for_list(
-      count, [&](size_t i) { return args[i].n; }, threads, [&](size_t i, int64_t begin, int64_t end) {
-        const AdagradArgs& a = args[i];
-        pick(level, a.param, a.half_kind)(a, begin, end);
-      });
-}
+void cpu_adagrad_run(const AdagradArgs* args, size_t count, int threads) { run_blocks(args, count, threads); }
 
 }  // namespace cpu_optim

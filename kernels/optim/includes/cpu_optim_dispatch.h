@@ -94,5 +94,21 @@ inline RangeFn pick(cpu_simd::Level level, cpu_simd::Dtype param, cpu_simd::Half
   return fp32_state[static_cast<int>(level)][variant];
 }
 
+// One step over each block of args[0, count) (its [0, n)), every block by the copy for its storage
+// types, all on `threads` threads together (an op's cpu_<op>_run).
+template <class Args>
+void run_blocks(const Args* args, size_t count, int threads) {
+  const cpu_simd::Level level = cpu_simd::active_level();
+  cpu_simd::parallel_for_list(
+      count, [&](size_t i) { return args[i].n; }, threads, [&](size_t i, int64_t begin, int64_t end) {
+        const Args& a = args[i];
+#ifdef CPU_OPTIM_BF16_STATE
+        pick(level, a.param, a.half_kind, a.state)(a, begin, end);
+#else
+        pick(level, a.param, a.half_kind)(a, begin, end);
+#endif
+      });
+}
+
 #undef CPU_OPTIM_TABLE
 #undef CPU_OPTIM_VARIANTS
